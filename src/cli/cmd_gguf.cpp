@@ -1,0 +1,7 @@
+#include "cli/cli.h"
+
+namespace strata::cli {
+
+void add_gguf_commands(Cli&) {}
+
+}  // namespace strata::cli

@@ -1,0 +1,34 @@
+// Helpers shared by tests: paths of the shared reference data and running the strata binary.
+// Thread-safety: all functions may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+// Absolute path of a file under ../shared (e.g. "models/stories260K.gguf").
+std::string shared_path(const std::string& rel);
+
+// Absolute path of the built strata executable.
+std::string strata_bin();
+
+// A fresh empty directory under the system temp dir, removed by the caller if wanted.
+std::string make_temp_dir(const std::string& prefix);
+
+struct CommandResult {
+  int exit_code = -1;  // the process's exit status; 128+N when killed by signal N
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+// Runs argv (argv[0] is the program path) without a shell, with stdin from /dev/null, and an
+// optional wall-clock limit after which the child is killed (exit_code is then 128+SIGKILL).
+CommandResult run_command(const std::vector<std::string>& argv, double timeout_s = 120.0);
+
+// Reads a whole file as bytes; throws std::runtime_error when it cannot be read.
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+
+}  // namespace strata::test
