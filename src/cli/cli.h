@@ -24,5 +24,8 @@ struct Cli {
 void add_gguf_commands(Cli& cli);
 void add_tokenize_commands(Cli& cli);
 void add_template_commands(Cli& cli);
+void add_generate_commands(Cli& cli);
+void add_bench_commands(Cli& cli);
+void add_eval_commands(Cli& cli);
 
 }  // namespace strata::cli

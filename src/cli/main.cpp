@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   add_gguf_commands(cli);
   add_tokenize_commands(cli);
   add_template_commands(cli);
+  add_generate_commands(cli);
+  add_bench_commands(cli);
+  add_eval_commands(cli);
   try {
     cli.app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

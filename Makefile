@@ -1,0 +1,55 @@
+# Front door of the build. `make run` and `make test` are the README's two commands.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc)
+CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+SHARED     ?= ../shared
+MODEL      ?= $(SHARED)/models/stories260K.gguf
+
+.PHONY: all deps build build-asan run test test-asan fuzz fuzz-seeds bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# Until the server exists: describe the model and tokenize a prompt with it.
+run: build
+	$(BUILD)/bin/strata gguf info $(MODEL)
+	$(BUILD)/bin/strata tokenize --model $(MODEL) --add-special --text "Once upon a time"
+
+# Release build + every test, then the unit tests again under ASan+UBSan (slow tests left out).
+test: build build-asan
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
+
+build-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+test-asan: build-asan
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
+
+# libFuzzer on the GGUF parser for FUZZ_SECONDS (default 60), starting from the seed corpus.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DSTRATA_FUZZ=ON -DSTRATA_BUILD_TESTS=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target gguf_fuzz
+	mkdir -p $(FUZZ_BUILD)/corpus fuzz/artifacts
+	$(FUZZ_BUILD)/fuzz/gguf_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 \
+	  -artifact_prefix=fuzz/artifacts/ $(FUZZ_BUILD)/corpus fuzz/corpus
+
+fuzz-seeds: build
+	$(BUILD)/fuzz/gguf_fuzz_make_seeds fuzz/corpus
+
+bench: build
+	@ls $(BUILD)/bin/*_bench
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,178 @@
+// Micro-benchmarks of the CPU kernels: matmul throughput per weight type and shape, in GB/s of
+// weights for decode-sized batches (n = 1, 8: weights stream from memory, so each iteration uses
+// the next of enough copies to overflow the caches) and in GFLOP/s for n = 8, 64, 512; paged
+// attention in GFLOP/s; and the read-bandwidth probe, to compare against in the same run.
+// Threads: STRATA_THREADS (default: physical cores).
+//   build-kern/bin/matmul_bench --benchmark_filter='F16/768x768'
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/bandwidth.h"
+#include "backend/cpu/kernels.h"
+#include "core/fp16.h"
+#include "gguf/quant_blocks.h"
+#include "gguf/tensor_type.h"
+
+namespace strata::cpu {
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p([] {
+    const char* env = std::getenv("STRATA_THREADS");
+    return env ? std::atoi(env) : ThreadPool::physical_cores();
+  }());
+  return p;
+}
+
+// Random weights: f16 values in [-1, 1], or random quant bytes with sane f16 scales.
+std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
+  const uint64_t row_bytes = ggml_row_size(type, static_cast<uint64_t>(cols));
+  std::vector<uint8_t> bytes(row_bytes * static_cast<uint64_t>(rows));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&] {  // xorshift64*: fast enough for hundreds of MiB
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 0x2545F4914F6CDD1Dull;
+  };
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    const uint64_t v = next();
+    std::memcpy(&bytes[i], &v, 8);
+  }
+  const auto traits = ggml_type_traits(type);
+  const uint64_t n_blocks = bytes.size() / traits.type_size;
+  const uint16_t scale = f32_to_fp16(0.004f);
+  for (uint64_t i = 0; i < n_blocks; ++i) {
+    uint8_t* blk = bytes.data() + i * traits.type_size;
+    if (type == GgmlType::kF16) {
+      const uint16_t h = f32_to_fp16(static_cast<float>(static_cast<int64_t>(next() % 2001) - 1000) / 1000.0f);
+      std::memcpy(blk, &h, 2);
+    } else if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) {
+      std::memcpy(blk, &scale, 2);
+    } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
+      std::memcpy(blk, &scale, 2);
+      std::memcpy(blk + 2, &scale, 2);
+    } else if (type == GgmlType::kQ6_K) {
+      std::memcpy(blk + offsetof(BlockQ6_K, d), &scale, 2);
+    }
+  }
+  return bytes;
+}
+
+// args: type, rows, cols, n
+void BM_Matmul(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
+  const uint64_t bytes = ggml_row_size(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
+  // Decode-sized batches: rotate through copies totalling >= 256 MiB so weights come from memory.
+  const int copies = n <= 8 ? static_cast<int>(std::max<uint64_t>(1, (uint64_t{256} << 20) / bytes + 1)) : 1;
+  std::vector<std::vector<uint8_t>> data;
+  data.reserve(static_cast<size_t>(copies));
+  std::vector<WeightMatrix> ws;
+  for (int i = 0; i < copies; ++i) {
+    data.push_back(i == 0 ? random_weights(type, rows, cols, 1) : data.front());
+    ws.push_back(WeightMatrix{type, rows, cols, data.back().data(), bytes / static_cast<uint64_t>(rows)});
+  }
+  std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+  std::mt19937 rng(0);
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  KernelScratch scratch;
+  int i = 0;
+  for (auto _ : state) {
+    matmul(ws[static_cast<size_t>(i)], x.data(), n, y.data(), pool(), scratch);
+    i = (i + 1) % copies;
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(rows * cols * n),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(ggml_type_name(type)) + "/" + std::to_string(rows) + "x" + std::to_string(cols) +
+                 "/n=" + std::to_string(n));
+}
+
+void MatmulArgs(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
+      for (int64_t n : {1, 8, 64, 512}) {
+        if (rows == 32000 && n == 512) continue;  // the output matrix only ever sees sampled rows
+        b->Args({static_cast<int64_t>(t), rows, cols, n});
+      }
+    }
+  }
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// args: KV dtype, sequences, new tokens per sequence, cached tokens per sequence
+void BM_Attention(benchmark::State& state) {
+  const auto dtype = static_cast<KvDtype>(state.range(0));
+  const auto n_seqs = static_cast<int32_t>(state.range(1));
+  const auto n_q = static_cast<int32_t>(state.range(2));
+  const auto cached = static_cast<int32_t>(state.range(3));
+  const int32_t n_head = 12, n_kv = 12, hd = 64, bs = 16;
+  const int32_t blocks_per_seq = (cached + n_q + bs - 1) / bs;
+  KvLayerView kv;
+  kv.dtype = dtype;
+  kv.block_size = bs;
+  kv.n_kv_heads = n_kv;
+  kv.head_dim = hd;
+  std::vector<uint8_t> k(static_cast<size_t>(kv.block_stride_bytes() * blocks_per_seq * n_seqs)), v(k.size());
+  std::mt19937 rng(1);
+  for (size_t i = 0; i < k.size(); i += 2) {
+    const uint16_t h = f32_to_fp16(std::uniform_real_distribution<float>(-1, 1)(rng));
+    std::memcpy(&k[i], &h, 2);
+    std::memcpy(&v[i], &h, 2);
+  }
+  if (dtype == KvDtype::kF32) {  // f32 patterns: small finite values
+    for (size_t i = 0; i < k.size(); i += 4) {
+      const float f = std::uniform_real_distribution<float>(-1, 1)(rng);
+      std::memcpy(&k[i], &f, 4);
+      std::memcpy(&v[i], &f, 4);
+    }
+  }
+  kv.k = k.data();
+  kv.v = v.data();
+  std::vector<BlockId> ids(static_cast<size_t>(blocks_per_seq * n_seqs));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<AttentionSeq> seqs;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    seqs.push_back({s * n_q, n_q, cached, ids.data() + s * blocks_per_seq, blocks_per_seq});
+  }
+  std::vector<float> q(static_cast<size_t>(n_seqs) * n_q * n_head * hd), out(q.size());
+  for (auto& x : q) x = std::uniform_real_distribution<float>(-1, 1)(rng);
+  KernelScratch scratch;
+  for (auto _ : state) {
+    paged_attention(q.data(), kv, seqs, n_head, 0.125f, out.data(), pool(), scratch);
+    benchmark::ClobberMemory();
+  }
+  // q·k and p·v: 4·head_dim flops per (query head, visible key).
+  double pairs = 0;
+  for (int32_t i = 0; i < n_q; ++i) pairs += cached + i + 1;
+  state.counters["GFLOP/s"] = benchmark::Counter(4e-9 * hd * n_head * n_seqs * pairs, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Attention)
+    ->Args({static_cast<int64_t>(KvDtype::kF16), 1, 512, 0})    // one 512-token prompt
+    ->Args({static_cast<int64_t>(KvDtype::kF32), 1, 512, 0})
+    ->Args({static_cast<int64_t>(KvDtype::kF16), 8, 1, 512})    // 8 decodes at depth 512
+    ->Args({static_cast<int64_t>(KvDtype::kF16), 1, 1, 4096})   // one decode at depth 4096
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  double gbs = 0;
+  for (auto _ : state) gbs = measure_read_bandwidth_gbs(pool(), size_t{1} << 30, 3);
+  state.counters["GB/s"] = gbs;
+}
+BENCHMARK(BM_ReadBandwidth)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace strata::cpu
+
+BENCHMARK_MAIN();

@@ -1,0 +1,354 @@
+// Paged attention (kernels.h: paged_attention), compiled once per SIMD target.
+//
+// Shapes: q, out [n_tokens][n_head][head_dim]; K and V read through each sequence's block table:
+// hot ids from arenas [num_blocks][block_size][n_kv_heads][head_dim] (f32, f16 or bf16), warm ids
+// from the compact slots of kv/warm_format.h (int8, fp8, int4), decoded in registers as the inner
+// loops read them (kv_rows-inl.h). A table may mix both freely.
+//
+// Work item = (sequence, kv head, tile of up to kTileRows query rows): its query vectors are the
+// tile's rows × the kv head's group of query heads, which share every key and value they read. The
+// item walks the keys one KV block at a time with an online softmax (running max m, running sum l,
+// unnormalised output o): per block, scores s = q·k·scale (SIMD over head_dim), m' = max(m, s),
+// o and l rescaled by exp(m - m'), then o += Σ exp(s - m')·v. A query's arithmetic depends only on
+// its own keys and the block size, never on the tile or batch it is in.
+// Items are taken from a shared counter, the sequences' last (longest) tiles first, so one long
+// prompt and many short decodes both spread evenly over the threads.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/kernels.h"
+#include "core/check.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/attention.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "backend/cpu/simd_reduce-inl.h"
+#include "backend/cpu/kv_rows-inl.h"
+
+#ifndef STRATA_BACKEND_CPU_ATTENTION_ONCE_
+#define STRATA_BACKEND_CPU_ATTENTION_ONCE_
+namespace strata::cpu {
+// Query vectors per work item (rows × group heads); rows per tile = max(1, this / group).
+inline constexpr int32_t kAttnTileVectors = 16;
+
+// Per-thread state of one work item, carved from the scratch.
+struct AttnItemState {
+  float* o;     // [kAttnTileVectors][head_dim] unnormalised outputs
+  float* m;     // [kAttnTileVectors] running max
+  float* l;     // [kAttnTileVectors] running sum of weights
+  float* corr;  // [kAttnTileVectors] rescale factor of the current block
+  float* s;     // [kAttnTileVectors][s_stride] scores, then weights, of the current block
+  int32_t s_stride;  // block_size rounded up to whole vectors of the widest target
+  float* kbuf;  // [block_size][head_dim] the current block's keys as f32 (16-bit KV only)
+  float* vbuf;  // [block_size][head_dim] values as f32
+  WarmParams warm;  // per-block scales and int4 parameters of warm blocks
+};
+}  // namespace strata::cpu
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lane sums of four vectors; full-width vectors use the shared 4-way tree (a few shuffles for four
+// sums instead of a full reduction each).
+template <class D>
+HWY_INLINE void Sum4(D d, const hn::Vec<D>* a, float* out) {
+  if constexpr (std::is_same_v<D, DF>) {
+    ReduceSums<4>(a, out);
+  } else {
+    for (int i = 0; i < 4; ++i) out[i] = hn::GetLane(hn::SumOfLanes(d, a[i]));
+  }
+}
+
+// One work item: rows [i0, i1) of sequence s, kv head kvh, query heads kvh·group .. + group - 1.
+// D's lane count divides head_dim.
+template <class D>
+void RunItem(D d, const float* q, const KvLayerView& kv, const AttentionSeq& s, int32_t kvh, int32_t i0, int32_t i1,
+             int32_t n_head, int32_t group, float scale, float* out, const AttnItemState& st) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const int32_t hd = kv.head_dim;
+  const size_t nv = static_cast<size_t>(hd) / N;  // vectors per head
+  const int32_t bs = kv.block_size;
+  const int32_t nvec = (i1 - i0) * group;
+  auto qvec = [&](int32_t j) {
+    const int32_t i = i0 + j / group, h = kvh * group + j % group;
+    return q + (int64_t{s.q_begin + i} * n_head + h) * hd;
+  };
+  for (int32_t j = 0; j < nvec; ++j) {
+    st.m[j] = -INFINITY;
+    st.l[j] = 0.0f;
+    std::fill(st.o + int64_t{j} * hd, st.o + int64_t{j + 1} * hd, 0.0f);
+  }
+  const int32_t last_key = s.start_pos + i1 - 1;
+  const auto bs_groups = static_cast<int32_t>(bs / 4 * 4);  // keys reduced four at a time
+  int32_t p0 = 0, np_all = 0;
+  // Keys of the current block each vector sees (causal: keys at or before its own position).
+  auto visible = [&](int32_t j) {
+    return j < nvec ? std::clamp(s.start_pos + i0 + j / group + 1 - p0, 0, np_all) : 0;
+  };
+
+  // The block's keys and values through one row source (kv_rows-inl.h).
+  auto attend = [&](const auto& src) {
+    // Scores, two query vectors at a time sharing each key load. Keys go in groups of four
+    // (one 4-way lane reduction) up to the last whole group of the block, whether or not all
+    // four are visible: which reduction a key's score gets then depends only on its slot, not
+    // on the other queries of the tile. Scores of keys not visible are never used.
+    for (int32_t j = 0; j < nvec; j += 2) {
+      const int32_t na = visible(j), nb = visible(j + 1);
+      const int32_t nmax = std::max(na, nb);
+      if (nmax == 0) continue;
+      const float* qa = qvec(j);
+      const float* qb = nb > 0 ? qvec(j + 1) : qa;
+      float* sa = st.s + int64_t{j} * st.s_stride;
+      float* sb = nb > 0 ? sa + st.s_stride : sa;
+      int32_t p = 0;
+      for (; p < nmax && p + 4 <= bs_groups; p += 4) {
+        const auto kr0 = src.KeyRow(p), kr1 = src.KeyRow(p + 1), kr2 = src.KeyRow(p + 2), kr3 = src.KeyRow(p + 3);
+        V a[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+        V b[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+        for (size_t v = 0; v < nv; ++v) {
+          const V xa = hn::LoadU(d, qa + v * N), xb = hn::LoadU(d, qb + v * N);
+          const V k[4] = {src.K(d, kr0, v * N), src.K(d, kr1, v * N), src.K(d, kr2, v * N), src.K(d, kr3, v * N)};
+          for (int c = 0; c < 4; ++c) {
+            a[c] = hn::MulAdd(xa, k[c], a[c]);
+            b[c] = hn::MulAdd(xb, k[c], b[c]);
+          }
+        }
+        Sum4(d, a, sa + p);
+        Sum4(d, b, sb + p);  // for a lone vector b == a and this rewrites the same values
+      }
+      for (; p < nmax; ++p) {
+        const auto kr = src.KeyRow(p);
+        V a = hn::Zero(d), b = hn::Zero(d);
+        for (size_t v = 0; v < nv; ++v) {
+          const V k = src.K(d, kr, v * N);
+          a = hn::MulAdd(hn::LoadU(d, qa + v * N), k, a);
+          b = hn::MulAdd(hn::LoadU(d, qb + v * N), k, b);
+        }
+        sa[p] = hn::GetLane(hn::SumOfLanes(d, a));
+        sb[p] = hn::GetLane(hn::SumOfLanes(d, b));
+      }
+    }
+    // Online softmax: scale (times the keys' own scales for int8/fp8), new running max, weights
+    // exp(s - m'), rescale factor of the old state. Per-key value scales are folded into the stored
+    // weights after the sum l has taken them unscaled.
+    const float* kscale = src.kscale;
+    const float* vscale = src.vscale;
+    for (int32_t j = 0; j < nvec; ++j) {
+      const int32_t np = visible(j);
+      st.corr[j] = 1.0f;
+      if (np == 0) continue;
+      float* sc = st.s + int64_t{j} * st.s_stride;
+      const V vscale_all = hn::Set(d, scale), vneg = hn::Set(d, -INFINITY);
+      V vmax = vneg;
+      for (int32_t p = 0; p < np; p += static_cast<int32_t>(N)) {
+        const V f = kscale ? hn::Mul(vscale_all, hn::LoadU(d, kscale + p)) : vscale_all;
+        const V x = hn::Mul(hn::LoadU(d, sc + p), f);
+        hn::StoreU(x, d, sc + p);
+        vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(np - p)), x, vneg));
+      }
+      const float m_new = std::max(st.m[j], hn::GetLane(hn::MaxOfLanes(d, vmax)));
+      st.corr[j] = std::exp(st.m[j] - m_new);  // 0 for the first block (m = -inf)
+      st.m[j] = m_new;
+      const V vm = hn::Set(d, m_new);
+      V vsum = hn::Zero(d);
+      for (int32_t p = 0; p < np; p += static_cast<int32_t>(N)) {
+        V e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(np - p)), hn::Exp(d, hn::Sub(hn::LoadU(d, sc + p), vm)));
+        vsum = hn::Add(vsum, e);
+        if (vscale) e = hn::Mul(e, hn::LoadU(d, vscale + p));
+        hn::StoreU(e, d, sc + p);
+      }
+      const float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
+      st.l[j] = st.l[j] * st.corr[j] + sum;
+    }
+    // o = o·corr + Σ_p w_p·v_p for two vectors at a time, four head_dim vectors in registers.
+    for (int32_t j = 0; j < nvec; j += 2) {
+      const int32_t na = visible(j), nb = visible(j + 1);
+      if (na == 0 && nb == 0) continue;
+      const float* wa = st.s + int64_t{j} * st.s_stride;
+      const float* wb = wa + st.s_stride;
+      float* oa = st.o + int64_t{j} * hd;
+      float* ob = oa + hd;
+      const V ca = hn::Set(d, st.corr[j]), cb = hn::Set(d, nb > 0 ? st.corr[j + 1] : 1.0f);
+      for (size_t v0 = 0; v0 < nv; v0 += 4) {
+        const size_t cnt = std::min<size_t>(4, nv - v0);
+        V a[4], b[4];
+        for (size_t c = 0; c < cnt; ++c) {
+          a[c] = hn::Mul(hn::LoadU(d, oa + (v0 + c) * N), ca);
+          if (nb > 0) b[c] = hn::Mul(hn::LoadU(d, ob + (v0 + c) * N), cb);
+        }
+        const int32_t both = std::min(na, nb);
+        int32_t p = 0;
+        for (; p < both; ++p) {
+          const V ua = hn::Set(d, wa[p]), ub = hn::Set(d, wb[p]);
+          const auto vr = src.ValueRow(p);
+          for (size_t c = 0; c < cnt; ++c) {
+            const V x = src.V(d, vr, (v0 + c) * N);
+            a[c] = hn::MulAdd(ua, x, a[c]);
+            b[c] = hn::MulAdd(ub, x, b[c]);
+          }
+        }
+        for (int32_t e = p; e < na; ++e) {
+          const V u = hn::Set(d, wa[e]);
+          const auto vr = src.ValueRow(e);
+          for (size_t c = 0; c < cnt; ++c) a[c] = hn::MulAdd(u, src.V(d, vr, (v0 + c) * N), a[c]);
+        }
+        for (int32_t e = p; e < nb; ++e) {
+          const V u = hn::Set(d, wb[e]);
+          const auto vr = src.ValueRow(e);
+          for (size_t c = 0; c < cnt; ++c) b[c] = hn::MulAdd(u, src.V(d, vr, (v0 + c) * N), b[c]);
+        }
+        for (size_t c = 0; c < cnt; ++c) {
+          if (na > 0) hn::StoreU(a[c], d, oa + (v0 + c) * N);
+          if (nb > 0) hn::StoreU(b[c], d, ob + (v0 + c) * N);
+        }
+      }
+    }
+  };
+
+  const bool any_warm = kv.warm_format != WarmFormat::kNone;
+  const WarmLayout layout = any_warm ? WarmLayout(kv) : WarmLayout{};
+  const int64_t H = kv.n_kv_heads;
+  for (int32_t blk = 0; blk * bs <= last_key; ++blk) {
+    p0 = blk * bs;
+    np_all = std::min(bs, last_key + 1 - p0);
+    const KvBlockRef b = locate_block(kv, s.blocks[blk], kvh);
+    if (!b.warm) {
+      HotSource<D> src;
+      src.k = HotRows(d, kv, b.k, np_all, st.kbuf, &src.ks);
+      src.v = HotRows(d, kv, b.v, np_all, st.vbuf, &src.vs);
+      attend(src);
+      continue;
+    }
+    const int64_t row0 = int64_t{b.t0} * H + kvh;  // the block's first row of this head in the slot
+    switch (kv.warm_format) {
+      case WarmFormat::kInt8: {
+        WarmScales(kv, layout, b, kvh, np_all, st.s_stride, st.warm);
+        const Int8Source<D> src{reinterpret_cast<const int8_t*>(b.k) + row0 * hd,
+                                reinterpret_cast<const int8_t*>(b.v) + row0 * hd, H * hd, st.warm.kscale,
+                                st.warm.vscale};
+        attend(src);
+        break;
+      }
+      case WarmFormat::kFp8: {
+        WarmScales(kv, layout, b, kvh, np_all, st.s_stride, st.warm);
+        const Fp8Source<D> src{b.k + row0 * hd, b.v + row0 * hd, H * hd, st.warm.kscale, st.warm.vscale};
+        attend(src);
+        break;
+      }
+      case WarmFormat::kInt4: {
+        Int4Params(kv, layout, b, kvh, st.warm);
+        Int4Source<D> src;
+        src.k = b.k + row0 * hd / 2;
+        src.v = b.v + row0 * hd / 2;
+        src.stride = H * hd / 2;
+        src.v_groups = static_cast<int32_t>(layout.v_groups);
+        src.v_group_shift = layout.v_groups > 1 ? 5 : 31;
+        src.w = &st.warm;
+        attend(src);
+        break;
+      }
+      case WarmFormat::kNone: break;  // locate_block() only reports warm blocks with a warm tier
+    }
+  }
+  for (int32_t j = 0; j < nvec; ++j) {
+    const int32_t i = i0 + j / group, h = kvh * group + j % group;
+    float* dst = out + (int64_t{s.q_begin + i} * n_head + h) * hd;
+    const float inv = 1.0f / st.l[j];
+    const float* o = st.o + int64_t{j} * hd;
+    for (int32_t e = 0; e < hd; ++e) dst[e] = o[e] * inv;
+  }
+}
+
+void AttentionItem(const float* q, const KvLayerView& kv, const AttentionSeq& s, int32_t kvh, int32_t i0, int32_t i1,
+                   int32_t n_head, float scale, float* out, const AttnItemState& st) {
+  const int32_t group = n_head / kv.n_kv_heads;
+  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, 4> d4;
+  const hn::CappedTag<float, 1> d1;
+  if (kv.head_dim % static_cast<int32_t>(hn::Lanes(df)) == 0) {
+    RunItem(df, q, kv, s, kvh, i0, i1, n_head, group, scale, out, st);
+  } else if (kv.head_dim % static_cast<int32_t>(hn::Lanes(d4)) == 0) {
+    RunItem(d4, q, kv, s, kvh, i0, i1, n_head, group, scale, out, st);
+  } else {
+    RunItem(d1, q, kv, s, kvh, i0, i1, n_head, group, scale, out, st);
+  }
+}
+
+}  // namespace strata::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::cpu {
+
+HWY_EXPORT(AttentionItem);
+
+void paged_attention(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                     float scale, float* out, ThreadPool& pool, KernelScratch& scratch) {
+  if (seqs.empty()) return;
+  STRATA_CHECK(kv.n_kv_heads > 0 && n_head % kv.n_kv_heads == 0, "attention: {} heads over {} kv heads", n_head,
+               kv.n_kv_heads);
+  const int32_t group = n_head / kv.n_kv_heads;
+  const int32_t tile_rows = std::max(1, kAttnTileVectors / group);
+  const int32_t tile_vectors = tile_rows * group;
+  const int32_t hd = kv.head_dim, bs = kv.block_size;
+  const auto n_seqs = static_cast<int64_t>(seqs.size());
+
+  // Scratch: item offsets per sequence, then one AttnItemState per thread.
+  const size_t offsets_bytes = (static_cast<size_t>(n_seqs + 1) * sizeof(int64_t) + 63) / 64 * 64;
+  const int32_t s_stride = (bs + 15) / 16 * 16;
+  const size_t warm_floats = kv.warm_format != WarmFormat::kNone ? WarmParams::words(bs, hd, s_stride) : 0;
+  const size_t state_floats =
+      static_cast<size_t>(tile_vectors) * (hd + 3 + s_stride) + 2 * static_cast<size_t>(bs) * hd + warm_floats;
+  const size_t state_bytes = (state_floats * sizeof(float) + 63) / 64 * 64;
+  uint8_t* mem = scratch.get(offsets_bytes + state_bytes * static_cast<size_t>(pool.size()));
+  auto* offsets = reinterpret_cast<int64_t*>(mem);
+  offsets[0] = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const AttentionSeq& s = seqs[i];
+    STRATA_CHECK(int64_t{s.n_blocks} * bs >= int64_t{s.start_pos} + s.n_q, "attention: block table too short");
+    for (int32_t b = 0; b < s.n_blocks; ++b) {
+      STRATA_CHECK(s.blocks[b] >= 0 && (s.blocks[b] < kv.n_hot_blocks || kv.warm_format != WarmFormat::kNone),
+                   "attention: block id {} of a table is neither hot nor warm", s.blocks[b]);
+    }
+    offsets[i + 1] = offsets[i] + int64_t{kv.n_kv_heads} * ((s.n_q + tile_rows - 1) / tile_rows);
+  }
+  const int64_t n_items = offsets[n_seqs];
+  std::atomic<int64_t> next{0};
+  pool.run([&](int t) {
+    float* f = reinterpret_cast<float*>(mem + offsets_bytes + state_bytes * static_cast<size_t>(t));
+    AttnItemState st;
+    st.o = f;
+    st.m = st.o + int64_t{tile_vectors} * hd;
+    st.l = st.m + tile_vectors;
+    st.corr = st.l + tile_vectors;
+    st.s = st.corr + tile_vectors;
+    st.s_stride = s_stride;
+    st.kbuf = st.s + int64_t{tile_vectors} * s_stride;
+    st.vbuf = st.kbuf + int64_t{bs} * hd;
+    if (warm_floats > 0) st.warm = WarmParams::carve(st.vbuf + int64_t{bs} * hd, bs, hd, s_stride);
+    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < n_items;
+         it = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t si = std::upper_bound(offsets, offsets + n_seqs + 1, it) - offsets - 1;
+      const AttentionSeq& s = seqs[si];
+      const int64_t local = it - offsets[si];
+      const int32_t n_tiles = (s.n_q + tile_rows - 1) / tile_rows;
+      // Last tile first: the longest rows of a prompt start early.
+      const auto tile = static_cast<int32_t>(n_tiles - 1 - local / kv.n_kv_heads);
+      const auto kvh = static_cast<int32_t>(local % kv.n_kv_heads);
+      const int32_t i0 = tile * tile_rows, i1 = std::min(s.n_q, i0 + tile_rows);
+      HWY_DYNAMIC_DISPATCH(AttentionItem)(q, kv, s, kvh, i0, i1, n_head, scale, out, st);
+    }
+  });
+}
+
+}  // namespace strata::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,127 @@
+// CPU kernels used by the forward pass. Each is a free function over plain pointers with its
+// shapes in the comment; shapes are checked by the caller (model/), not in the inner loops.
+// Every kernel here has a scalar twin in kernels_ref.h that tests compare against; the versions
+// here use SIMD chosen at run time (Highway) and the thread pool.
+// Thread-safety: kernels may run concurrently on disjoint outputs; the ThreadPool& they take must
+// not be used by another thread at the same time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "gguf/tensor_type.h"
+#include "kv/kv_types.h"
+
+namespace strata::cpu {
+
+// A weight matrix in any supported GGML type: `rows` output features, each a contiguous row of
+// `cols` input features (GGUF ne[0] = cols, ne[1] = rows).
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+// Weight types matmul() accepts.
+bool matmul_supports(GgmlType type);
+
+// Per-thread-of-control scratch memory reused across calls (quantized activations, converted
+// weight slices, attention state), so the per-token path does not allocate once it has grown.
+// One per engine thread. get() invalidates pointers returned by earlier get() calls.
+struct KernelScratch {
+  static constexpr size_t kAlign = 64;  // a cache line: per-thread regions start on one
+  std::vector<uint8_t> bytes;
+  // At least n bytes, kAlign-aligned.
+  uint8_t* get(size_t n) {
+    if (bytes.size() < n + kAlign) bytes.resize(n + kAlign);
+    const auto addr = reinterpret_cast<uintptr_t>(bytes.data());
+    return bytes.data() + ((kAlign - addr % kAlign) % kAlign);
+  }
+};
+
+// y[n][w.rows] = x[n][w.cols] · Wᵀ, accumulating in f32. x rows are contiguous (stride w.cols),
+// y rows too (stride w.rows).
+//   F32/F16/BF16 weights: exact f32 products (f16/bf16 widened exactly), f32 sums.
+//   Quantized weights: each x row is quantized to 8 bits on the fly (blocks of 32 with an f32
+//   scale for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, of 256 for the K-quants, as ggml's Q8_0/Q8_1/Q8_K) and the
+//   block dot products are exact integer sums, scaled and accumulated in f32.
+// Each output y[t][r] is computed by the same sequence of operations whatever n and the thread
+// count are, so a row's result does not depend on the batch it is in (bit for bit on one machine).
+// Preconditions: matmul_supports(w.type); w.cols a multiple of the type's block size; x and y do
+// not overlap.
+void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPool& pool, KernelScratch& scratch);
+
+// One weight matrix of a fused matmul and where its output goes: y[n][w->rows].
+struct MatmulJob {
+  const WeightMatrix* w = nullptr;
+  float* y = nullptr;
+};
+
+// Runs several matrices over the same input in one pool dispatch (Q/K/V, gate/up): for each job,
+// y = x · wᵀ as matmul() computes it (same results bit for bit). The input is quantized once per
+// activation format the jobs need. Preconditions: as matmul() for each job; all jobs have the
+// same cols; no output overlaps x or another output.
+void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, ThreadPool& pool,
+                  KernelScratch& scratch);
+
+// y[r][:] = x[r][:] / sqrt(mean(x[r]²) + eps) * weight, for r < n_rows; x, y: [n_rows][dim]
+// (y may equal x).
+void rms_norm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t dim, float eps);
+
+struct RopeParams {
+  int32_t n_rot = 0;           // rotated dims per head (even, <= head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;     // positions are multiplied by this
+  bool neox = false;           // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
+  const float* freq_factors = nullptr;  // [n_rot/2] divisors of each frequency (llama3), or null
+};
+
+// Rotary embedding in place: x [n_tokens][n_heads][head_dim], token t at position pos[t]. The
+// angles are computed once per token (in double, reduced mod 2π) for all heads.
+// Precondition: n_rot even, <= head_dim and <= 1024.
+void rope(float* x, const int32_t* pos, int64_t n_tokens, int32_t n_heads, int32_t head_dim, const RopeParams& p);
+
+// gate[i] = silu(gate[i]) * up[i] for i < n.
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// y[i] += x[i] for i < n.
+void add_inplace(float* y, const float* x, int64_t n);
+
+// Writes keys and values of n_tokens new tokens into their slots:
+// k, v: [n_tokens][n_kv_heads * head_dim] (f32); slots[t] = block * block_size + offset.
+void kv_store(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n_tokens);
+
+// One sequence of a batch for attention: its new tokens are rows [q_begin, q_begin + n_q) of q
+// and out, at positions start_pos .. start_pos + n_q - 1; it attends causally to keys at
+// positions [0, start_pos + i] read through `blocks` (block j holds positions
+// [j*block_size, (j+1)*block_size)).
+struct AttentionSeq {
+  int32_t q_begin = 0;
+  int32_t n_q = 0;
+  int32_t start_pos = 0;
+  const BlockId* blocks = nullptr;
+  int32_t n_blocks = 0;
+};
+
+// out[t][h][:] = softmax(q[t][h] · Kᵀ * scale) · V over the sequence's keys, for every query
+// head h (kv head = h / (n_head / n_kv_heads)). q, out: [n_tokens][n_head][head_dim].
+// Online softmax in f32 per KV block (attention.cpp); work is spread over (sequence, kv head, tile
+// of query rows) on the pool, and a query's result does not depend on the rest of the batch.
+// Preconditions: n_head % n_kv_heads == 0; every block table covers its positions.
+void paged_attention(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                     float scale, float* out, ThreadPool& pool, KernelScratch& scratch);
+
+// Row r of an embedding table (any matmul-supported type) into out[cols].
+void get_row(const WeightMatrix& table, int64_t r, float* out);
+
+// The SIMD target the kernels dispatch to on this CPU ("AVX2", "AVX3_DL", "SCALAR", ...): the best
+// of the compiled targets (simd_compiled_targets(), a mask of HWY_* bits) the CPU supports.
+std::string_view simd_target_name();
+int64_t simd_compiled_targets();
+
+}  // namespace strata::cpu

@@ -1,0 +1,139 @@
+// The matmul driver: checks shapes at the boundary, quantizes the activations once per format the
+// jobs need, cuts every job's output rows into chunks and lets the pool threads take chunks from a
+// shared counter until none are left (one dispatch for all jobs of a matmul_multi call).
+//
+// Chunk sizes: with few tokens the weights stream from memory, so chunks are large enough to keep
+// the prefetchers busy and small enough (about 4 per thread) to even out the threads; with many
+// tokens a chunk's weight rows are read once per block of tokens, so they are capped to stay in L2
+// next to that block.
+
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_float.h"
+#include "backend/cpu/matmul_quant.h"
+#include "core/check.h"
+
+namespace strata::cpu {
+namespace {
+
+constexpr int64_t kChunksPerThread = 4;
+constexpr int64_t kRowAlign = 16;                 // a multiple of every tile's row count
+constexpr size_t kChunkBytes = 160 * 1024;        // a chunk's weight rows, with room in L2 for tokens
+constexpr int64_t kManyTokens = 16;               // from here on, chunk rows are capped by kChunkBytes
+constexpr int64_t kInlineQuantizeElems = 1 << 16;  // below this, quantizing on one thread is cheaper
+
+bool is_float_type(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+struct Chunk {
+  int32_t job;
+  int64_t r0, r1;
+};
+
+}  // namespace
+
+bool matmul_supports(GgmlType type) { return is_float_type(type) || quant_act_block(type) != 0; }
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPool& pool, KernelScratch& scratch) {
+  const MatmulJob job{&w, y};
+  matmul_multi(std::span<const MatmulJob>(&job, 1), x, n, pool, scratch);
+}
+
+void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, ThreadPool& pool,
+                  KernelScratch& scratch) {
+  if (n <= 0 || jobs.empty()) return;
+  const int64_t K = jobs[0].w->cols;
+  const int64_t threads = pool.size();
+  int64_t total_rows = 0;
+  bool need[2] = {false, false};  // activation blocks of 32, of 256
+  uint64_t max_row_bytes = 0;
+  bool any_slice = false;
+  for (const MatmulJob& j : jobs) {
+    const WeightMatrix& w = *j.w;
+    STRATA_CHECK(matmul_supports(w.type), "matmul: unsupported weight type {}", ggml_type_name(w.type));
+    STRATA_CHECK(w.cols == K, "matmul_multi: jobs differ in cols ({} vs {})", w.cols, K);
+    const int32_t block = quant_act_block(w.type);
+    STRATA_CHECK(block == 0 || K % block == 0, "matmul: cols {} not a multiple of {}", K, block);
+    if (block == 32) need[0] = true;
+    if (block == 256) need[1] = true;
+    any_slice |= matmul_float_slice_floats(w, n) > 0;
+    max_row_bytes = std::max(max_row_bytes, w.row_bytes);
+    total_rows += w.rows;
+  }
+
+  int64_t chunk_rows = round_up(std::max<int64_t>(1, total_rows / (threads * kChunksPerThread)), kRowAlign);
+  if (n >= kManyTokens) {
+    const auto fit = static_cast<int64_t>(kChunkBytes / max_row_bytes);
+    chunk_rows = std::min(chunk_rows, std::max<int64_t>(kRowAlign, fit / kRowAlign * kRowAlign));
+  }
+  const int64_t slice_floats = any_slice ? round_up(kFloatMaxSliceRows * K, 16) : 0;
+
+  // Scratch: [activations q8/32][activations q8/256][one f32 slice buffer per thread][chunks].
+  const int32_t blocks[2] = {32, 256};
+  size_t act_bytes[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    if (need[i]) act_bytes[i] = (QuantActs::bytes(n, K, blocks[i]) + 63) / 64 * 64;
+  }
+  const size_t slice_bytes = static_cast<size_t>(slice_floats * threads) * sizeof(float);
+  const size_t max_chunks = jobs.size() + static_cast<size_t>(total_rows / std::min<int64_t>(chunk_rows, kRowAlign)) + 1;
+  uint8_t* mem = scratch.get(act_bytes[0] + act_bytes[1] + slice_bytes + max_chunks * sizeof(Chunk));
+  QuantActs acts[2];
+  for (int i = 0; i < 2; ++i) {
+    if (!need[i]) continue;
+    acts[i] = QuantActs::carve(mem + (i == 0 ? 0 : act_bytes[0]), n, K, blocks[i]);
+    if (n * K < kInlineQuantizeElems || threads == 1) {
+      quantize_acts(x, 0, n, acts[i]);
+    } else {
+      pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) { quantize_acts(x, t0, t1, acts[i]); });
+    }
+  }
+  float* slices = reinterpret_cast<float*>(mem + act_bytes[0] + act_bytes[1]);
+
+  // Chunks of `chunk_rows`, except that the last threads·chunk_rows rows of the last job are cut
+  // four times finer: whichever thread finishes first takes the small ones, so the threads end
+  // within a small chunk of each other instead of a big one.
+  const int64_t small_rows = std::max(kRowAlign, round_up(chunk_rows / 4, kRowAlign));
+  auto for_each_chunk = [&](auto&& emit) {
+    for (int32_t ji = 0; ji < static_cast<int32_t>(jobs.size()); ++ji) {
+      const int64_t rows = jobs[ji].w->rows;
+      const bool last = ji + 1 == static_cast<int32_t>(jobs.size());
+      const int64_t fine_from = last ? std::max<int64_t>(0, rows - threads * chunk_rows) / chunk_rows * chunk_rows : rows;
+      for (int64_t r = 0; r < rows;) {
+        const int64_t step = r < fine_from ? chunk_rows : small_rows;
+        emit(Chunk{ji, r, std::min(rows, r + step)});
+        r += step;
+      }
+    }
+  };
+  int64_t n_chunks = 0;
+  for_each_chunk([&](const Chunk&) { ++n_chunks; });
+  auto run_chunk = [&](const Chunk& c, float* slice) {
+    const WeightMatrix& w = *jobs[c.job].w;
+    float* y = jobs[c.job].y;
+    const int32_t block = quant_act_block(w.type);
+    if (block == 0) matmul_float_rows(w, x, n, y, c.r0, c.r1, matmul_float_slice_floats(w, n) > 0 ? slice : nullptr);
+    else matmul_quant_rows(w, acts[block == 32 ? 0 : 1], n, y, c.r0, c.r1);
+  };
+
+  Chunk* chunks = reinterpret_cast<Chunk*>(mem + act_bytes[0] + act_bytes[1] + slice_bytes);
+  int64_t filled = 0;
+  for_each_chunk([&](const Chunk& c) { chunks[filled++] = c; });
+
+  if (threads == 1 || n_chunks == 1) {
+    for (int64_t i = 0; i < n_chunks; ++i) run_chunk(chunks[i], slices);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run([&](int t) {
+    float* slice = slices + slice_floats * t;
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_chunks;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      run_chunk(chunks[i], slice);
+    }
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,234 @@
+// F32/F16/BF16 matmul kernels, compiled once per SIMD target (Highway foreach_target) and chosen at
+// run time. See matmul_float.h for the arithmetic contract.
+//
+// Shapes: W [rows][K] (row-major, a row per output feature), x [n][K], y [n][rows].
+// A tile is RM weight rows × RN tokens: RM·RN vector accumulators, and per k step RM weight
+// vectors (widened from f16/bf16 on the fly, or read from an f32 slice buffer) and RN token vectors.
+//   AVX2 (16 registers): up to 4 × 3  (12 accumulators + 3 token vectors + 1 weight vector).
+//   AVX-512 (32 registers): up to 4 × 6 (24 + 6 + 1).
+// Few tokens (decode): weights are streamed once, each weight vector feeding up to RN tokens.
+// Many tokens (prefill, batches): tokens go in blocks that stay in L2; for each block, an RM-row
+// slice of f16/bf16 weights is widened once into an L1-sized f32 buffer (prefetching the next
+// slice meanwhile) and every token group of the block reads it from there.
+
+#include "backend/cpu/matmul_float.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "core/fp16.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/matmul_float.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "backend/cpu/simd_reduce-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kMaxRM = 4;
+constexpr int kMaxRN = 6;
+#else
+constexpr int kMaxRM = 4;
+constexpr int kMaxRN = 3;
+#endif
+static_assert(kMaxRM <= kFloatMaxSliceRows);
+
+// Weight element types as stored: f32, IEEE half, bfloat16 (both 16-bit patterns).
+struct F16Bits { uint16_t bits; };
+struct BF16Bits { uint16_t bits; };
+
+HWY_INLINE VF LoadW(DF d, const float* p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadW(DF d, const F16Bits* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+HWY_INLINE VF LoadW(DF d, const BF16Bits* p) {
+  // bf16 is the upper half of an f32: widen the 16-bit patterns and shift them up.
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::Rebind<uint32_t, DF> du32;
+  const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+  return hn::BitCast(d, hn::ShiftLeft<16>(wide));
+}
+
+HWY_INLINE float ScalarW(const float* p) { return *p; }
+HWY_INLINE float ScalarW(const F16Bits* p) { return fp16_to_f32(p->bits); }
+HWY_INLINE float ScalarW(const BF16Bits* p) { return bf16_to_f32(p->bits); }
+
+// Weights streamed from memory are short interleaved streams (RM rows of a few KiB) that hardware
+// prefetchers pick up late; the tile prefetches the same columns of the next RM rows (the next
+// tile, contiguous in memory) one cache line per row at a time. Into L2, not L1: L1 can track
+// only a few misses at a time, too few to stream at full memory bandwidth.
+template <typename WT>
+constexpr size_t kElemsPerLine = 64 / sizeof(WT);
+
+template <typename T>
+HWY_INLINE void PrefetchL2(const T* p) {
+  __builtin_prefetch(p, 0, 2);
+}
+
+// y[c * ys + r] for r < RM, c < RN: dot products of weight rows w + r*ws with token rows x + c*xs.
+template <int RM, int RN, bool kPrefetch, typename WT>
+HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RESTRICT x, size_t xs, size_t K,
+                       float* HWY_RESTRICT y, size_t ys) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  VF acc[RM][RN];
+#pragma GCC unroll 8
+  for (int r = 0; r < RM; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; ++c) acc[r][c] = hn::Zero(d);
+  }
+  size_t k = 0;
+  for (; k + N <= K; k += N) {
+    if constexpr (kPrefetch) {
+      if (k % kElemsPerLine<WT> == 0) {
+#pragma GCC unroll 8
+        for (int r = 0; r < RM; ++r) PrefetchL2(w + (r + RM) * ws + k);
+      }
+    }
+    VF xv[RN];
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k);
+#pragma GCC unroll 8
+    for (int r = 0; r < RM; ++r) {
+      const VF wv = LoadW(d, w + r * ws + k);
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+    }
+  }
+  if (k < K) {
+    // The last partial vector, zero-padded: the same FMA step in every tile shape.
+    HWY_ALIGN float buf[hn::MaxLanes(d)];
+    VF xt[RN];
+    for (int c = 0; c < RN; ++c) {
+      for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? x[c * xs + k + i] : 0.0f;
+      xt[c] = hn::Load(d, buf);
+    }
+    for (int r = 0; r < RM; ++r) {
+      for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? ScalarW(w + r * ws + k + i) : 0.0f;
+      const VF wt = hn::Load(d, buf);
+      for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wt, xt[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < RM; ++r) {
+    float sums[RN];
+    ReduceSums<RN>(acc[r], sums);
+    for (int c = 0; c < RN; ++c) y[c * ys + r] = sums[c];
+  }
+}
+
+template <typename WT>
+using TileFn = void (*)(const WT*, size_t, const float*, size_t, size_t, float*, size_t);
+
+template <typename WT, bool kPrefetch, int RM, int... RNs>
+constexpr auto TileRow(std::integer_sequence<int, RNs...>) {
+  return std::array<TileFn<WT>, kMaxRN>{&Tile<RM, RNs + 1, kPrefetch, WT>...};
+}
+template <typename WT, bool kPrefetch, int... RMs>
+constexpr auto TileTable(std::integer_sequence<int, RMs...>) {
+  return std::array<std::array<TileFn<WT>, kMaxRN>, kMaxRM>{
+      TileRow<WT, kPrefetch, RMs + 1>(std::make_integer_sequence<int, kMaxRN>())...};
+}
+
+// Widens rows [0, m) of a 16-bit weight type into f32 rows [m][K] at dst, prefetching the slice
+// after next as it goes (the tiles between two widenings issue no memory requests of their own).
+template <typename WT>
+void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  for (int64_t r = 0; r < m; ++r) {
+    const WT* src = w + r * ws;
+    float* out = dst + r * K;
+    size_t k = 0;
+    for (; k + N <= K; k += N) {
+      if (k % kElemsPerLine<WT> == 0) PrefetchL2(src + 2 * m * ws + k);
+      hn::StoreU(LoadW(d, src + k), d, out + k);
+    }
+    for (; k < K; ++k) out[k] = ScalarW(src + k);
+  }
+}
+
+// Rows [0, m) of w (stride ws) against tokens [0, n) of x: RM-row slices outermost within each
+// token block, so a slice stays in L1 while the block's tokens go by. A block's tokens are split
+// into groups of nearly equal size (8 tokens with RN = 6: 4 + 4, not 6 + 2).
+// With `slice` (16-bit weights, many tokens), each RM-row slice is first widened into it, so a
+// weight is converted once per token block instead of once per token group.
+template <typename WT>
+void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
+              float* slice) {
+  static constexpr auto kDirect = TileTable<WT, true>(std::make_integer_sequence<int, kMaxRM>());
+  static constexpr auto kWidened = TileTable<float, false>(std::make_integer_sequence<int, kMaxRM>());
+  // Tokens per block: a block of x rows stays in (half of) L2 while weight slices go by.
+  const int64_t fit = static_cast<int64_t>((192 * 1024) / (K * sizeof(float)));
+  const int64_t token_block = std::max<int64_t>(kMaxRN, fit / kMaxRN * kMaxRN);
+  for (int64_t t0 = 0; t0 < n; t0 += token_block) {
+    const int64_t t1 = std::min(n, t0 + token_block);
+    const int64_t groups = (t1 - t0 + kMaxRN - 1) / kMaxRN;
+    // Widening pays off once a slice feeds more than one token group.
+    const bool widen = slice != nullptr && groups > 1;
+    for (int64_t r = 0; r < m; r += kMaxRM) {
+      const int rm = static_cast<int>(std::min<int64_t>(kMaxRM, m - r));
+      if constexpr (!std::is_same_v<WT, float>) {
+        if (widen) Widen(w + r * ws, ws, rm, K, slice);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t ta = t0 + (t1 - t0) * g / groups, tb = t0 + (t1 - t0) * (g + 1) / groups;
+        if (widen) {
+          kWidened[rm - 1][tb - ta - 1](slice, K, x + ta * K, K, K, y + ta * ys + r, ys);
+        } else {
+          kDirect[rm - 1][tb - ta - 1](w + r * ws, ws, x + ta * K, K, K, y + ta * ys + r, ys);
+        }
+      }
+    }
+  }
+}
+
+void MatmulFloatRows(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
+                     float* slice) {
+  const size_t K = static_cast<size_t>(w.cols);
+  const size_t ys = static_cast<size_t>(w.rows);
+  const int64_t m = r1 - r0;
+  float* yr = y + r0;
+  const uint8_t* base = w.data + static_cast<uint64_t>(r0) * w.row_bytes;
+  switch (w.type) {
+    case GgmlType::kF32:
+      RunTiles(reinterpret_cast<const float*>(base), w.row_bytes / 4, m, x, K, n, yr, ys, nullptr);
+      return;
+    case GgmlType::kF16:
+      RunTiles(reinterpret_cast<const F16Bits*>(base), w.row_bytes / 2, m, x, K, n, yr, ys, slice);
+      return;
+    case GgmlType::kBF16:
+      RunTiles(reinterpret_cast<const BF16Bits*>(base), w.row_bytes / 2, m, x, K, n, yr, ys, slice);
+      return;
+    default:
+      return;  // the caller only sends float types
+  }
+}
+
+}  // namespace strata::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::cpu {
+
+HWY_EXPORT(MatmulFloatRows);
+
+int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n) {
+  if (w.type == GgmlType::kF32 || n < kFloatWidenMinTokens) return 0;
+  return kFloatMaxSliceRows * w.cols;
+}
+
+void matmul_float_rows(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
+                       float* slice) {
+  HWY_DYNAMIC_DISPATCH(MatmulFloatRows)(w, x, n, y, r0, r1, slice);
+}
+
+}  // namespace strata::cpu
+#endif  // HWY_ONCE

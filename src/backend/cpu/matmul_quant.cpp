@@ -1,0 +1,587 @@
+// Quantized matmul kernels, compiled once per SIMD target (Highway foreach_target) and chosen at
+// run time. See matmul_quant.h for the arithmetic contract.
+//
+// Shapes: W [rows][K / B] blocks of B weights (B = 32 for legacy types, 256 for K-quants),
+// activations QuantActs [n][K] int8, y [n][rows].
+// x86 (AVX2 and both AVX-512 targets) works on 256-bit integer vectors: 32 weights = one register.
+//   Legacy types (Q8_0, Q4_0, Q5_0 signed; Q4_1, Q5_1 unsigned with a min): a tile is RM = 2
+//   rows × RN tokens; a block is unpacked once per row and dotted with RN token blocks.
+//   K-quants: a tile is 1 row × RN tokens; a super-block's 64-element chunks are unpacked once and
+//   their sub-block scales applied in int16 (madd), so a super-block costs one integer sum per
+//   token and two f32 FMAs (scales, and mins/zero points through the activations' 16-sums).
+//   RN = 4 on AVX2 (16 registers), 8 on AVX-512 (32 registers).
+// Other targets dequantize blocks with the reference code and use f32 dots (correct, not fast).
+
+#include "backend/cpu/matmul_quant.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/fp16.h"
+#include "gguf/quant.h"
+#include "gguf/quant_blocks.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/matmul_quant.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "backend/cpu/simd_reduce-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL
+// Highway's AVX3_DL target implies AVX512-VNNI at run time; enable its EVEX encodings here.
+#pragma GCC target("avx512vnni")
+#endif
+namespace strata::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ---- activation quantization (all targets) ----
+
+void QuantizeActs(const float* x, int64_t t0, int64_t t1, const QuantActs& a) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t N = hn::Lanes(d);
+  const int64_t K = a.cols;
+  const int64_t B = a.block;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* xr = x + t * K;
+    int8_t* q = a.qs + t * K;
+    int16_t* sums = a.sums + t * (K / 16);
+    for (int64_t b0 = 0; b0 < K; b0 += B) {
+      VF vmax = hn::Zero(d);
+      for (int64_t i = 0; i < B; i += static_cast<int64_t>(N)) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(d, xr + b0 + i)));
+      const float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+      a.d[t * (K / B) + b0 / B] = amax / 127.0f;
+      const VF scale = hn::Set(d, amax > 0.0f ? 127.0f / amax : 0.0f);
+      // 16 is a multiple of every target's lane count for f32 (4, 8 or 16).
+      for (int64_t g = 0; g < B; g += 16) {
+        auto group = hn::Zero(di);
+        for (int64_t i = 0; i < 16; i += static_cast<int64_t>(N)) {
+          const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(d, xr + b0 + g + i), scale));
+          group = hn::Add(group, qi);
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b0 + g + i);
+        }
+        sums[(b0 + g) / 16] = static_cast<int16_t>(hn::GetLane(hn::SumOfLanes(di, group)));
+      }
+    }
+  }
+}
+
+#if STRATA_X86_SIMD
+
+// ---- x86 building blocks on 32 int8 lanes ----
+
+HWY_INLINE float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
+HWY_INLINE __m256i Nibbles(const uint8_t* p) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+// Byte e = 0x10 where bit e of the 32 bits at p is set (the fifth bit of Q5_0/Q5_1).
+HWY_INLINE __m256i FifthBits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  v = _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// Sums of 4 adjacent products of unsigned u (0..255; at most 128 with maddubs so pairs cannot
+// saturate) and signed s, as 8 int32.
+HWY_INLINE __m256i DotU8S8(__m256i u, __m256i s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+// maddubs then madd by per-16-bit scales: Σ over pairs of (u·s) · scale, as 8 int32.
+HWY_INLINE __m256i DotScaled(__m256i u, __m256i s, __m256i scales16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scales16);
+}
+
+// Two int16 scales, a for lanes 0..15 (first 16 weights) and b for 16..31.
+HWY_INLINE __m256i Scales2(int a, int b) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a)));
+}
+
+// ---- legacy types: blocks of 32 ----
+
+template <GgmlType T> struct Legacy;
+template <> struct Legacy<GgmlType::kQ8_0> {
+  static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr bool kSigned = true;
+  static HWY_INLINE __m256i Decode(const uint8_t* b) { return Load32(b + offsetof(BlockQ8_0, qs)); }
+  static HWY_INLINE float Min(const uint8_t*) { return 0.0f; }
+};
+template <> struct Legacy<GgmlType::kQ4_0> {
+  static constexpr size_t kBytes = sizeof(BlockQ4_0);
+  static constexpr bool kSigned = true;
+  static HWY_INLINE __m256i Decode(const uint8_t* b) {
+    return _mm256_sub_epi8(Nibbles(b + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8));
+  }
+  static HWY_INLINE float Min(const uint8_t*) { return 0.0f; }
+};
+template <> struct Legacy<GgmlType::kQ5_0> {
+  static constexpr size_t kBytes = sizeof(BlockQ5_0);
+  static constexpr bool kSigned = true;
+  static HWY_INLINE __m256i Decode(const uint8_t* b) {
+    const __m256i q = _mm256_or_si256(Nibbles(b + offsetof(BlockQ5_0, qs)), FifthBits(b + offsetof(BlockQ5_0, qh)));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+  }
+  static HWY_INLINE float Min(const uint8_t*) { return 0.0f; }
+};
+template <> struct Legacy<GgmlType::kQ4_1> {
+  static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr bool kSigned = false;
+  static HWY_INLINE __m256i Decode(const uint8_t* b) { return Nibbles(b + offsetof(BlockQ4_1, qs)); }
+  static HWY_INLINE float Min(const uint8_t* b) { return Half(b + offsetof(BlockQ4_1, m)); }
+};
+template <> struct Legacy<GgmlType::kQ5_1> {
+  static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr bool kSigned = false;
+  static HWY_INLINE __m256i Decode(const uint8_t* b) {
+    return _mm256_or_si256(Nibbles(b + offsetof(BlockQ5_1, qs)), FifthBits(b + offsetof(BlockQ5_1, qh)));
+  }
+  static HWY_INLINE float Min(const uint8_t* b) { return Half(b + offsetof(BlockQ5_1, m)); }
+};
+
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kMaxRN = 8;
+#else
+constexpr int kMaxRN = 4;
+#endif
+constexpr int kLegacyRM = 2;
+
+// Rows w .. w + (RM-1)·row_bytes, tokens t .. t+RN-1, nb blocks; y[c·ys + r].
+template <GgmlType T, int RM, int RN>
+HWY_NOINLINE void LegacyTile(const uint8_t* HWY_RESTRICT w, size_t row_bytes, int64_t nb, const QuantActs& a,
+                             int64_t t, float* HWY_RESTRICT y, size_t ys) {
+  using L = Legacy<T>;
+  const int64_t K = a.cols;
+  const int8_t* xq[RN];
+  const float* xd[RN];
+  const int16_t* xs[RN];
+  for (int c = 0; c < RN; ++c) {
+    xq[c] = a.qs + (t + c) * K;
+    xd[c] = a.d + (t + c) * (K / 32);
+    xs[c] = a.sums + (t + c) * (K / 16);
+  }
+  __m256 acc[RM][RN];
+  float macc[RM][RN];
+#pragma GCC unroll 8
+  for (int r = 0; r < RM; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      macc[r][c] = 0.0f;
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    float dx[RN];
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; ++c) dx[c] = xd[c][b];
+#pragma GCC unroll 8
+    for (int r = 0; r < RM; ++r) {
+      const uint8_t* blk = w + r * row_bytes + static_cast<size_t>(b) * L::kBytes;
+      const __m256i q = L::Decode(blk);
+      const float dw = Half(blk);
+      const __m256i aq = L::kSigned ? _mm256_sign_epi8(q, q) : q;
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; ++c) {
+        __m256i xv = Load32(xq[c] + 32 * b);
+        if (L::kSigned) xv = _mm256_sign_epi8(xv, q);
+        const __m256 dot = _mm256_cvtepi32_ps(DotU8S8(aq, xv));
+        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[c]), dot, acc[r][c]);
+        if (!L::kSigned) macc[r][c] += L::Min(blk) * dx[c] * static_cast<float>(xs[c][2 * b] + xs[c][2 * b + 1]);
+      }
+    }
+  }
+  for (int r = 0; r < RM; ++r) {
+    float sums[RN];
+    ReduceSums256<RN>(acc[r], sums);
+    for (int c = 0; c < RN; ++c) y[c * ys + r] = sums[c] + macc[r][c];
+  }
+}
+
+// ---- K-quants: super-blocks of 256 ----
+
+// The activations of RN tokens for one super-block.
+template <int RN>
+struct SuperActs {
+  const int8_t* q[RN];   // [256] each
+  const int16_t* s[RN];  // [16] sums of 16
+  float d[RN];
+};
+
+// acc[c] += d_w·d_x·isum[c] + off·d_x·(offset dot)[c], both 8-lane int32 vectors.
+template <int RN>
+HWY_INLINE void Finish(const __m256i* isum, __m256i offsets16, float dw, float off, const SuperActs<RN>& x,
+                       __m256* acc) {
+#pragma GCC unroll 8
+  for (int c = 0; c < RN; ++c) {
+    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(dw * x.d[c]), acc[c]);
+    const __m256i o = _mm256_madd_epi16(offsets16, Load32(x.s[c]));
+    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(o), _mm256_set1_ps(off * x.d[c]), acc[c]);
+  }
+}
+
+// Scales and mins of Q4_K/Q5_K unpacked to bytes: sc[0..7] then m[0..7] (ggml's layout trick).
+HWY_INLINE void K4ScalesMins(const uint8_t* packed, uint8_t* out16) {
+  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kMask2) | (((u[1] >> 6) & kMask3) << 4);
+  const uint32_t aux = u[1] & kMask1;
+  u[1] = (u[2] & kMask2) | (((u[0] >> 6) & kMask3) << 4);
+  u[2] = aux;
+  u[0] &= kMask1;
+  std::memcpy(out16, u, 16);
+}
+
+// Each of 8 byte values repeated for two int16 lanes: [v0, v0, v1, v1, ..., v7, v7].
+HWY_INLINE __m256i Repeat2(const uint8_t* v8) {
+  const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v8)));
+  return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+}
+
+template <GgmlType T> struct KQuant;
+
+template <> struct KQuant<GgmlType::kQ4_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ4_K);
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
+    HWY_ALIGN uint8_t sm[16];
+    K4ScalesMins(b + offsetof(BlockQ4_K, scales), sm);
+    const uint8_t* qs = b + offsetof(BlockQ4_K, qs);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256i isum[RN];
+    for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = Load32(qs + 32 * j);
+      const __m256i lo = _mm256_and_si256(q, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      const __m256i slo = _mm256_set1_epi16(sm[2 * j]), shi = _mm256_set1_epi16(sm[2 * j + 1]);
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; ++c) {
+        const __m256i p = _mm256_add_epi32(DotScaled(lo, Load32(x.q[c] + 64 * j), slo),
+                                           DotScaled(hi, Load32(x.q[c] + 64 * j + 32), shi));
+        isum[c] = _mm256_add_epi32(isum[c], p);
+      }
+    }
+    Finish<RN>(isum, Repeat2(sm + 8), Half(b + offsetof(BlockQ4_K, d)), -Half(b + offsetof(BlockQ4_K, dmin)), x,
+               acc);
+  }
+};
+
+template <> struct KQuant<GgmlType::kQ5_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ5_K);
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
+    HWY_ALIGN uint8_t sm[16];
+    K4ScalesMins(b + offsetof(BlockQ5_K, scales), sm);
+    const uint8_t* qs = b + offsetof(BlockQ5_K, qs);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    __m256i hbits = Load32(b + offsetof(BlockQ5_K, qh));  // bit j of byte l: fifth bit of sub-block j
+    __m256i isum[RN];
+    for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = Load32(qs + 32 * j);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
+      hbits = _mm256_srli_epi16(hbits, 1);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                         _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
+      hbits = _mm256_srli_epi16(hbits, 1);
+      const __m256i slo = _mm256_set1_epi16(sm[2 * j]), shi = _mm256_set1_epi16(sm[2 * j + 1]);
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; ++c) {
+        const __m256i p = _mm256_add_epi32(DotScaled(lo, Load32(x.q[c] + 64 * j), slo),
+                                           DotScaled(hi, Load32(x.q[c] + 64 * j + 32), shi));
+        isum[c] = _mm256_add_epi32(isum[c], p);
+      }
+    }
+    Finish<RN>(isum, Repeat2(sm + 8), Half(b + offsetof(BlockQ5_K, d)), -Half(b + offsetof(BlockQ5_K, dmin)), x,
+               acc);
+  }
+};
+
+template <> struct KQuant<GgmlType::kQ6_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ6_K);
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
+    const uint8_t* ql = b + offsetof(BlockQ6_K, ql);
+    const uint8_t* qh = b + offsetof(BlockQ6_K, qh);
+    int8_t sc[16];
+    std::memcpy(sc, b + offsetof(BlockQ6_K, scales), 16);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
+    __m256i isum[RN];
+    for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = Load32(ql + 64 * h), l1 = Load32(ql + 64 * h + 32), hb = Load32(qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4))};
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const __m256i s = Scales2(sc[8 * h + 2 * g], sc[8 * h + 2 * g + 1]);
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; ++c) {
+          isum[c] = _mm256_add_epi32(isum[c], DotScaled(q[g], Load32(x.q[c] + 128 * h + 32 * g), s));
+        }
+      }
+    }
+    // Zero point 32: Σ_s sc_s · 32 · (16-sum of the activations).
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    const float d = Half(b + offsetof(BlockQ6_K, d));
+    Finish<RN>(isum, sc16, d, -32.0f * d, x, acc);
+  }
+};
+
+template <> struct KQuant<GgmlType::kQ3_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ3_K);
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
+    const uint8_t* qs = b + offsetof(BlockQ3_K, qs);
+    int16_t sc[16];
+    for (int i = 0; i < 16; ++i) sc[i] = static_cast<int16_t>(q3_k_scale(i, b + offsetof(BlockQ3_K, scales)) - 32);
+    const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256i hm = Load32(b + offsetof(BlockQ3_K, hmask));  // bit (4h + j) of byte l
+    __m256i isum[RN];
+    for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i lo = Load32(qs + 32 * h);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_or_si256(_mm256_and_si256(lo, low2), _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+        lo = _mm256_srli_epi16(lo, 2);
+        hm = _mm256_srli_epi16(hm, 1);
+        const __m256i s = Scales2(sc[8 * h + 2 * j], sc[8 * h + 2 * j + 1]);
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; ++c) {
+          isum[c] = _mm256_add_epi32(isum[c], DotScaled(q, Load32(x.q[c] + 128 * h + 32 * j), s));
+        }
+      }
+    }
+    const __m256i sc16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc));
+    const float d = Half(b + offsetof(BlockQ3_K, d));
+    Finish<RN>(isum, sc16, d, -4.0f * d, x, acc);
+  }
+};
+
+template <> struct KQuant<GgmlType::kQ2_K> {
+  static constexpr size_t kBytes = sizeof(BlockQ2_K);
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
+    const uint8_t* qs = b + offsetof(BlockQ2_K, qs);
+    const uint8_t* scales = b + offsetof(BlockQ2_K, scales);
+    HWY_ALIGN int16_t mins[16];
+    for (int i = 0; i < 16; ++i) mins[i] = static_cast<int16_t>(scales[i] >> 4);
+    const __m256i low2 = _mm256_set1_epi8(3);
+    __m256i isum[RN];
+    for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i lo = Load32(qs + 32 * h);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_and_si256(lo, low2);
+        lo = _mm256_srli_epi16(lo, 2);
+        const int s0 = 8 * h + 2 * j;
+        const __m256i s = Scales2(scales[s0] & 0xF, scales[s0 + 1] & 0xF);
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; ++c) {
+          isum[c] = _mm256_add_epi32(isum[c], DotScaled(q, Load32(x.q[c] + 128 * h + 32 * j), s));
+        }
+      }
+    }
+    Finish<RN>(isum, Load32(mins), Half(b + offsetof(BlockQ2_K, d)), -Half(b + offsetof(BlockQ2_K, dmin)), x, acc);
+  }
+};
+
+// One row w (nsb super-blocks) against tokens t .. t+RN-1; y[c·ys].
+template <GgmlType T, int RN>
+HWY_NOINLINE void KTile(const uint8_t* HWY_RESTRICT w, int64_t nsb, const QuantActs& a, int64_t t,
+                        float* HWY_RESTRICT y, size_t ys) {
+  const int64_t K = a.cols;
+  __m256 acc[RN];
+  for (int c = 0; c < RN; ++c) acc[c] = _mm256_setzero_ps();
+  SuperActs<RN> x;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+#pragma GCC unroll 8
+    for (int c = 0; c < RN; ++c) {
+      x.q[c] = a.qs + (t + c) * K + 256 * sb;
+      x.s[c] = a.sums + (t + c) * (K / 16) + 16 * sb;
+      x.d[c] = a.d[(t + c) * (K / 256) + sb];
+    }
+    KQuant<T>::template Super<RN>(w + static_cast<size_t>(sb) * KQuant<T>::kBytes, x, acc);
+  }
+  float sums[RN];
+  ReduceSums256<RN>(acc, sums);
+  for (int c = 0; c < RN; ++c) y[c * ys] = sums[c];
+}
+
+// Tokens per block: a block of activations stays in (half of) L2 while rows go by.
+int64_t QuantTokenBlock(int64_t K) { return std::max<int64_t>(kMaxRN, (256 * 1024) / K / kMaxRN * kMaxRN); }
+
+template <GgmlType T, int... RNs>
+void RunLegacy(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1,
+               std::integer_sequence<int, RNs...>) {
+  using Fn = void (*)(const uint8_t*, size_t, int64_t, const QuantActs&, int64_t, float*, size_t);
+  static constexpr Fn kOne[] = {&LegacyTile<T, 1, RNs + 1>...};
+  static constexpr Fn kTwo[] = {&LegacyTile<T, kLegacyRM, RNs + 1>...};
+  const int64_t nb = w.cols / 32;
+  const size_t ys = static_cast<size_t>(w.rows);
+  const int64_t tb = QuantTokenBlock(w.cols);
+  for (int64_t t0 = 0; t0 < n; t0 += tb) {
+    const int64_t t1 = std::min(n, t0 + tb);
+    for (int64_t r = r0; r < r1; r += kLegacyRM) {
+      const Fn* table = r + kLegacyRM <= r1 ? kTwo : kOne;
+      for (int64_t t = t0; t < t1; t += kMaxRN) {
+        const int rn = static_cast<int>(std::min<int64_t>(kMaxRN, t1 - t));
+        table[rn - 1](w.data + static_cast<uint64_t>(r) * w.row_bytes, w.row_bytes, nb, a, t, y + t * w.rows + r, ys);
+      }
+      if (r + kLegacyRM > r1) break;  // the last odd row was done alone
+    }
+  }
+}
+
+template <GgmlType T, int... RNs>
+void RunK(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1,
+          std::integer_sequence<int, RNs...>) {
+  using Fn = void (*)(const uint8_t*, int64_t, const QuantActs&, int64_t, float*, size_t);
+  static constexpr Fn kTiles[] = {&KTile<T, RNs + 1>...};
+  const int64_t nsb = w.cols / 256;
+  const size_t ys = static_cast<size_t>(w.rows);
+  const int64_t tb = QuantTokenBlock(w.cols);
+  for (int64_t t0 = 0; t0 < n; t0 += tb) {
+    const int64_t t1 = std::min(n, t0 + tb);
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t t = t0; t < t1; t += kMaxRN) {
+        const int rn = static_cast<int>(std::min<int64_t>(kMaxRN, t1 - t));
+        kTiles[rn - 1](w.data + static_cast<uint64_t>(r) * w.row_bytes, nsb, a, t, y + t * w.rows + r, ys);
+      }
+    }
+  }
+}
+
+void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr auto kRN = std::make_integer_sequence<int, kMaxRN>();
+  switch (w.type) {
+    case GgmlType::kQ8_0: return RunLegacy<GgmlType::kQ8_0>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ4_0: return RunLegacy<GgmlType::kQ4_0>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ5_0: return RunLegacy<GgmlType::kQ5_0>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ4_1: return RunLegacy<GgmlType::kQ4_1>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ5_1: return RunLegacy<GgmlType::kQ5_1>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ2_K: return RunK<GgmlType::kQ2_K>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ3_K: return RunK<GgmlType::kQ3_K>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ4_K: return RunK<GgmlType::kQ4_K>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ5_K: return RunK<GgmlType::kQ5_K>(w, a, n, y, r0, r1, kRN);
+    case GgmlType::kQ6_K: return RunK<GgmlType::kQ6_K>(w, a, n, y, r0, r1, kRN);
+    default: return;  // the caller only sends quantized types
+  }
+}
+
+#else  // !STRATA_X86_SIMD
+
+// Portable fallback: dequantize each weight block with the reference code and dot it with the
+// dequantized activations in f32.
+void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const int64_t B = a.block;
+  const int64_t nb = w.cols / B;
+  const uint64_t block_bytes = w.row_bytes / static_cast<uint64_t>(nb);
+  float wd[256];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+    for (int64_t t = 0; t < n; ++t) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        dequantize_row(w.type, row + static_cast<uint64_t>(b) * block_bytes, wd, B);
+        const float dx = a.d[t * nb + b];
+        const int8_t* q = a.qs + t * w.cols + b * B;
+        float s = 0.0f;
+        for (int64_t e = 0; e < B; ++e) s += wd[e] * static_cast<float>(q[e]);
+        acc += s * dx;
+      }
+      y[t * w.rows + r] = acc;
+    }
+  }
+}
+
+#endif  // STRATA_X86_SIMD
+
+}  // namespace strata::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::cpu {
+
+HWY_EXPORT(QuantizeActs);
+HWY_EXPORT(MatmulQuantRows);
+
+namespace {
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+}  // namespace
+
+size_t QuantActs::bytes(int64_t n, int64_t cols, int32_t block) {
+  const auto un = static_cast<size_t>(n), uc = static_cast<size_t>(cols);
+  return align64(un * uc) + align64(un * (uc / static_cast<size_t>(block)) * sizeof(float)) +
+         align64(un * (uc / 16) * sizeof(int16_t));
+}
+
+QuantActs QuantActs::carve(uint8_t* mem, int64_t n, int64_t cols, int32_t block) {
+  const auto un = static_cast<size_t>(n), uc = static_cast<size_t>(cols);
+  QuantActs a;
+  a.block = block;
+  a.cols = cols;
+  a.qs = reinterpret_cast<int8_t*>(mem);
+  mem += align64(un * uc);
+  a.d = reinterpret_cast<float*>(mem);
+  mem += align64(un * (uc / static_cast<size_t>(block)) * sizeof(float));
+  a.sums = reinterpret_cast<int16_t*>(mem);
+  return a;
+}
+
+int32_t quant_act_block(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ4_1: case GgmlType::kQ5_1:
+      return 32;
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      return 256;
+    default:
+      return 0;
+  }
+}
+
+void quantize_acts(const float* x, int64_t t0, int64_t t1, const QuantActs& acts) {
+  HWY_DYNAMIC_DISPATCH(QuantizeActs)(x, t0, t1, acts);
+}
+
+void matmul_quant_rows(const WeightMatrix& w, const QuantActs& acts, int64_t n, float* y, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(MatmulQuantRows)(w, acts, n, y, r0, r1);
+}
+
+}  // namespace strata::cpu
+#endif  // HWY_ONCE

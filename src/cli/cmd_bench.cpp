@@ -1,0 +1,416 @@
+// `strata bench model`: llama-bench-like prompt-processing and generation speed, plus the machine's
+// memory read bandwidth measured in the same run, so generation speed is reported as a share of
+// the bandwidth limit.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <fstream>
+#include <thread>
+#include <algorithm>
+
+#include "backend/cpu/bandwidth.h"
+#include "cli/cli.h"
+#include "cli/common_flags.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "kv/block_pool.h"
+#include "kv/kv_arena.h"
+#include "model/model.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+struct BenchModelOptions {
+  ModelFlags model;
+  KvFlags kv;
+  int32_t pp = 512;
+  int32_t tg = 128;
+  int32_t batch = 1;
+  int32_t reps = 5;
+  bool json = false;
+  bool no_bandwidth = false;
+};
+
+// Sequences with their own block tables over one arena; released between repetitions.
+class BenchKv {
+ public:
+  BenchKv(const KvGeometry& g, int32_t n_blocks) : arena_(g, n_blocks), pool_(n_blocks), views_(arena_.layers()) {}
+  std::vector<BlockId>& table(size_t i) {
+    if (tables_.size() <= i) tables_.resize(i + 1);
+    return tables_[i];
+  }
+  void reserve(size_t seq, int32_t n_tokens) {
+    auto& t = table(seq);
+    while (static_cast<int32_t>(t.size()) * arena_.geometry().block_size < n_tokens) {
+      auto b = pool_.allocate_plain();
+      if (!b) fail("KV pool too small for the benchmark; raise --kv-memory");
+      t.push_back(*b);
+    }
+  }
+  void release_all() {
+    for (auto& t : tables_) {
+      for (BlockId b : t) pool_.decref(b);
+      t.clear();
+    }
+  }
+  std::span<const KvLayerView> views() const { return views_; }
+
+ private:
+  KvArena arena_;
+  BlockPool pool_;
+  std::vector<KvLayerView> views_;
+  std::vector<std::vector<BlockId>> tables_;
+};
+
+int run_bench_model(const BenchModelOptions& o) {
+  auto model = Model::load(o.model.model, o.model.threads);
+  const ModelConfig& mc = model->config();
+  const KvConfig kvc = o.kv.to_config();
+  if (o.pp < 0 || o.tg < 0 || o.batch < 1 || o.reps < 1) fail("--pp, --tg >= 0, --batch, --reps >= 1");
+  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
+  const int32_t per_seq_blocks = (std::max(o.pp, o.tg + 1) + kvc.block_size - 1) / kvc.block_size;
+  const int32_t needed = per_seq_blocks * std::max(1, o.batch);
+  int32_t n_blocks = needed;
+  if (kvc.num_blocks || kvc.memory_bytes) n_blocks = kvc.resolve_num_blocks(geo);
+  BenchKv kv(geo, n_blocks);
+
+  std::mt19937 rng(1234);
+  auto random_tokens = [&](int32_t n) {
+    std::vector<TokenId> t(static_cast<size_t>(n));
+    for (auto& x : t) x = static_cast<TokenId>(rng() % static_cast<uint32_t>(mc.n_vocab));
+    return t;
+  };
+
+  double bandwidth = 0;
+  if (!o.no_bandwidth) bandwidth = cpu::measure_read_bandwidth_gbs(model->pool(), size_t{1} << 30, 3);
+
+  // Warm-up: touch the weights once so the first repetition does not pay page faults.
+  {
+    const auto t = random_tokens(8);
+    kv.reserve(0, 8);
+    ForwardBatch b;
+    b.seqs.push_back({t, 0, kv.table(0), LogitsMode::kLast});
+    model->forward(b, kv.views());
+    kv.release_all();
+  }
+
+  std::vector<double> pp_runs, tg_runs;
+  for (int32_t rep = 0; rep < o.reps; ++rep) {
+    if (o.pp > 0) {
+      const auto prompt = random_tokens(o.pp);
+      kv.reserve(0, o.pp);
+      ForwardBatch b;
+      b.seqs.push_back({prompt, 0, kv.table(0), LogitsMode::kLast});
+      const auto t0 = Clock::now();
+      model->forward(b, kv.views());
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      pp_runs.push_back(o.pp / s);
+      kv.release_all();
+    }
+    if (o.tg > 0) {
+      // B sequences decode together from an empty context, one token each per step.
+      std::vector<TokenId> toks = random_tokens(o.batch);
+      const auto t0 = Clock::now();
+      for (int32_t step = 0; step < o.tg; ++step) {
+        ForwardBatch b;
+        for (int32_t s = 0; s < o.batch; ++s) {
+          kv.reserve(static_cast<size_t>(s), step + 1);
+          b.seqs.push_back({std::span<const TokenId>(&toks[static_cast<size_t>(s)], 1), step, kv.table(static_cast<size_t>(s)),
+                            LogitsMode::kLast});
+        }
+        auto logits = model->forward(b, kv.views());
+        for (int32_t s = 0; s < o.batch; ++s) {  // greedy, to keep the work realistic
+          auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
+          toks[static_cast<size_t>(s)] = static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
+        }
+      }
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      tg_runs.push_back(static_cast<double>(o.tg) * o.batch / s);
+      kv.release_all();
+    }
+  }
+  const Stats pp = stats(pp_runs), tg = stats(tg_runs);
+  const uint64_t bytes_per_step = model->step_weight_bytes();
+  // Each decode step streams every weight matrix once, whatever the batch size.
+  const double steps_per_s = tg.mean / o.batch;
+  const double achieved_gbs = steps_per_s * static_cast<double>(bytes_per_step) / 1e9;
+  const double pct = bandwidth > 0 ? 100.0 * achieved_gbs / bandwidth : 0;
+  const uint64_t file_bytes = model->file().file_size();
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["model"] = o.model.model;
+    j["model_bytes"] = file_bytes;
+    j["step_weight_bytes"] = bytes_per_step;
+    j["threads"] = model->pool().size();
+    j["batch"] = o.batch;
+    j["pp"] = o.pp;
+    j["tg"] = o.tg;
+    j["reps"] = o.reps;
+    j["kv_dtype"] = kv_dtype_name(kvc.dtype);
+    j["pp_tok_s"] = pp.mean;
+    j["pp_tok_s_sd"] = pp.sd;
+    j["tg_tok_s"] = tg.mean;
+    j["tg_tok_s_sd"] = tg.sd;
+    j["bandwidth_gb_s"] = bandwidth;
+    j["tg_weight_gb_s"] = achieved_gbs;
+    j["tg_bandwidth_pct"] = pct;
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  fmt::print("model: {} ({}, {} of weights streamed per decode step), threads {}, KV {}\n", o.model.model,
+             format_bytes(file_bytes), format_bytes(bytes_per_step), model->pool().size(), kv_dtype_name(kvc.dtype));
+  if (bandwidth > 0) fmt::print("memory read bandwidth: {:.1f} GB/s\n", bandwidth);
+  fmt::print("| test | tok/s |\n| --- | --- |\n");
+  if (o.pp > 0) fmt::print("| pp{} | {:.1f} ± {:.1f} |\n", o.pp, pp.mean, pp.sd);
+  if (o.tg > 0) {
+    fmt::print("| tg{}{} | {:.1f} ± {:.1f} |\n", o.tg, o.batch > 1 ? fmt::format(" x{} seqs", o.batch) : "", tg.mean, tg.sd);
+    if (bandwidth > 0) {
+      fmt::print("generation streams {:.1f} GB/s of weights = {:.1f}% of the measured bandwidth limit\n", achieved_gbs, pct);
+    }
+  }
+  return kExitOk;
+}
+
+// --- bench offline ----------------------------------------------------------------------------
+
+struct BenchOfflineOptions {
+  ModelFlags model;
+  KvFlags kv;
+  EngineFlags engine;
+  int32_t num_prompts = 64;
+  int32_t input_len = 128;
+  int32_t output_len = 64;
+  int32_t shared_prefix = 0;
+  std::string dataset;
+  std::string request_rate = "inf";
+  uint64_t seed = 0;
+  bool json = false;
+};
+
+struct Dist {
+  double mean = 0, p50 = 0, p99 = 0;
+  nlohmann::ordered_json to_json() const { return {{"mean", mean}, {"p50", p50}, {"p99", p99}}; }
+};
+
+Dist distribution(std::vector<double> v) {
+  Dist d;
+  if (v.empty()) return d;
+  std::sort(v.begin(), v.end());
+  for (double x : v) d.mean += x;
+  d.mean /= static_cast<double>(v.size());
+  auto pct = [&](double p) {
+    const double idx = p * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(idx);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+  };
+  d.p50 = pct(0.5);
+  d.p99 = pct(0.99);
+  return d;
+}
+
+int run_bench_offline(const BenchOfflineOptions& o) {
+  if (o.num_prompts < 1 || o.output_len < 1 || o.input_len < 1) fail("--num-prompts, --input-len and --output-len must be >= 1");
+  if (o.shared_prefix < 0 || o.shared_prefix >= o.input_len) fail("--shared-prefix must be in [0, --input-len)");
+  double rate = 0;  // requests per second; 0 = all at once
+  if (o.request_rate != "inf") {
+    try {
+      rate = std::stod(o.request_rate);
+    } catch (const std::exception&) {
+      rate = -1;
+    }
+    if (!(rate > 0)) fail("--request-rate must be a positive number or 'inf', got '{}'", o.request_rate);
+  }
+  const EngineConfig cfg = o.engine.to_config(o.kv);
+  auto model = Model::load(o.model.model, o.model.threads);
+  auto tokenizer = Tokenizer::from_gguf(model->file());
+  const int32_t V = model->config().n_vocab;
+
+  std::mt19937_64 rng(o.seed);
+  std::vector<Request> requests;
+  if (!o.dataset.empty()) {
+    std::ifstream in(o.dataset);
+    if (!in) fail("cannot read --dataset '{}'", o.dataset);
+    std::string line;
+    size_t n = 0;
+    while (std::getline(in, line) && static_cast<int32_t>(requests.size()) < o.num_prompts) {
+      ++n;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        fail("--dataset line {}: invalid JSON: {}", n, e.what());
+      }
+      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) fail("--dataset line {}: needs a string 'prompt'", n);
+      Request r;
+      r.prompt = tokenizer->encode(j["prompt"].get<std::string>(), true, false);
+      r.params.max_tokens = j.contains("max_tokens") && j["max_tokens"].is_number_integer() ? j["max_tokens"].get<int32_t>() : o.output_len;
+      requests.push_back(std::move(r));
+    }
+    if (requests.empty()) fail("--dataset '{}' holds no prompts", o.dataset);
+  } else {
+    // Random token ids (greedy decoding of them is as costly as of real text); the first
+    // --shared-prefix tokens are common to all prompts.
+    auto random_id = [&] { return static_cast<TokenId>(rng() % static_cast<uint64_t>(V)); };
+    std::vector<TokenId> prefix;
+    if (tokenizer->bos() != kNoToken && tokenizer->add_bos()) prefix.push_back(tokenizer->bos());
+    while (static_cast<int32_t>(prefix.size()) < std::max(o.shared_prefix, 1)) prefix.push_back(random_id());
+    for (int32_t i = 0; i < o.num_prompts; ++i) {
+      Request r;
+      r.prompt.assign(prefix.begin(), prefix.begin() + std::max<int32_t>(o.shared_prefix, prefix.empty() ? 0 : 1));
+      while (static_cast<int32_t>(r.prompt.size()) < o.input_len) r.prompt.push_back(random_id());
+      r.params.max_tokens = o.output_len;
+      requests.push_back(std::move(r));
+    }
+  }
+  for (auto& r : requests) {
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+  }
+
+  Engine engine(*model, *tokenizer, cfg);
+  std::vector<std::shared_ptr<RequestHandle>> handles(requests.size());
+  std::vector<Clock::time_point> submitted(requests.size());
+  const auto t0 = Clock::now();
+  std::exponential_distribution<double> gap(rate > 0 ? rate : 1.0);
+  std::thread submitter([&] {
+    auto next = Clock::now();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (rate > 0) {
+        std::this_thread::sleep_until(next);
+        next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
+      }
+      submitted[i] = Clock::now();
+      handles[i] = engine.submit(std::move(requests[i]));
+    }
+  });
+  submitter.join();
+  std::vector<double> ttft, tpot, e2e;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    EngineEvent e;
+    std::optional<Clock::time_point> first;
+    Clock::time_point last = submitted[i];
+    int32_t n = 0;
+    while (handles[i]->next(e)) {
+      if (e.kind == EngineEvent::Kind::kToken) {
+        if (!first) first = e.time;
+        ++n;
+      } else if (e.kind == EngineEvent::Kind::kDone) {
+        last = e.time;
+        prompt_tokens += e.usage.prompt_tokens;
+        output_tokens += e.usage.completion_tokens;
+      }
+    }
+    const auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    if (first) ttft.push_back(ms(*first - submitted[i]));
+    if (first && n > 1) tpot.push_back(ms(last - *first) / (n - 1));
+    e2e.push_back(ms(last - submitted[i]));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const EngineStats st = engine.stats();
+  engine.shutdown(true, std::chrono::seconds(10));
+  const double hit_rate = st.kv.prefix_queried_tokens > 0
+                              ? static_cast<double>(st.kv.prefix_hit_tokens) / static_cast<double>(st.kv.prefix_queried_tokens)
+                              : 0.0;
+  const Dist d_ttft = distribution(ttft), d_tpot = distribution(tpot), d_e2e = distribution(e2e);
+  nlohmann::ordered_json j;
+  j["model"] = o.model.model;
+  j["num_prompts"] = handles.size();
+  j["input_len"] = o.input_len;
+  j["output_len"] = o.output_len;
+  j["shared_prefix"] = o.shared_prefix;
+  j["request_rate"] = o.request_rate;
+  j["threads"] = model->pool().size();
+  j["duration_s"] = wall;
+  j["prompt_tokens"] = prompt_tokens;
+  j["output_tokens"] = output_tokens;
+  j["request_throughput"] = static_cast<double>(handles.size()) / wall;
+  j["output_tok_s"] = static_cast<double>(output_tokens) / wall;
+  j["total_tok_s"] = static_cast<double>(prompt_tokens + output_tokens) / wall;
+  j["ttft_ms"] = d_ttft.to_json();
+  j["tpot_ms"] = d_tpot.to_json();
+  j["e2e_ms"] = d_e2e.to_json();
+  j["prefix_hit_rate"] = hit_rate;
+  j["preemptions"] = st.preemptions;
+  j["kv_peak_usage"] = st.kv_usage_peak;
+  j["steps"] = st.steps;
+  if (o.json) {
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  fmt::print("requests: {} in {:.2f} s ({:.2f} req/s), {} prompt + {} generated tokens\n", handles.size(), wall,
+             j["request_throughput"].get<double>(), prompt_tokens, output_tokens);
+  fmt::print("throughput: {:.1f} generated tok/s, {:.1f} total tok/s\n", j["output_tok_s"].get<double>(),
+             j["total_tok_s"].get<double>());
+  fmt::print("| metric | mean | p50 | p99 |\n| --- | --- | --- | --- |\n");
+  fmt::print("| TTFT ms | {:.1f} | {:.1f} | {:.1f} |\n", d_ttft.mean, d_ttft.p50, d_ttft.p99);
+  fmt::print("| TPOT ms | {:.2f} | {:.2f} | {:.2f} |\n", d_tpot.mean, d_tpot.p50, d_tpot.p99);
+  fmt::print("| E2E ms | {:.1f} | {:.1f} | {:.1f} |\n", d_e2e.mean, d_e2e.p50, d_e2e.p99);
+  fmt::print("prefix-cache hit rate {:.1f}%, preemptions {}, KV peak usage {:.1f}%, {} steps\n", 100 * hit_rate,
+             st.preemptions, 100 * st.kv_usage_peak, st.steps);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_commands(Cli& cli) {
+  CLI::App* bench = cli.app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<BenchModelOptions>();
+  CLI::App* cmd = bench->add_subcommand("model", "Prompt-processing and generation speed of a model (like llama-bench)");
+  add_model_flags(cmd, o->model);
+  add_kv_flags(cmd, o->kv);
+  cmd->add_option("--pp", o->pp, "Prompt tokens processed in one batch (0 = skip)")->capture_default_str();
+  cmd->add_option("--tg", o->tg, "Tokens generated one step at a time (0 = skip)")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Sequences decoding together; tg reports aggregate tok/s")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Repetitions (mean ± sd)")->capture_default_str();
+  cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the memory bandwidth measurement");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->callback([&cli, o] { cli.run = [o] { return run_bench_model(*o); }; });
+
+  auto off = std::make_shared<BenchOfflineOptions>();
+  CLI::App* oc = bench->add_subcommand("offline", "Throughput and latency of the engine on a batch of requests, in-process");
+  add_model_flags(oc, off->model);
+  add_engine_flags(oc, off->engine);
+  add_kv_flags(oc, off->kv);
+  oc->add_option("--num-prompts", off->num_prompts, "Requests")->capture_default_str();
+  oc->add_option("--input-len", off->input_len, "Prompt tokens per request (random ids)")->capture_default_str();
+  oc->add_option("--output-len", off->output_len, "Generated tokens per request (EOS ignored)")->capture_default_str();
+  oc->add_option("--shared-prefix", off->shared_prefix, "Leading prompt tokens common to all requests")->capture_default_str();
+  oc->add_option("--dataset", off->dataset, "JSONL of {\"prompt\": text, \"max_tokens\"?} instead of random prompts");
+  oc->add_option("--request-rate", off->request_rate, "Poisson arrivals per second, or inf (all at once)")->capture_default_str();
+  oc->add_option("--seed", off->seed, "Seed of the random prompts and arrivals")->capture_default_str();
+  oc->add_flag("--json", off->json, "Print one JSON object");
+  oc->callback([&cli, off] { cli.run = [off] { return run_bench_offline(*off); }; });
+
+}
+
+}  // namespace strata::cli

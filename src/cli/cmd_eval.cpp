@@ -1,0 +1,159 @@
+// `strata eval ppl`: teacher-forced perplexity of a text under a KV configuration, next to the
+// full-precision run's (the same KV dtype, every block hot), plus the share of positions where
+// the top-1 token agrees and the KV bytes per token of both.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "cli/common_flags.h"
+#include "core/error.h"
+#include "kv/kv_manager.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+struct EvalOptions {
+  ModelFlags model;
+  KvFlags kv;
+  std::string file;
+  int32_t ctx = 0;
+  int32_t chunk = 0;
+  bool json = false;
+};
+
+struct PplRun {
+  double nll = 0;              // sum of -log p(next token)
+  int64_t scored = 0;          // positions scored
+  std::vector<TokenId> top1;   // argmax at each scored position
+  double kv_bytes_per_token = 0;
+};
+
+// Feeds each window chunk by chunk, so that blocks leave the hot window (and are re-encoded)
+// while later tokens still attend to them, as in a long generation.
+PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, int32_t chunk, const KvConfig& kvc) {
+  const ModelConfig& mc = model.config();
+  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
+  PplRun run;
+  const int64_t V = mc.n_vocab;
+  std::vector<double> scratch;
+  double bytes_sum = 0;
+  int64_t bytes_windows = 0;
+  for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += static_cast<size_t>(ctx)) {
+    const size_t w1 = std::min(tokens.size(), w0 + static_cast<size_t>(ctx));
+    std::vector<TokenId> window(tokens.begin() + static_cast<long>(w0), tokens.begin() + static_cast<long>(w1));
+    if (window.size() < 2) break;
+    KvManager kv(geo, kvc, 1, &model.pool());
+    kv.add_sequence(1);
+    const int32_t n = static_cast<int32_t>(window.size());
+    for (int32_t pos = 0; pos < n - 1; pos += chunk) {
+      const int32_t len = std::min(chunk, n - 1 - pos);
+      if (!kv.allocate(1, window, pos + len)) fail("the KV pool is too small for --ctx {}; raise --kv-memory", ctx);
+      kv.apply();
+      ForwardBatch b;
+      b.seqs.push_back({std::span<const TokenId>(window).subspan(static_cast<size_t>(pos), static_cast<size_t>(len)), pos,
+                        kv.block_table(1), LogitsMode::kAll});
+      const auto logits = model.forward(b, kv.layer_views());
+      kv.commit(1, window, pos + len);
+      for (int32_t i = 0; i < len; ++i) {
+        const auto row = logits.subspan(static_cast<size_t>(i) * V, static_cast<size_t>(V));
+        float mx = row[0];
+        TokenId best = 0;
+        for (int64_t v = 1; v < V; ++v) {
+          if (row[static_cast<size_t>(v)] > mx) {
+            mx = row[static_cast<size_t>(v)];
+            best = static_cast<TokenId>(v);
+          }
+        }
+        double sum = 0;
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[static_cast<size_t>(v)]) - mx);
+        const TokenId target = window[static_cast<size_t>(pos + i + 1)];
+        run.nll += -(static_cast<double>(row[static_cast<size_t>(target)]) - mx - std::log(sum));
+        run.top1.push_back(best);
+        ++run.scored;
+      }
+    }
+    const KvStats st = kv.stats();
+    bytes_sum += static_cast<double>(st.hot.bytes_used + st.warm.bytes_used) / static_cast<double>(n - 1);
+    ++bytes_windows;
+  }
+  run.kv_bytes_per_token = bytes_windows ? bytes_sum / static_cast<double>(bytes_windows) : 0;
+  return run;
+}
+
+int run_eval_ppl(const EvalOptions& o) {
+  std::ifstream in(o.file, std::ios::binary);
+  if (!in) fail("cannot read --file '{}'", o.file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const KvConfig kvc = o.kv.to_config();
+  auto model = Model::load(o.model.model, o.model.threads);
+  auto tokenizer = Tokenizer::from_gguf(model->file());
+  const std::vector<TokenId> tokens = tokenizer->encode(ss.str(), true, false);
+  if (tokens.size() < 2) fail("--file '{}' has fewer than 2 tokens", o.file);
+  const int32_t ctx = o.ctx > 0 ? std::min(o.ctx, model->config().n_ctx_train) : model->config().n_ctx_train;
+  const int32_t chunk = o.chunk > 0 ? o.chunk : kvc.block_size;
+
+  KvConfig ref_cfg = kvc;  // full precision: every block stays hot, no sharing
+  ref_cfg.warm_format = WarmFormat::kNone;
+  ref_cfg.spill_dir.clear();
+  const PplRun ref = run_ppl(*model, tokens, ctx, chunk, ref_cfg);
+  const PplRun run = run_ppl(*model, tokens, ctx, chunk, kvc);
+  const double ppl = std::exp(run.nll / static_cast<double>(run.scored));
+  const double ppl_ref = std::exp(ref.nll / static_cast<double>(ref.scored));
+  int64_t agree = 0;
+  for (size_t i = 0; i < run.top1.size(); ++i) agree += run.top1[i] == ref.top1[i];
+  const double agreement = static_cast<double>(agree) / static_cast<double>(run.top1.size());
+  const double delta = 100.0 * (ppl - ppl_ref) / ppl_ref;
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["model"] = o.model.model;
+    j["file"] = o.file;
+    j["tokens"] = tokens.size();
+    j["scored"] = run.scored;
+    j["ctx"] = ctx;
+    j["kv_dtype"] = kv_dtype_name(kvc.dtype);
+    j["kv_warm_dtype"] = warm_format_name(kvc.warm_format);
+    j["kv_hot_tokens"] = kvc.hot_tokens;
+    j["ppl"] = ppl;
+    j["ppl_ref"] = ppl_ref;
+    j["delta_ppl_pct"] = delta;
+    j["top1_agreement"] = agreement;
+    j["kv_bytes_per_token"] = run.kv_bytes_per_token;
+    j["kv_bytes_per_token_ref"] = ref.kv_bytes_per_token;
+    fmt::print("{}\n", j.dump(2));
+    return kExitOk;
+  }
+  fmt::print("{} tokens ({} scored), context {}, KV {} with warm {} after {} hot tokens\n", tokens.size(), run.scored, ctx,
+             kv_dtype_name(kvc.dtype), warm_format_name(kvc.warm_format), kvc.hot_tokens);
+  fmt::print("perplexity {:.4f} vs {:.4f} at full precision ({:+.3f}%)\n", ppl, ppl_ref, delta);
+  fmt::print("top-1 agreement {:.2f}%\n", 100 * agreement);
+  fmt::print("KV bytes per token {:.1f} vs {:.1f} ({:.3f}x)\n", run.kv_bytes_per_token, ref.kv_bytes_per_token,
+             run.kv_bytes_per_token / ref.kv_bytes_per_token);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_eval_commands(Cli& cli) {
+  CLI::App* eval = cli.app.add_subcommand("eval", "Fidelity measurements");
+  eval->require_subcommand(1);
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* cmd = eval->add_subcommand("ppl", "Perplexity of a text under a KV configuration vs full precision");
+  add_model_flags(cmd, o->model);
+  add_kv_flags(cmd, o->kv);
+  cmd->add_option("-f,--file", o->file, "Text file")->required();
+  cmd->add_option("--ctx", o->ctx, "Window length in tokens (default: the model's context)");
+  cmd->add_option("--chunk", o->chunk, "Tokens per forward pass (default: the KV block size)");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->callback([&cli, o] { cli.run = [o] { return run_eval_ppl(*o); }; });
+}
+
+}  // namespace strata::cli

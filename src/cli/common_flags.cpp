@@ -1,0 +1,149 @@
+#include "cli/common_flags.h"
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace strata::cli {
+
+void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
+  auto* opt = cmd->add_option("-m,--model", f.model, "GGUF model file");
+  if (model_required) opt->required();
+  cmd->add_option("-t,--threads", f.threads, "Compute threads (default: one per physical core)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_kv_flags(CLI::App* cmd, KvFlags& f) {
+  cmd->add_option("--kv-block-size", f.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--kv-dtype", f.dtype, "Element type of hot KV blocks: f32, f16, bf16")->capture_default_str();
+  cmd->add_option("--kv-memory", f.memory, "KV pool size in bytes, e.g. 2GiB, 512M (default 1GiB)");
+  cmd->add_option("--kv-blocks", f.blocks, "KV pool size in blocks (overrides --kv-memory)");
+  cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Do not share or cache KV blocks between requests by prefix");
+  cmd->add_option("--kv-hot-tokens", f.hot_tokens, "Most recent tokens of each sequence kept at full precision")
+      ->capture_default_str();
+  cmd->add_option("--kv-warm-dtype", f.warm_dtype,
+                  "Re-encode older blocks: none (exact), int8, fp8 (e4m3), int4 (KIVI-style)")
+      ->capture_default_str();
+  cmd->add_option("--kv-warm-fraction", f.warm_fraction, "Share of the KV memory given to warm blocks when on")
+      ->capture_default_str();
+  cmd->add_option("--kv-spill-dir", f.spill_dir, "Directory for the cold KV tier (a file there, deleted on exit)");
+  cmd->add_option("--kv-spill-size", f.spill_size, "Size of the cold KV tier, e.g. 8GiB (needs --kv-spill-dir)");
+}
+
+KvConfig KvFlags::to_config() const {
+  KvConfig c;
+  if (block_size <= 0) fail("--kv-block-size must be positive, got {}", block_size);
+  c.block_size = block_size;
+  auto dt = kv_dtype_from_name(dtype);
+  if (!dt) fail("--kv-dtype '{}' is not one of f32, f16, bf16", dtype);
+  c.dtype = *dt;
+  if (!memory.empty()) {
+    auto bytes = parse_bytes(memory);
+    if (!bytes || *bytes == 0) fail("--kv-memory '{}' is not a size (examples: 2GiB, 512M, 1000000)", memory);
+    c.memory_bytes = *bytes;
+  }
+  if (blocks) {
+    if (*blocks <= 0) fail("--kv-blocks must be positive, got {}", *blocks);
+    c.num_blocks = *blocks;
+  }
+  c.prefix_cache = !no_prefix_cache;
+  if (hot_tokens < 0) fail("--kv-hot-tokens must be >= 0, got {}", hot_tokens);
+  c.hot_tokens = hot_tokens;
+  auto wf = warm_format_from_name(warm_dtype);
+  if (!wf) fail("--kv-warm-dtype '{}' is not one of none, int8, fp8, int4", warm_dtype);
+  c.warm_format = *wf;
+  if (!(warm_fraction > 0 && warm_fraction < 1)) fail("--kv-warm-fraction must be in (0, 1), got {}", warm_fraction);
+  c.warm_fraction = warm_fraction;
+  if (spill_dir.empty() != spill_size.empty()) fail("--kv-spill-dir and --kv-spill-size go together");
+  if (!spill_dir.empty()) {
+    auto bytes = parse_bytes(spill_size);
+    if (!bytes || *bytes == 0) fail("--kv-spill-size '{}' is not a size (examples: 8GiB, 512M)", spill_size);
+    c.spill_dir = spill_dir;
+    c.spill_bytes = *bytes;
+  }
+  return c;
+}
+
+void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--max-batched-tokens", f.max_batched_tokens, "Tokens per step (prompt chunks + decodes)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-seqs", f.max_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--preempt", f.preempt,
+                  "When KV blocks run out: swap (to the cold tier), recompute, or auto (swap when --kv-spill-dir is set)")
+      ->capture_default_str();
+  cmd->add_option("--scheduling", f.scheduling, "Queue order: fcfs, priority, fair (virtual token counter per tenant)")
+      ->capture_default_str();
+  cmd->add_option("--batch-wait-ms", f.batch_wait_ms, "When idle, wait this long for more arrivals before a step")
+      ->capture_default_str();
+  cmd->add_option("--kv-watermark", f.watermark, "Share of KV blocks kept free when admitting new sequences")
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx", f.ctx, "Context length per sequence (default: the model's)");
+  cmd->add_option("--tenant-weight", f.tenant_weights, "Fair-share weight of a tenant, NAME=WEIGHT (repeatable)");
+}
+
+EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
+  EngineConfig c;
+  c.kv = kv.to_config();
+  c.sched.max_batched_tokens = max_batched_tokens;
+  c.sched.max_seqs = max_seqs;
+  auto p = preempt_mode_from_name(preempt);
+  if (!p) fail("--preempt '{}' is not one of auto, swap, recompute", preempt);
+  c.sched.preempt = *p;
+  if (*p == PreemptMode::kSwap && c.kv.spill_dir.empty()) fail("--preempt swap needs a cold tier (--kv-spill-dir)");
+  auto s = scheduling_policy_from_name(scheduling);
+  if (!s) fail("--scheduling '{}' is not one of fcfs, priority, fair", scheduling);
+  c.sched.policy = *s;
+  if (!(batch_wait_ms >= 0 && batch_wait_ms <= 10000)) fail("--batch-wait-ms must be in [0, 10000]");
+  c.sched.batch_wait_ms = batch_wait_ms;
+  if (!(watermark >= 0 && watermark < 1)) fail("--kv-watermark must be in [0, 1)");
+  c.sched.watermark = watermark;
+  if (ctx < 0) fail("--ctx must be >= 0");
+  c.n_ctx = ctx;
+  for (const auto& tw : tenant_weights) {
+    const auto eq = tw.find('=');
+    double w = 0;
+    try {
+      w = eq == std::string::npos ? 0 : std::stod(tw.substr(eq + 1));
+    } catch (const std::exception&) {
+      w = 0;
+    }
+    if (eq == std::string::npos || !(w > 0)) fail("--tenant-weight '{}' is not NAME=WEIGHT with WEIGHT > 0", tw);
+    c.sched.tenant_weights[tw.substr(0, eq)] = w;
+  }
+  return c;
+}
+
+void add_sampling_flags(CLI::App* cmd, SamplingFlags& f) {
+  cmd->add_option("-n,--max-tokens", f.max_tokens, "Tokens to generate at most (default: until the context is full)");
+  cmd->add_option("--temperature,--temp", f.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
+  cmd->add_option("--top-p", f.top_p, "Nucleus sampling: keep this much probability mass; 1 = off")->capture_default_str();
+  cmd->add_option("--min-p", f.min_p, "Drop tokens below min_p x p(most likely); 0 = off")->capture_default_str();
+  cmd->add_option("--repeat-penalty", f.repeat_penalty, "Repetition penalty over prompt+output; 1 = off")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", f.presence_penalty, "OpenAI presence penalty [-2, 2]")->capture_default_str();
+  cmd->add_option("--frequency-penalty", f.frequency_penalty, "OpenAI frequency penalty [-2, 2]")->capture_default_str();
+  cmd->add_option("-s,--seed", f.seed, "Random seed (same seed, same tokens); default: random");
+  cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating after end-of-generation tokens");
+  cmd->add_option("--stop", f.stop, "Stop string (repeatable); not included in the output");
+}
+
+SamplingParams SamplingFlags::to_params(int32_t vocab_size) const {
+  SamplingParams p;
+  p.max_tokens = max_tokens;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repeat_penalty;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.seed = seed;
+  p.ignore_eos = ignore_eos;
+  p.stop = stop;
+  if (max_tokens && *max_tokens < 0) fail("--max-tokens must be >= 0, got {}", *max_tokens);
+  if (auto err = p.validate(vocab_size)) fail("invalid sampling flag: {}", *err);
+  return p;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,73 @@
+// Flag groups shared by several subcommands, defined once so that every command accepts the same
+// names, defaults and help: model/threads, KV cache, sampling.
+// Thread-safety: main thread only.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "kv/kv_config.h"
+#include "sample/sampling_params.h"
+
+namespace strata::cli {
+
+struct ModelFlags {
+  std::string model;
+  int threads = 0;  // 0 = physical cores
+};
+void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required = true);
+
+struct KvFlags {
+  int32_t block_size = 16;
+  std::string dtype = "f16";
+  std::string memory;
+  std::optional<int32_t> blocks;
+  bool no_prefix_cache = false;
+  int32_t hot_tokens = 256;
+  std::string warm_dtype = "none";
+  double warm_fraction = 0.75;
+  std::string spill_dir;
+  std::string spill_size;
+
+  // Validates and converts; throws strata::Error naming the flag.
+  KvConfig to_config() const;
+};
+void add_kv_flags(CLI::App* cmd, KvFlags& f);
+
+struct EngineFlags {
+  int32_t max_batched_tokens = 512;
+  int32_t max_seqs = 64;
+  std::string preempt = "auto";
+  std::string scheduling = "fcfs";
+  double batch_wait_ms = 0;
+  double watermark = 0.01;
+  int32_t ctx = 0;
+  std::vector<std::string> tenant_weights;  // "name=weight"
+
+  // The engine configuration with `kv` (validated); throws strata::Error naming the flag.
+  EngineConfig to_config(const KvFlags& kv) const;
+};
+void add_engine_flags(CLI::App* cmd, EngineFlags& f);
+
+struct SamplingFlags {
+  std::optional<int32_t> max_tokens;
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;
+
+  // Validated sampling parameters for a vocabulary of `vocab_size`; throws strata::Error.
+  SamplingParams to_params(int32_t vocab_size) const;
+};
+void add_sampling_flags(CLI::App* cmd, SamplingFlags& f);
+
+}  // namespace strata::cli

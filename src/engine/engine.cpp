@@ -1,0 +1,393 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "sample/stop_matcher.h"
+#include "tokenizer/detokenizer.h"
+
+namespace strata {
+
+// --- RequestHandle -----------------------------------------------------------------------------
+
+void RequestHandle::push(EngineEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (e.kind == EngineEvent::Kind::kDone) finished_ = true;
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+bool RequestHandle::next(EngineEvent& e) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return !events_.empty() || delivered_ || engine_ == nullptr; });
+  if (events_.empty()) return false;
+  e = std::move(events_.front());
+  events_.pop_front();
+  if (e.kind == EngineEvent::Kind::kDone) delivered_ = true;
+  return true;
+}
+
+std::optional<bool> RequestHandle::next_for(EngineEvent& e, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty() || delivered_ || engine_ == nullptr; })) {
+    return std::nullopt;
+  }
+  if (events_.empty()) return false;
+  e = std::move(events_.front());
+  events_.pop_front();
+  if (e.kind == EngineEvent::Kind::kDone) delivered_ = true;
+  return true;
+}
+
+void RequestHandle::cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (engine_ != nullptr && !finished_) engine_->cancel(id_);
+}
+
+bool RequestHandle::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_;
+}
+
+void RequestHandle::detach() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    engine_ = nullptr;
+  }
+  cv_.notify_all();
+}
+
+// --- Engine ------------------------------------------------------------------------------------
+
+namespace {
+
+uint64_t model_fingerprint(const Model& m) {
+  // Same file, same weights: the cache keys include this so caches never mix models.
+  const auto& f = m.file();
+  uint64_t h = 1469598103934665603ull ^ f.file_size();
+  for (const auto& t : f.tensors()) {
+    for (unsigned char c : t.name) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ t.offset) * 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg)
+    : model_(model), tokenizer_(tokenizer), cfg_(cfg) {
+  const ModelConfig& mc = model.config();
+  n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
+  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, cfg.kv.block_size, cfg.kv.dtype};
+  kv_ = std::make_unique<KvManager>(geo, cfg.kv, model_fingerprint(model), &model.pool());
+  const KvStats st = kv_->stats();
+  capacity_tokens_ = (st.hot.slots + st.warm.slots * warm_span(cfg.kv.warm_format, cfg.kv.block_size)) * cfg.kv.block_size;
+  sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
+  stats_.kv = st;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(false); }
+
+std::shared_ptr<RequestHandle> Engine::submit(Request r) {
+  const int32_t n_prompt = static_cast<int32_t>(r.prompt.size());
+  auto reject = [&](const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.requests_rejected;
+    }
+    throw Error(message);
+  };
+  if (n_prompt == 0) reject("the prompt is empty");
+  for (TokenId t : r.prompt) {
+    if (t < 0 || t >= model_.config().n_vocab) reject(fmt::format("prompt token {} is not in the vocabulary (0..{})", t, model_.config().n_vocab - 1));
+  }
+  if (n_prompt >= n_ctx_) {
+    reject(fmt::format("the prompt has {} tokens, but the context is {} tokens (at least one must be left to generate)", n_prompt, n_ctx_));
+  }
+  if (n_prompt + 1 > capacity_tokens_) {
+    reject(fmt::format("the prompt has {} tokens, more than the whole KV pool holds ({} tokens); raise --kv-memory",
+                       n_prompt, capacity_tokens_));
+  }
+  if (auto err = r.params.validate(model_.config().n_vocab)) reject(*err);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!accepting_) fail("the engine is shutting down");
+  const RequestId id = next_id_++;
+  auto handle = std::shared_ptr<RequestHandle>(new RequestHandle(id, this));
+  pending_handles_.emplace_back(id, handle);
+  pending_.emplace_back(id, std::move(r));
+  ++stats_.requests_submitted;
+  ++stats_.queued;
+  cv_.notify_all();
+  return handle;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void Engine::shutdown(bool drain, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepting_ = false;
+    drain_ = drain;
+    if (!drain) stop_ = true;
+  }
+  cv_.notify_all();
+  if (drain && thread_.joinable()) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_ && std::chrono::steady_clock::now() < deadline) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      lock.lock();
+      if (stats_.requests_finished + stats_.requests_rejected >= stats_.requests_submitted + stats_.requests_rejected &&
+          pending_.empty() && stats_.counts.running + stats_.counts.waiting + stats_.counts.swapped == 0) {
+        break;
+      }
+    }
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+const KvManager& Engine::kv_after_shutdown() const {
+  STRATA_CHECK(!thread_.joinable(), "the engine thread is still running");
+  return *kv_;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Engine::emit(RequestState& rs, EngineEvent e) {
+  e.time = std::chrono::steady_clock::now();
+  if (rs.request.on_event) rs.request.on_event(e);
+  else rs.handle->push(std::move(e));
+}
+
+void Engine::start_request(RequestId id, Request r) {
+  RequestState rs;
+  rs.n_prompt = static_cast<int32_t>(r.prompt.size());
+  rs.n_samples = std::max<int32_t>(1, r.params.n);
+  const int64_t room = std::min<int64_t>(n_ctx_, capacity_tokens_) - rs.n_prompt;
+  rs.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens.value_or(INT32_MAX), room));
+  rs.usage.prompt_tokens = rs.n_prompt;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = pending_handles_.begin(); it != pending_handles_.end(); ++it) {
+      if (it->first == id) {
+        rs.handle = it->second;
+        pending_handles_.erase(it);
+        break;
+      }
+    }
+  }
+  Sequence s;
+  s.id = id;
+  s.request = id;
+  s.priority = r.priority;
+  s.tenant = r.tenant;
+  s.arrival = std::chrono::steady_clock::now();
+  s.arrival_seq = arrival_counter_++;
+  s.tokens = r.prompt;
+  s.n_prompt = rs.n_prompt;
+  s.max_tokens = rs.max_tokens;
+  s.n_fork_children = rs.n_samples - 1;
+  SeqRuntime rt;
+  rt.sampler = std::make_unique<Sampler>(r.params, model_.config().n_vocab, 0);
+  rt.detok = std::make_unique<IncrementalDetokenizer>(tokenizer_);
+  rt.stops = std::make_unique<StopMatcher>(r.params.stop);
+  rs.request = std::move(r);
+  requests_.emplace(id, std::move(rs));
+  if (requests_.at(id).max_tokens <= 0) {
+    // Nothing may be generated (max_tokens 0): finish at once.
+    runtimes_.emplace(id, std::move(rt));
+    sched_->add(std::move(s));
+    finish_seq(id, FinishReason::kLength);
+    return;
+  }
+  runtimes_.emplace(id, std::move(rt));
+  sched_->add(std::move(s));
+}
+
+void Engine::abort_request(RequestId id) {
+  if (!requests_.count(id)) return;
+  for (SeqId s : sched_->sequences_of(id)) finish_seq(s, FinishReason::kAbort);
+}
+
+void Engine::finish_seq(SeqId id, FinishReason reason) {
+  Sequence& s = sched_->seq(id);
+  const RequestId rid = s.request;
+  RequestState& rs = requests_.at(rid);
+  SeqRuntime& rt = runtimes_.at(id);
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::kFinish;
+  e.index = s.sample_index;
+  e.finish_reason = reason;
+  if (!rt.stops->stopped() && reason != FinishReason::kAbort) e.text = rt.stops->feed(rt.detok->flush()).text + rt.stops->flush();
+  rs.usage.completion_tokens += s.n_generated();
+  rs.usage.preemptions += s.preemptions;
+  if (s.n_fork_children > 0) rs.n_finished += s.n_fork_children;  // children that were never forked
+  emit(rs, std::move(e));
+  sched_->finish(id);
+  runtimes_.erase(id);
+  if (++rs.n_finished >= rs.n_samples) {
+    EngineEvent done;
+    done.kind = EngineEvent::Kind::kDone;
+    done.usage = rs.usage;
+    if (done.usage.cached_tokens < 0) done.usage.cached_tokens = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.requests_finished;
+      if (reason == FinishReason::kAbort) ++stats_.requests_aborted;
+      stats_.prompt_tokens += rs.usage.prompt_tokens;
+      stats_.generated_tokens += rs.usage.completion_tokens;
+    }
+    emit(rs, std::move(done));
+    requests_.erase(rid);
+  }
+}
+
+void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
+  Sequence& s = sched_->seq(id);
+  SeqRuntime& rt = runtimes_.at(id);
+  RequestState& rs = requests_.at(s.request);
+  row_.assign(logits.begin(), logits.end());
+  const std::span<const TokenId> all(s.tokens);
+  const SampleResult r = rt.sampler->sample(row_, all.first(static_cast<size_t>(s.n_prompt)), all.subspan(static_cast<size_t>(s.n_prompt)));
+  const SamplingParams& p = rs.request.params;
+  const bool eog = !p.ignore_eos && tokenizer_.is_eog(r.token);
+  const bool stop_token = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token) != p.stop_token_ids.end();
+  if (eog || stop_token) {
+    finish_seq(id, FinishReason::kStop);
+    return;
+  }
+  sched_->append_token(id, r.token);
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::kToken;
+  e.index = s.sample_index;
+  e.token = r.token;
+  e.logprob = r.logprob;
+  e.top_logprobs = r.top_logprobs;
+  const auto step = rt.stops->feed(rt.detok->push(r.token));
+  e.text = step.text;
+  emit(rs, std::move(e));
+  if (step.matched) finish_seq(id, FinishReason::kStop);
+  else if (s.n_generated() >= s.max_tokens) finish_seq(id, FinishReason::kLength);
+}
+
+void Engine::step() {
+  SchedulerOutput out = sched_->schedule();
+  if (out.empty()) return;
+  kv_->apply();
+  ForwardBatch batch;
+  for (const ScheduledSeq& sc : out.seqs) {
+    const Sequence& s = sched_->seq(sc.id);
+    batch.seqs.push_back({std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(sc.start), static_cast<size_t>(sc.n_new)),
+                          sc.start, kv_->block_table(sc.id), sc.logits ? LogitsMode::kLast : LogitsMode::kNone});
+  }
+  const std::span<const float> logits = model_.forward(batch, kv_->layer_views());
+  sched_->on_step_done(out);
+  const size_t V = static_cast<size_t>(model_.config().n_vocab);
+  size_t row = 0;
+  for (const ScheduledSeq& sc : out.seqs) {
+    if (!sc.logits) continue;
+    const auto rl = logits.subspan(row++ * V, V);
+    Sequence& s = sched_->seq(sc.id);
+    RequestState& rs = requests_.at(s.request);
+    if (rs.cached_tokens < 0 && s.sample_index == 0) {
+      rs.cached_tokens = sc.start == 0 ? 0 : std::min(sc.start, rs.n_prompt);
+      rs.usage.cached_tokens = rs.cached_tokens;
+    }
+    std::vector<SeqId> group{sc.id};
+    if (s.n_fork_children > 0) {
+      for (SeqId c : sched_->fork_children(sc.id)) {
+        const Sequence& cs = sched_->seq(c);
+        SeqRuntime rt;
+        rt.sampler = std::make_unique<Sampler>(rs.request.params, model_.config().n_vocab, static_cast<uint64_t>(cs.sample_index));
+        rt.detok = std::make_unique<IncrementalDetokenizer>(tokenizer_);
+        rt.stops = std::make_unique<StopMatcher>(rs.request.params.stop);
+        runtimes_.emplace(c, std::move(rt));
+        group.push_back(c);
+      }
+    }
+    for (SeqId id : group) sample_and_emit(id, rl);
+  }
+}
+
+void Engine::publish_stats() {
+  const SchedulerCounts c = sched_->counts();
+  const KvStats kv = kv_->stats();
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.counts = c;
+  stats_.kv = kv;
+  stats_.kv_usage_peak = std::max(stats_.kv_usage_peak, kv.usage_ratio());
+  stats_.preemptions = sched_->total_preemptions();
+  stats_.queued = static_cast<int64_t>(pending_.size());
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::pair<RequestId, Request>> fresh;
+    std::vector<RequestId> cancels;
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (sched_->idle() && pending_.empty() && pending_cancels_.empty()) {
+        if (stop_ || (drain_ && !accepting_)) stop = true;
+        else cv_.wait(lock, [&] { return stop_ || drain_ || !pending_.empty() || !pending_cancels_.empty(); });
+      }
+      if (stop_) stop = true;
+      fresh.swap(pending_);
+      cancels.swap(pending_cancels_);
+    }
+    for (auto& [id, r] : fresh) start_request(id, std::move(r));
+    for (RequestId id : cancels) abort_request(id);
+    if (stop) {
+      std::vector<RequestId> ids;
+      for (const auto& [id, rs] : requests_) ids.push_back(id);
+      for (RequestId id : ids) abort_request(id);
+      publish_stats();
+      break;
+    }
+    // Light load: give a burst a moment to arrive so it is batched together.
+    if (cfg_.sched.batch_wait_ms > 0 && sched_->counts().running == 0 && sched_->counts().waiting > 0 &&
+        sched_->counts().waiting < cfg_.sched.max_seqs) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_for(lock, std::chrono::duration<double, std::milli>(cfg_.sched.batch_wait_ms),
+                   [&] { return stop_ || static_cast<int32_t>(pending_.size()) + sched_->counts().waiting >= cfg_.sched.max_seqs; });
+      fresh.clear();
+      fresh.swap(pending_);
+      lock.unlock();
+      for (auto& [id, r] : fresh) start_request(id, std::move(r));
+    }
+    if (!sched_->idle()) {
+      step();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.steps;
+      }
+    }
+    publish_stats();
+  }
+  // Wake every reader still waiting.
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, h] : pending_handles_) handles.push_back(h);
+  }
+  for (auto& h : handles) h->detach();
+}
+
+}  // namespace strata

@@ -1,0 +1,162 @@
+// The engine: one thread that owns the scheduler, the KV manager and the model, and runs
+//   loop { out = scheduler.schedule(); kv.apply(); logits = model.forward(batch);
+//          tokens = sample(logits); scheduler/kv update; stream events }
+// Other threads submit requests and read their events through a RequestHandle, or cancel them;
+// a cancelled request's blocks are free within one step.
+// Thread-safety: submit/cancel/stats/shutdown may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "engine/request.h"
+#include "kv/kv_manager.h"
+#include "model/model.h"
+#include "sched/scheduler.h"
+#include "sample/stop_matcher.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata {
+
+class Engine;
+
+// The reading end of one request's event stream. Events can be read from any one thread.
+class RequestHandle {
+ public:
+  RequestId id() const { return id_; }
+  // Blocks for the next event; returns false once kDone has been read (or after shutdown).
+  bool next(EngineEvent& e);
+  // Same with a timeout; nullopt when nothing arrived in time.
+  std::optional<bool> next_for(EngineEvent& e, std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request (finish reason "abort"); safe to call any time.
+  void cancel();
+  bool done() const;
+
+ private:
+  friend class Engine;
+  RequestHandle(RequestId id, Engine* engine) : id_(id), engine_(engine) {}
+  void push(EngineEvent e);
+  void detach();  // the engine is going away
+
+  RequestId id_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<EngineEvent> events_;
+  bool finished_ = false;   // kDone queued
+  bool delivered_ = false;  // kDone read
+  Engine* engine_;          // guarded by mutex_; null after detach
+};
+
+struct EngineConfig {
+  SchedulerConfig sched;
+  KvConfig kv;
+  int32_t n_ctx = 0;  // context per sequence; 0 = the model's training context
+};
+
+struct EngineStats {
+  SchedulerCounts counts;
+  KvStats kv;
+  double kv_usage_peak = 0;  // highest usage_ratio seen after any step
+  int64_t steps = 0;
+  int64_t requests_submitted = 0;
+  int64_t requests_finished = 0;  // by any reason
+  int64_t requests_aborted = 0;
+  int64_t requests_rejected = 0;
+  int64_t prompt_tokens = 0;      // of finished requests
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t queued = 0;             // submitted, not yet seen by the engine thread
+};
+
+class Engine {
+ public:
+  // Starts the engine thread. The model and tokenizer must outlive the engine.
+  Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg);
+  ~Engine();  // shutdown(false)
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request. Throws strata::Error with a user-facing message for
+  // requests that can never run (empty prompt, prompt at or beyond the context, more KV than the
+  // whole pool, invalid sampling parameters) or after shutdown. max_tokens is clipped to the
+  // context and the pool.
+  std::shared_ptr<RequestHandle> submit(Request r);
+
+  void cancel(RequestId id);
+
+  // Stops accepting requests. drain: run the queued and running ones to completion (waiting up
+  // to `timeout`), then cancel what is left; otherwise cancel everything now. Joins the thread.
+  void shutdown(bool drain, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+  EngineStats stats() const;
+  int32_t n_ctx() const { return n_ctx_; }
+  const KvConfig& kv_config() const { return kv_->config(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const Model& model() const { return model_; }
+  // The KV manager, for inspection once the engine thread has stopped (after shutdown()).
+  const KvManager& kv_after_shutdown() const;
+
+ private:
+  struct SeqRuntime {
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<IncrementalDetokenizer> detok;
+    std::unique_ptr<StopMatcher> stops;
+  };
+  struct RequestState {
+    std::shared_ptr<RequestHandle> handle;
+    Request request;
+    int32_t n_prompt = 0;
+    int32_t n_samples = 1;
+    int32_t n_finished = 0;
+    int32_t max_tokens = 0;
+    int32_t cached_tokens = -1;
+    Usage usage;
+  };
+
+  void loop();
+  void intake(std::vector<std::pair<RequestId, Request>>& fresh, std::vector<RequestId>& cancels);
+  void start_request(RequestId id, Request r);
+  void abort_request(RequestId id);
+  void step();
+  void sample_and_emit(SeqId id, std::span<const float> logits);
+  void finish_seq(SeqId id, FinishReason reason);
+  void emit(RequestState& rs, EngineEvent e);
+  void publish_stats();
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  EngineConfig cfg_;
+  int32_t n_ctx_;
+  int64_t capacity_tokens_;
+  std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<Scheduler> sched_;
+
+  // Engine-thread state.
+  std::map<RequestId, RequestState> requests_;
+  std::map<SeqId, SeqRuntime> runtimes_;
+  std::vector<float> row_;
+  uint64_t arrival_counter_ = 0;
+
+  // Shared with other threads.
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::pair<RequestId, Request>> pending_;
+  std::vector<std::pair<RequestId, std::shared_ptr<RequestHandle>>> pending_handles_;
+  std::vector<RequestId> pending_cancels_;
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool drain_ = false;
+  RequestId next_id_ = 1;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace strata

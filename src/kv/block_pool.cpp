@@ -1,0 +1,139 @@
+#include "kv/block_pool.h"
+
+#include "core/check.h"
+
+namespace strata {
+
+BlockPool::BlockPool(int32_t num_blocks) : blocks_(static_cast<size_t>(num_blocks)) {
+  STRATA_CHECK(num_blocks >= 0);
+  free_.reserve(static_cast<size_t>(num_blocks));
+  for (BlockId id = num_blocks - 1; id >= 0; --id) {
+    free_.push_back(id);
+    blocks_[idx(id)].in_free = true;
+  }
+}
+
+std::optional<BlockPool::Allocation> BlockPool::allocate() {
+  Allocation a{kNoBlock, {}};
+  if (!free_.empty()) {
+    a.id = free_.back();
+    free_.pop_back();
+    blocks_[idx(a.id)].in_free = false;
+  } else if (lru_head_ >= 0) {
+    a.id = lru_head_;
+    lru_remove(a.id);
+    a.evicted = blocks_[idx(a.id)].hash;
+    blocks_[idx(a.id)].hash = {};
+  } else {
+    return std::nullopt;
+  }
+  Meta& m = blocks_[idx(a.id)];
+  STRATA_CHECK(m.ref_count == 0);
+  m.ref_count = 1;
+  return a;
+}
+
+std::optional<BlockId> BlockPool::allocate_plain() {
+  auto a = allocate();
+  if (!a) return std::nullopt;
+  STRATA_CHECK(a->evicted.empty(), "a cached block was evicted by a caller that keeps no prefix cache");
+  return a->id;
+}
+
+void BlockPool::incref(BlockId id) {
+  STRATA_CHECK(id >= 0 && id < num_blocks(), "block id {} out of range", id);
+  Meta& m = blocks_[idx(id)];
+  STRATA_CHECK(!m.in_free, "incref of free block {}", id);
+  if (m.in_lru) lru_remove(id);
+  ++m.ref_count;
+}
+
+bool BlockPool::decref(BlockId id) {
+  STRATA_CHECK(id >= 0 && id < num_blocks(), "block id {} out of range", id);
+  Meta& m = blocks_[idx(id)];
+  STRATA_CHECK(m.ref_count > 0, "decref of unreferenced block {}", id);
+  if (--m.ref_count > 0) return false;
+  if (!m.hash.empty()) {
+    lru_push_back(id);
+  } else {
+    m.in_free = true;
+    free_.push_back(id);
+  }
+  return true;
+}
+
+void BlockPool::set_hash(BlockId id, const BlockHash& h) {
+  Meta& m = blocks_[idx(id)];
+  STRATA_CHECK(m.ref_count > 0, "set_hash on unreferenced block {}", id);
+  m.hash = h;
+}
+
+void BlockPool::clear_hash(BlockId id) {
+  Meta& m = blocks_[idx(id)];
+  m.hash = {};
+  if (m.in_lru) {
+    lru_remove(id);
+    m.in_free = true;
+    free_.push_back(id);
+  }
+}
+
+std::optional<BlockId> BlockPool::lru_head() const {
+  if (lru_head_ < 0) return std::nullopt;
+  return lru_head_;
+}
+
+void BlockPool::lru_push_back(BlockId id) {
+  Meta& m = blocks_[idx(id)];
+  STRATA_CHECK(!m.in_lru && !m.in_free);
+  m.prev = lru_tail_;
+  m.next = -1;
+  if (lru_tail_ >= 0) blocks_[idx(lru_tail_)].next = id;
+  else lru_head_ = id;
+  lru_tail_ = id;
+  m.in_lru = true;
+  ++num_cached_;
+}
+
+void BlockPool::lru_remove(BlockId id) {
+  Meta& m = blocks_[idx(id)];
+  STRATA_CHECK(m.in_lru);
+  if (m.prev >= 0) blocks_[idx(m.prev)].next = m.next;
+  else lru_head_ = m.next;
+  if (m.next >= 0) blocks_[idx(m.next)].prev = m.prev;
+  else lru_tail_ = m.prev;
+  m.prev = m.next = -1;
+  m.in_lru = false;
+  --num_cached_;
+}
+
+void BlockPool::check_invariants() const {
+  int32_t free_count = 0, lru_count = 0, used = 0;
+  for (BlockId id = 0; id < num_blocks(); ++id) {
+    const Meta& m = blocks_[idx(id)];
+    STRATA_CHECK(!(m.in_free && m.in_lru), "block {} is both free and cached", id);
+    if (m.in_free) {
+      ++free_count;
+      STRATA_CHECK(m.ref_count == 0 && m.hash.empty(), "free block {} has count {} or a hash", id, m.ref_count);
+    } else if (m.in_lru) {
+      ++lru_count;
+      STRATA_CHECK(m.ref_count == 0 && !m.hash.empty(), "cached block {} has count {} or no hash", id, m.ref_count);
+    } else {
+      ++used;
+      STRATA_CHECK(m.ref_count > 0, "block {} is in no list but has count 0", id);
+    }
+  }
+  STRATA_CHECK(free_count == num_free(), "free list has {} entries, {} blocks are marked free", num_free(), free_count);
+  STRATA_CHECK(lru_count == num_cached_, "LRU count {} != {} marked", num_cached_, lru_count);
+  int32_t walked = 0;
+  int32_t prev = -1;
+  for (int32_t id = lru_head_; id >= 0; id = blocks_[idx(id)].next) {
+    STRATA_CHECK(blocks_[idx(id)].prev == prev, "LRU links broken at {}", id);
+    prev = id;
+    STRATA_CHECK(++walked <= num_blocks(), "LRU queue has a cycle");
+  }
+  STRATA_CHECK(walked == num_cached_ && prev == lru_tail_, "LRU walk found {} of {}", walked, num_cached_);
+  STRATA_CHECK(free_count + lru_count + used == num_blocks());
+}
+
+}  // namespace strata

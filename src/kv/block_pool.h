@@ -1,0 +1,80 @@
+// A pool of fixed-size KV blocks identified by integer ids (one pool per tier), in the manner of
+// vLLM's block pool: each block has a reference count and an optional content hash. A block whose
+// count drops to zero goes to the free list when it has no hash, or to the tail of an LRU queue of
+// cached blocks when it has one, so that a later request with the same prefix can revive it.
+// Allocation takes from the free list first and evicts the least recently used cached block only
+// when the free list is empty. Running out is normal: allocate() returns nullopt.
+// Block metadata holds no pointers (indices only); the bytes live in a separate arena.
+// Thread-safety: not thread-safe; owned and used by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/kv_types.h"
+
+namespace strata {
+
+class BlockPool {
+ public:
+  explicit BlockPool(int32_t num_blocks);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  int32_t num_free() const { return static_cast<int32_t>(free_.size()); }  // no hash, count 0
+  int32_t num_cached() const { return num_cached_; }                        // hash, count 0
+  int32_t num_available() const { return num_free() + num_cached(); }       // allocatable now
+  int32_t num_used() const { return num_blocks() - num_available(); }       // count > 0
+
+  struct Allocation {
+    BlockId id;
+    BlockHash evicted;  // the hash the block carried when it was evicted from the cache, else empty
+  };
+  // A block with count 1 and no hash: from the free list, else the LRU cached block (whose hash
+  // the caller must drop from its map, or spill). nullopt when nothing is available.
+  std::optional<Allocation> allocate();
+  // Convenience for callers without a prefix cache: asserts no hash was evicted.
+  std::optional<BlockId> allocate_plain();
+
+  // Adds a reference; a cached block with count 0 leaves the LRU queue (a prefix-cache hit).
+  void incref(BlockId id);
+  // Drops a reference. At zero the block becomes cached (has a hash) or free. Returns true at zero.
+  bool decref(BlockId id);
+
+  void set_hash(BlockId id, const BlockHash& h);  // precondition: count > 0
+  // Forgets the hash; a cached block (count 0) moves to the free list.
+  void clear_hash(BlockId id);
+  const BlockHash& hash(BlockId id) const { return blocks_[idx(id)].hash; }
+
+  int32_t ref_count(BlockId id) const { return blocks_[idx(id)].ref_count; }
+  bool is_cached(BlockId id) const { return blocks_[idx(id)].in_lru; }
+
+  // Least recently used cached block, or nullopt (the next one allocate() would evict when the
+  // free list is empty).
+  std::optional<BlockId> lru_head() const;
+
+  // Aborts (STRATA_CHECK) when the free list, LRU queue and counts disagree.
+  void check_invariants() const;
+
+ private:
+  struct Meta {
+    int32_t ref_count = 0;
+    BlockHash hash;
+    int32_t prev = -1;  // LRU neighbours (indices), -1 = none
+    int32_t next = -1;
+    bool in_lru = false;
+    bool in_free = false;
+  };
+  static size_t idx(BlockId id) { return static_cast<size_t>(id); }
+  void lru_push_back(BlockId id);
+  void lru_remove(BlockId id);
+
+  std::vector<Meta> blocks_;
+  std::vector<BlockId> free_;  // LIFO
+  int32_t lru_head_ = -1;
+  int32_t lru_tail_ = -1;
+  int32_t num_cached_ = 0;
+};
+
+}  // namespace strata

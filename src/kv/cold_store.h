@@ -1,0 +1,38 @@
+// The cold tier: fixed-size slots below the RAM pools (a file on disk today; host RAM for a GPU
+// backend and a shared Redis tier later implement the same interface). The KV manager decides
+// what goes there; the store only moves bytes, asynchronously, in submission order.
+// Thread-safety: all methods are called by the engine thread; implementations do their I/O on
+// their own background thread(s) and must keep submission order per slot.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+class ColdStore {
+ public:
+  virtual ~ColdStore() = default;
+
+  virtual int64_t num_slots() const = 0;
+  virtual uint64_t slot_bytes() const = 0;
+  virtual std::string describe() const = 0;  // for logs: "file /tmp/x (4.00 GiB, 1024 slots)"
+
+  // Queues a write of `bytes` (at most slot_bytes) to `slot`; takes ownership of the buffer so
+  // the caller can go on at once.
+  virtual void write(int64_t slot, std::vector<uint8_t> bytes) = 0;
+
+  // Queues a read of `n` bytes of `slot` and returns a ticket. Reads after a write to the same
+  // slot see that write.
+  virtual uint64_t read(int64_t slot, uint64_t n) = 0;
+
+  // Waits for a read and returns its bytes. Throws strata::Error on an I/O failure.
+  virtual std::vector<uint8_t> wait(uint64_t ticket) = 0;
+
+  // Waits until every queued operation is done (for tests and shutdown).
+  virtual void drain() = 0;
+};
+
+}  // namespace strata

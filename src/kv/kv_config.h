@@ -1,0 +1,43 @@
+// User-facing configuration of the KV cache (the --kv-* flags of every subcommand), validated
+// once. Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kv/kv_arena.h"
+#include "kv/kv_types.h"
+#include "kv/warm_format.h"
+
+namespace strata {
+
+inline constexpr uint64_t kDefaultKvMemoryBytes = uint64_t{1} << 30;
+
+struct KvConfig {
+  int32_t block_size = 16;            // tokens per block
+  KvDtype dtype = KvDtype::kF16;      // hot-tier element type
+  std::optional<uint64_t> memory_bytes;  // pool size in bytes (--kv-memory)
+  std::optional<int32_t> num_blocks;     // or in blocks (--kv-blocks); wins over memory_bytes
+
+  bool prefix_cache = true;              // --no-prefix-cache turns it off
+  int32_t hot_tokens = 256;              // most recent tokens of each sequence kept hot
+  WarmFormat warm_format = WarmFormat::kNone;  // --kv-warm-dtype
+  double warm_fraction = 0.75;           // share of the KV memory given to the warm pool when on
+  std::string spill_dir;                 // cold tier directory; empty = no cold tier
+  uint64_t spill_bytes = 0;              // cold tier size
+
+  // Number of blocks for a model of the given geometry: --kv-blocks, else --kv-memory divided by
+  // the bytes of one block, else kDefaultKvMemoryBytes worth. Throws strata::Error when the result
+  // is zero (memory smaller than one block).
+  int32_t resolve_num_blocks(const KvGeometry& g) const;
+
+  // With a warm tier the memory is split: hot blocks and warm slots of `warm_format`.
+  struct PoolSizes {
+    int32_t hot_blocks = 0;
+    int32_t warm_slots = 0;
+  };
+  PoolSizes resolve_pools(const KvGeometry& g) const;
+};
+
+}  // namespace strata

@@ -1,0 +1,707 @@
+#include "kv/kv_manager.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kv/file_cold_store.h"
+
+namespace strata {
+
+namespace {
+int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, uint64_t fingerprint, ThreadPool* pool)
+    : geo_(geo),
+      cfg_(cfg),
+      fingerprint_(fingerprint ^ (static_cast<uint64_t>(geo.dtype) << 56) ^ static_cast<uint64_t>(geo.block_size)),
+      threads_(pool),
+      hot_pool_(0),
+      warm_pool_(0),
+      cold_pool_(0) {
+  STRATA_CHECK(geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
+  if (cfg.hot_tokens < 0) fail("--kv-hot-tokens must be >= 0, got {}", cfg.hot_tokens);
+  const KvConfig::PoolSizes sizes = cfg.resolve_pools(geo);
+  hot_pool_ = BlockPool(sizes.hot_blocks);
+  hot_arena_ = std::make_unique<KvArena>(geo, sizes.hot_blocks);
+  hot_hashes_.resize(static_cast<size_t>(sizes.hot_blocks));
+  views_ = hot_arena_->layers();
+
+  if (cfg.warm_format != WarmFormat::kNone) {
+    warm_span_ = warm_span(cfg.warm_format, geo.block_size);
+    warm_k_slot_bytes_ = warm_slot_bytes(cfg.warm_format, false, geo.block_size, geo.n_kv_heads, geo.head_dim);
+    warm_v_slot_bytes_ = warm_slot_bytes(cfg.warm_format, true, geo.block_size, geo.n_kv_heads, geo.head_dim);
+    warm_pool_ = BlockPool(sizes.warm_slots);
+    warm_hashes_.resize(static_cast<size_t>(sizes.warm_slots));
+    const uint64_t layer_bytes = static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_) *
+                                 static_cast<uint64_t>(sizes.warm_slots);
+    warm_memory_ = AnonymousMemory(layer_bytes * static_cast<uint64_t>(geo.n_layer));
+    for (int32_t l = 0; l < geo.n_layer; ++l) {
+      uint8_t* base = warm_memory_.data() + layer_bytes * static_cast<uint64_t>(l);
+      KvLayerView& v = views_[static_cast<size_t>(l)];
+      v.n_hot_blocks = sizes.hot_blocks;
+      v.warm_format = cfg.warm_format;
+      v.warm_span = warm_span_;
+      v.warm_k = base;
+      v.warm_v = base + static_cast<uint64_t>(warm_k_slot_bytes_) * static_cast<uint64_t>(sizes.warm_slots);
+      v.warm_k_slot_bytes = warm_k_slot_bytes_;
+      v.warm_v_slot_bytes = warm_v_slot_bytes_;
+    }
+  }
+  for (auto& h : hot_hashes_) h = SlotHashes{std::vector<BlockHash>(1), std::vector<BlockHash>(1), std::vector<std::vector<TokenId>>(1)};
+  for (auto& h : warm_hashes_) {
+    h = SlotHashes{std::vector<BlockHash>(static_cast<size_t>(warm_span_)), std::vector<BlockHash>(static_cast<size_t>(warm_span_)),
+                   std::vector<std::vector<TokenId>>(static_cast<size_t>(warm_span_))};
+  }
+
+  if (!cfg.spill_dir.empty()) {
+    const uint64_t slot = std::max(slot_bytes(Tier::kHot), cfg.warm_format != WarmFormat::kNone ? slot_bytes(Tier::kWarm) : 0);
+    cold_store_ = std::make_unique<FileColdStore>(cfg.spill_dir, cfg.spill_bytes, slot);
+    const auto n = static_cast<int32_t>(std::min<int64_t>(cold_store_->num_slots(), int64_t{1} << 30));
+    cold_pool_ = BlockPool(n);
+    cold_info_.resize(static_cast<size_t>(n));
+    cold_hashes_.resize(static_cast<size_t>(n));
+    for (auto& h : cold_hashes_) {
+      h = SlotHashes{std::vector<BlockHash>(static_cast<size_t>(warm_span_)), std::vector<BlockHash>(static_cast<size_t>(warm_span_)),
+                     std::vector<std::vector<TokenId>>(static_cast<size_t>(warm_span_))};
+    }
+  }
+  counters_.block_size = geo.block_size;
+}
+
+KvManager::~KvManager() {
+  if (cold_store_) cold_store_->drain();
+}
+
+BlockPool& KvManager::pool(Tier t) { return t == Tier::kHot ? hot_pool_ : t == Tier::kWarm ? warm_pool_ : cold_pool_; }
+const BlockPool& KvManager::pool(Tier t) const {
+  return t == Tier::kHot ? hot_pool_ : t == Tier::kWarm ? warm_pool_ : cold_pool_;
+}
+
+KvManager::SlotHashes& KvManager::hashes_of(const Loc& l) {
+  auto& v = l.tier == Tier::kHot ? hot_hashes_ : l.tier == Tier::kWarm ? warm_hashes_ : cold_hashes_;
+  return v[static_cast<size_t>(l.slot)];
+}
+const KvManager::SlotHashes& KvManager::hashes_of(const Loc& l) const {
+  const auto& v = l.tier == Tier::kHot ? hot_hashes_ : l.tier == Tier::kWarm ? warm_hashes_ : cold_hashes_;
+  return v[static_cast<size_t>(l.slot)];
+}
+
+BlockId KvManager::encode(const Loc& l) const {
+  STRATA_CHECK(l.tier != Tier::kCold, "cold blocks are not addressable by attention");
+  if (l.tier == Tier::kHot) return l.slot;
+  return hot_pool_.num_blocks() + l.slot * warm_span_ + l.sub;
+}
+
+uint64_t KvManager::slot_bytes(Tier content) const {
+  if (content == Tier::kHot) return geo_.bytes_per_block();
+  return static_cast<uint64_t>(geo_.n_layer) * static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_);
+}
+
+void KvManager::rebuild_ids(Seq& q) const {
+  q.ids.clear();
+  if (q.swapped) return;
+  for (const Loc& l : q.table) q.ids.push_back(encode(l));
+}
+
+// --- the prefix cache -------------------------------------------------------------------------
+
+void KvManager::forget_slot_hashes(const Loc& slot_loc) {
+  SlotHashes& sh = hashes_of(slot_loc);
+  for (size_t i = 0; i < sh.hash.size(); ++i) {
+    if (sh.hash[i].empty()) continue;
+    auto it = cache_.find(sh.hash[i]);
+    if (it != cache_.end() && it->second.tier == slot_loc.tier && it->second.slot == slot_loc.slot) cache_.erase(it);
+    sh.hash[i] = {};
+    sh.parent[i] = {};
+    sh.tokens[i].clear();
+  }
+  pool(slot_loc.tier).clear_hash(slot_loc.slot);
+}
+
+void KvManager::move_slot_hashes(const Loc& from, const Loc& to) {
+  SlotHashes& a = hashes_of(from);
+  SlotHashes& b = hashes_of(to);
+  BlockHash first;
+  for (size_t i = 0; i < a.hash.size(); ++i) {
+    if (a.hash[i].empty()) continue;
+    STRATA_CHECK(i < b.hash.size());
+    cache_[a.hash[i]] = Loc{to.tier, to.slot, static_cast<int32_t>(i)};
+    b.hash[i] = a.hash[i];
+    b.parent[i] = a.parent[i];
+    b.tokens[i] = std::move(a.tokens[i]);
+    if (first.empty()) first = a.hash[i];
+    a.hash[i] = {};
+    a.parent[i] = {};
+    a.tokens[i].clear();
+  }
+  pool(from.tier).clear_hash(from.slot);
+  if (!first.empty()) pool(to.tier).set_hash(to.slot, first);
+}
+
+std::optional<int32_t> KvManager::take_cold_slot() {
+  if (!cold_store_) return std::nullopt;
+  auto a = cold_pool_.allocate();
+  if (!a) return std::nullopt;
+  if (!a->evicted.empty()) {
+    forget_slot_hashes(Loc{Tier::kCold, a->id, 0});
+    ++counters_.evicted_blocks;
+  }
+  return a->id;
+}
+
+std::optional<int32_t> KvManager::take_slot(Tier t) {
+  auto a = pool(t).allocate();
+  if (!a) return std::nullopt;
+  if (!a->evicted.empty()) {
+    // A cached slot is reused: keep its content in the cold tier when there is one.
+    ++counters_.evicted_blocks;
+    const Loc from{t, a->id, 0};
+    std::optional<int32_t> cold = take_cold_slot();
+    if (cold) {
+      cold_info_[static_cast<size_t>(*cold)] = ColdInfo{t, span_of(t)};
+      ops_.push_back(Op{Op::Kind::kSpill, from, Loc{Tier::kCold, *cold, 0}, {}, 0});
+      move_slot_hashes(from, Loc{Tier::kCold, *cold, 0});
+      cold_pool_.decref(*cold);  // held only by the cache: count 0, in the cold LRU
+    } else {
+      forget_slot_hashes(from);
+    }
+  }
+  return a->id;
+}
+
+void KvManager::release_ref(const Loc& l) { pool(l.tier).decref(l.slot); }
+
+int32_t KvManager::query_prefix(std::span<const TokenId> tokens) const {
+  if (!cfg_.prefix_cache || tokens.empty()) return 0;
+  const int32_t bs = geo_.block_size;
+  const int32_t n_full = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  BlockHash parent;
+  int32_t matched = 0;
+  for (int32_t i = 0; i < n_full; ++i) {
+    const BlockHash h = chain_block_hash(parent, tokens.subspan(static_cast<size_t>(i) * bs, bs), fingerprint_);
+    if (!cache_.count(h)) break;
+    ++matched;
+    parent = h;
+  }
+  return matched * bs;
+}
+
+int32_t KvManager::cow_needed(const Seq& q, int32_t n_tokens) const {
+  const int32_t bs = geo_.block_size;
+  if (n_tokens <= q.n_committed || q.n_committed % bs == 0) return 0;
+  const size_t b = static_cast<size_t>(q.n_committed / bs);
+  if (b >= q.table.size()) return 0;
+  const Loc& l = q.table[b];
+  return l.tier == Tier::kHot && hot_pool_.ref_count(l.slot) > 1 ? 1 : 0;
+}
+
+std::vector<KvManager::Hit> KvManager::find_hits(std::span<const TokenId> tokens, int32_t* hot_taken) const {
+  std::vector<Hit> hits;
+  *hot_taken = 0;
+  if (!cfg_.prefix_cache || tokens.empty()) return hits;
+  const int32_t bs = geo_.block_size;
+  const int32_t n_full = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  int32_t hot_avail = hot_pool_.num_available();
+  int32_t warm_avail = warm_pool_.num_available();
+  std::set<std::pair<Tier, int32_t>> seen;
+  BlockHash parent;
+  for (int32_t i = 0; i < n_full; ++i) {
+    const BlockHash h = chain_block_hash(parent, tokens.subspan(static_cast<size_t>(i) * bs, bs), fingerprint_);
+    auto it = cache_.find(h);
+    if (it == cache_.end()) break;
+    const Loc& l = it->second;
+    if (seen.insert({l.tier, l.slot}).second) {
+      if (l.tier == Tier::kCold) {
+        // Brought back into a RAM slot of the kind it holds.
+        const Tier content = cold_info_[static_cast<size_t>(l.slot)].content;
+        int32_t& avail = content == Tier::kHot ? hot_avail : warm_avail;
+        if (avail <= 0) break;
+        --avail;
+        if (content == Tier::kHot) ++*hot_taken;
+      } else if (pool(l.tier).ref_count(l.slot) == 0) {
+        // A cached slot is revived: it leaves the available set.
+        --(l.tier == Tier::kHot ? hot_avail : warm_avail);
+        if (l.tier == Tier::kHot) ++*hot_taken;
+      }
+    }
+    hits.push_back(Hit{l, h});
+    parent = h;
+  }
+  return hits;
+}
+
+int32_t KvManager::blocks_needed(SeqId s, std::span<const TokenId> tokens, int32_t n_tokens) const {
+  const Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped);
+  const int32_t bs = geo_.block_size;
+  if (q.table.empty() && q.n_tokens == 0) {
+    int32_t taken = 0;
+    const auto hits = find_hits(tokens, &taken);
+    return taken + std::max(0, ceil_div(n_tokens, bs) - static_cast<int32_t>(hits.size()));
+  }
+  return std::max(0, ceil_div(n_tokens, bs) - static_cast<int32_t>(q.table.size())) + cow_needed(q, n_tokens);
+}
+
+// --- sequences --------------------------------------------------------------------------------
+
+void KvManager::add_sequence(SeqId s) {
+  STRATA_CHECK(!seqs_.count(s), "sequence {} is already tracked", s);
+  seqs_.emplace(s, Seq{});
+}
+
+int32_t KvManager::num_tokens(SeqId s) const { return seqs_.at(s).n_tokens; }
+bool KvManager::is_swapped(SeqId s) const { return seqs_.at(s).swapped; }
+
+std::span<const BlockId> KvManager::block_table(SeqId s) const {
+  const Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped, "block table of swapped sequence {}", s);
+  return q.ids;
+}
+
+bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tokens, int32_t* cached_tokens) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped, "allocate on swapped sequence {}", s);
+  if (cached_tokens) *cached_tokens = 0;
+  if (blocks_needed(s, tokens, n_tokens) > hot_pool_.num_available()) return false;
+  const int32_t bs = geo_.block_size;
+  const bool fresh = q.table.empty() && q.n_tokens == 0;
+
+  if (fresh && cfg_.prefix_cache) {
+    counters_.prefix_queried_tokens += static_cast<int64_t>(tokens.size());
+    int32_t taken = 0;
+    const std::vector<Hit> hits = find_hits(tokens, &taken);
+    // Touch every hit first (RAM and cold), so that the slots taken below for cold hits and new
+    // blocks can never evict one of them.
+    for (const Hit& h : hits) pool(h.loc.tier).incref(h.loc.slot);
+    std::map<int32_t, int32_t> fetched;  // cold slot -> RAM slot
+    for (const Hit& h : hits) {
+      Loc l = h.loc;
+      if (l.tier == Tier::kCold) {
+        const Tier content = cold_info_[static_cast<size_t>(l.slot)].content;
+        auto f = fetched.find(l.slot);
+        if (f == fetched.end()) {
+          std::optional<int32_t> ram = take_slot(content);
+          STRATA_CHECK(ram.has_value(), "find_hits promised a slot");
+          const Loc cold{Tier::kCold, l.slot, 0};
+          const Loc to{content, *ram, 0};
+          Op op{Op::Kind::kFetch, cold, to, {}, 0};
+          if (!cold_write_pending(l.slot)) op.ticket = cold_store_->read(l.slot, slot_bytes(content));
+          ops_.push_back(std::move(op));
+          move_slot_hashes(cold, to);
+          f = fetched.emplace(l.slot, *ram).first;
+        } else {
+          pool(content).incref(f->second);
+        }
+        cold_pool_.decref(l.slot);  // the touch above
+        l = Loc{content, f->second, l.sub};
+      }
+      q.table.push_back(l);
+      q.hashes.push_back(h.hash);
+    }
+    const int32_t hit = static_cast<int32_t>(q.table.size()) * bs;
+    counters_.prefix_hit_tokens += hit;
+    q.n_tokens = q.n_committed = hit;
+    if (cached_tokens) *cached_tokens = hit;
+  }
+
+  // Copy-on-write of a shared partial block that is about to be written.
+  if (cow_needed(q, n_tokens)) {
+    const size_t b = static_cast<size_t>(q.n_committed / bs);
+    std::optional<int32_t> fresh_block = take_slot(Tier::kHot);
+    STRATA_CHECK(fresh_block.has_value(), "blocks_needed promised a block");
+    ops_.push_back(Op{Op::Kind::kCopy, q.table[b], Loc{Tier::kHot, *fresh_block, 0}, {}, 0});
+    release_ref(q.table[b]);
+    q.table[b] = Loc{Tier::kHot, *fresh_block, 0};
+  }
+  while (static_cast<int32_t>(q.table.size()) < ceil_div(n_tokens, bs)) {
+    std::optional<int32_t> b = take_slot(Tier::kHot);
+    STRATA_CHECK(b.has_value(), "blocks_needed promised a block");
+    q.table.push_back(Loc{Tier::kHot, *b, 0});
+  }
+  q.n_tokens = std::max(q.n_tokens, n_tokens);
+  rebuild_ids(q);
+  return true;
+}
+
+void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_computed) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped && n_computed <= q.n_tokens && n_computed <= static_cast<int32_t>(tokens.size()),
+               "commit of {} tokens, sequence has {}", n_computed, q.n_tokens);
+  q.n_committed = std::max(q.n_committed, n_computed);
+  const int32_t bs = geo_.block_size;
+  const int32_t n_full = q.n_committed / bs;
+  while (static_cast<int32_t>(q.hashes.size()) < n_full) {
+    const size_t i = q.hashes.size();
+    const BlockHash parent = i == 0 ? BlockHash{} : q.hashes[i - 1];
+    const auto block_tokens = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
+    const BlockHash h = chain_block_hash(parent, block_tokens, fingerprint_);
+    q.hashes.push_back(h);
+    if (!cfg_.prefix_cache || cache_.count(h)) continue;  // the same content is cached elsewhere
+    const Loc& l = q.table[i];
+    SlotHashes& sh = hashes_of(l);
+    if (!sh.hash[static_cast<size_t>(l.sub)].empty()) continue;
+    cache_[h] = l;
+    sh.hash[static_cast<size_t>(l.sub)] = h;
+    sh.parent[static_cast<size_t>(l.sub)] = parent;
+    sh.tokens[static_cast<size_t>(l.sub)].assign(block_tokens.begin(), block_tokens.end());
+    if (pool(l.tier).hash(l.slot).empty()) pool(l.tier).set_hash(l.slot, h);
+  }
+  if (cfg_.warm_format != WarmFormat::kNone) plan_reencode(s, q);
+}
+
+void KvManager::plan_reencode(SeqId, Seq& q) {
+  const int32_t bs = geo_.block_size;
+  const int32_t old_tokens = q.n_committed - cfg_.hot_tokens;
+  if (old_tokens <= 0) return;
+  const int32_t n_groups = old_tokens / bs / warm_span_;
+  bool changed = false;
+  for (int32_t g = 0; g < n_groups; ++g) {
+    const size_t first = static_cast<size_t>(g * warm_span_);
+    bool all_hot = true;
+    for (int32_t j = 0; j < warm_span_; ++j) all_hot = all_hot && q.table[first + static_cast<size_t>(j)].tier == Tier::kHot;
+    if (!all_hot) continue;
+    // Reuse a warm slot that already holds exactly this group (a shared prefix encoded earlier).
+    std::optional<int32_t> reuse;
+    if (cfg_.prefix_cache && first + static_cast<size_t>(warm_span_) <= q.hashes.size()) {
+      auto it = cache_.find(q.hashes[first]);
+      if (it != cache_.end() && it->second.tier == Tier::kWarm && it->second.sub == 0) {
+        bool same = true;
+        for (int32_t j = 1; j < warm_span_ && same; ++j) {
+          auto jt = cache_.find(q.hashes[first + static_cast<size_t>(j)]);
+          same = jt != cache_.end() && jt->second == Loc{Tier::kWarm, it->second.slot, j};
+        }
+        if (same) reuse = it->second.slot;
+      }
+    }
+    int32_t slot;
+    if (reuse) {
+      slot = *reuse;
+      for (int32_t j = 0; j < warm_span_; ++j) warm_pool_.incref(slot);
+    } else {
+      std::optional<int32_t> w = take_slot(Tier::kWarm);
+      if (!w) return;  // the warm pool is full: these blocks stay hot
+      slot = *w;
+      for (int32_t j = 1; j < warm_span_; ++j) warm_pool_.incref(slot);
+      Op op{Op::Kind::kReencode, {}, Loc{Tier::kWarm, slot, 0}, {}, 0};
+      for (int32_t j = 0; j < warm_span_; ++j) op.hot.push_back(q.table[first + static_cast<size_t>(j)].slot);
+      ops_.push_back(std::move(op));
+    }
+    for (int32_t j = 0; j < warm_span_; ++j) {
+      Loc& entry = q.table[first + static_cast<size_t>(j)];
+      const Loc warm{Tier::kWarm, slot, j};
+      if (!reuse) {
+        // The prefix-cache identity of the block moves with it to the warm tier.
+        SlotHashes& hot_sh = hashes_of(entry);
+        if (!hot_sh.hash[0].empty()) {
+          SlotHashes& wsh = hashes_of(warm);
+          const BlockHash h = hot_sh.hash[0];
+          cache_[h] = warm;
+          wsh.hash[static_cast<size_t>(j)] = h;
+          wsh.parent[static_cast<size_t>(j)] = hot_sh.parent[0];
+          wsh.tokens[static_cast<size_t>(j)] = std::move(hot_sh.tokens[0]);
+          hot_sh.hash[0] = {};
+          hot_sh.parent[0] = {};
+          hot_sh.tokens[0].clear();
+          hot_pool_.clear_hash(entry.slot);
+          if (warm_pool_.hash(slot).empty()) warm_pool_.set_hash(slot, h);
+        }
+      }
+      release_ref(entry);
+      entry = warm;
+    }
+    changed = true;
+  }
+  if (changed) rebuild_ids(q);
+}
+
+void KvManager::fork(SeqId parent, SeqId child) {
+  const Seq& p = seqs_.at(parent);
+  STRATA_CHECK(!p.swapped, "fork of swapped sequence {}", parent);
+  STRATA_CHECK(!seqs_.count(child), "sequence {} is already tracked", child);
+  Seq c = p;
+  for (const Loc& l : c.table) pool(l.tier).incref(l.slot);
+  seqs_.emplace(child, std::move(c));
+}
+
+void KvManager::free_sequence(SeqId s) {
+  auto it = seqs_.find(s);
+  STRATA_CHECK(it != seqs_.end(), "free of unknown sequence {}", s);
+  Seq& q = it->second;
+  for (auto l = q.table.rbegin(); l != q.table.rend(); ++l) release_ref(*l);
+  seqs_.erase(it);
+}
+
+// --- swapping ---------------------------------------------------------------------------------
+
+bool KvManager::swap_out(SeqId s) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped, "sequence {} is already swapped", s);
+  if (!cold_store_) return false;
+  // Slots only this sequence holds move; shared ones stay (moving them would free nothing).
+  std::map<std::pair<Tier, int32_t>, int32_t> refs;
+  for (const Loc& l : q.table) ++refs[{l.tier, l.slot}];
+  int32_t exclusive = 0;
+  for (const auto& [key, n] : refs) exclusive += pool(key.first).ref_count(key.second) == n;
+  if (exclusive > cold_pool_.num_available()) return false;
+  std::map<std::pair<Tier, int32_t>, int32_t> moved;  // RAM slot -> cold slot
+  for (const auto& [key, n] : refs) {
+    if (pool(key.first).ref_count(key.second) != n) continue;
+    const int32_t cold = *take_cold_slot();
+    cold_info_[static_cast<size_t>(cold)] = ColdInfo{key.first, span_of(key.first)};
+    const Loc from{key.first, key.second, 0};
+    const Loc to{Tier::kCold, cold, 0};
+    ops_.push_back(Op{Op::Kind::kSpill, from, to, {}, 0});
+    move_slot_hashes(from, to);
+    for (int32_t i = 1; i < n; ++i) cold_pool_.incref(cold);
+    for (int32_t i = 0; i < n; ++i) release_ref(from);
+    moved[key] = cold;
+  }
+  for (Loc& l : q.table) {
+    auto m = moved.find({l.tier, l.slot});
+    if (m != moved.end()) l = Loc{Tier::kCold, m->second, l.sub};
+  }
+  q.swapped = true;
+  rebuild_ids(q);
+  ++counters_.swap_outs;
+  return true;
+}
+
+int32_t KvManager::blocks_to_swap_in(SeqId s) const {
+  const Seq& q = seqs_.at(s);
+  std::map<int32_t, bool> seen;
+  int32_t n = 0;
+  for (const Loc& l : q.table) {
+    if (l.tier != Tier::kCold || seen.count(l.slot)) continue;
+    seen[l.slot] = true;
+    n += cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot;
+  }
+  return n;
+}
+
+bool KvManager::swap_in(SeqId s) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(q.swapped, "sequence {} is not swapped", s);
+  std::map<int32_t, int32_t> refs;  // cold slot -> references from this sequence
+  int32_t hot_need = 0, warm_need = 0;
+  for (const Loc& l : q.table) {
+    if (l.tier != Tier::kCold) continue;
+    if (refs[l.slot]++ == 0) {
+      (cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot ? hot_need : warm_need) += 1;
+    }
+  }
+  if (hot_need > hot_pool_.num_available() || warm_need > warm_pool_.num_available()) return false;
+  std::map<int32_t, Loc> placed;
+  for (const auto& [cold, n] : refs) {
+    const Tier content = cold_info_[static_cast<size_t>(cold)].content;
+    const int32_t ram = *take_slot(content);
+    const Loc from{Tier::kCold, cold, 0};
+    const Loc to{content, ram, 0};
+    Op op{Op::Kind::kFetch, from, to, {}, 0};
+    if (!cold_write_pending(cold)) op.ticket = cold_store_->read(cold, slot_bytes(content));
+    ops_.push_back(std::move(op));
+    move_slot_hashes(from, to);
+    for (int32_t i = 1; i < n; ++i) pool(content).incref(ram);
+    for (int32_t i = 0; i < n; ++i) cold_pool_.decref(cold);
+    placed[cold] = to;
+  }
+  for (Loc& l : q.table) {
+    if (l.tier == Tier::kCold) {
+      const Loc& to = placed.at(l.slot);
+      l = Loc{to.tier, to.slot, l.sub};
+    }
+  }
+  q.swapped = false;
+  rebuild_ids(q);
+  ++counters_.swap_ins;
+  return true;
+}
+
+// --- data movement ----------------------------------------------------------------------------
+
+bool KvManager::cold_write_pending(int32_t cold_slot) const {
+  for (const Op& op : ops_) {
+    if (op.kind == Op::Kind::kSpill && op.dst.slot == cold_slot) return true;
+  }
+  return false;
+}
+
+bool KvManager::has_pending_ops() const { return !ops_.empty(); }
+
+std::vector<uint8_t> KvManager::capture(const Loc& l) const {
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(slot_bytes(l.tier)));
+  for (int32_t layer = 0; layer < geo_.n_layer; ++layer) {
+    const KvLayerView& v = views_[static_cast<size_t>(layer)];
+    if (l.tier == Tier::kHot) {
+      const int64_t bs = v.block_stride_bytes();
+      out.insert(out.end(), v.k + l.slot * bs, v.k + (l.slot + 1) * bs);
+      out.insert(out.end(), v.v + l.slot * bs, v.v + (l.slot + 1) * bs);
+    } else {
+      out.insert(out.end(), v.warm_k + l.slot * warm_k_slot_bytes_, v.warm_k + (l.slot + 1) * warm_k_slot_bytes_);
+      out.insert(out.end(), v.warm_v + l.slot * warm_v_slot_bytes_, v.warm_v + (l.slot + 1) * warm_v_slot_bytes_);
+    }
+  }
+  return out;
+}
+
+void KvManager::restore(const Loc& l, const std::vector<uint8_t>& bytes) {
+  STRATA_CHECK(bytes.size() == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", bytes.size(), slot_bytes(l.tier));
+  const uint8_t* p = bytes.data();
+  for (int32_t layer = 0; layer < geo_.n_layer; ++layer) {
+    const KvLayerView& v = views_[static_cast<size_t>(layer)];
+    if (l.tier == Tier::kHot) {
+      const int64_t bs = v.block_stride_bytes();
+      std::memcpy(v.k + l.slot * bs, p, static_cast<size_t>(bs));
+      std::memcpy(v.v + l.slot * bs, p + bs, static_cast<size_t>(bs));
+      p += 2 * bs;
+    } else {
+      std::memcpy(v.warm_k + l.slot * warm_k_slot_bytes_, p, static_cast<size_t>(warm_k_slot_bytes_));
+      p += warm_k_slot_bytes_;
+      std::memcpy(v.warm_v + l.slot * warm_v_slot_bytes_, p, static_cast<size_t>(warm_v_slot_bytes_));
+      p += warm_v_slot_bytes_;
+    }
+  }
+}
+
+void KvManager::reencode(const Op& op) {
+  auto encode_layer = [&](int32_t layer) {
+    const KvLayerView& v = views_[static_cast<size_t>(layer)];
+    warm_encode(cfg_.warm_format, v, op.hot.data(), warm_span_, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
+                v.warm_v + op.dst.slot * warm_v_slot_bytes_);
+  };
+  if (threads_ != nullptr && threads_->size() > 1) {
+    threads_->parallel_for(geo_.n_layer, 1, [&](int64_t b, int64_t e) {
+      for (int64_t l = b; l < e; ++l) encode_layer(static_cast<int32_t>(l));
+    });
+  } else {
+    for (int32_t l = 0; l < geo_.n_layer; ++l) encode_layer(l);
+  }
+}
+
+void KvManager::apply() {
+  for (Op& op : ops_) {
+    switch (op.kind) {
+      case Op::Kind::kCopy:
+        hot_arena_->copy_block(op.src.slot, op.dst.slot);
+        ++counters_.cow_copies;
+        break;
+      case Op::Kind::kReencode:
+        reencode(op);
+        counters_.reencoded_blocks += static_cast<int64_t>(op.hot.size());
+        break;
+      case Op::Kind::kSpill: {
+        std::vector<uint8_t> bytes = capture(op.src);
+        counters_.spill_bytes_out += bytes.size();
+        cold_store_->write(op.dst.slot, std::move(bytes));
+        break;
+      }
+      case Op::Kind::kFetch: {
+        if (op.ticket == 0) op.ticket = cold_store_->read(op.src.slot, slot_bytes(op.dst.tier));
+        const std::vector<uint8_t> bytes = cold_store_->wait(op.ticket);
+        counters_.spill_bytes_in += bytes.size();
+        restore(op.dst, bytes);
+        break;
+      }
+    }
+  }
+  ops_.clear();
+}
+
+void KvManager::drain_io() {
+  if (cold_store_) cold_store_->drain();
+}
+
+// --- accounting -------------------------------------------------------------------------------
+
+KvStats KvManager::stats() const {
+  KvStats st = counters_;
+  auto tier = [](const BlockPool& p, uint64_t slot_bytes) {
+    KvTierStats t;
+    t.slots = p.num_blocks();
+    t.used = p.num_used();
+    t.cached = p.num_cached();
+    t.free = p.num_free();
+    t.bytes_total = static_cast<uint64_t>(t.slots) * slot_bytes;
+    t.bytes_used = static_cast<uint64_t>(t.used + t.cached) * slot_bytes;
+    return t;
+  };
+  st.hot = tier(hot_pool_, slot_bytes(Tier::kHot));
+  if (cfg_.warm_format != WarmFormat::kNone) st.warm = tier(warm_pool_, slot_bytes(Tier::kWarm));
+  if (cold_store_) st.cold = tier(cold_pool_, cold_store_->slot_bytes());
+  for (const auto& [id, q] : seqs_) {
+    ++st.sequences;
+    if (q.swapped) {
+      ++st.swapped_sequences;
+      continue;
+    }
+    st.tokens_stored += q.n_tokens;
+    st.fragmented_slots += static_cast<int64_t>(q.table.size()) * geo_.block_size - q.n_tokens;
+  }
+  return st;
+}
+
+void KvManager::check_invariants() const {
+  hot_pool_.check_invariants();
+  warm_pool_.check_invariants();
+  cold_pool_.check_invariants();
+  // Reference counts equal the references from sequence tables.
+  std::map<std::pair<Tier, int32_t>, int32_t> refs;
+  for (const auto& [id, q] : seqs_) {
+    STRATA_CHECK(static_cast<int64_t>(q.table.size()) * geo_.block_size >= q.n_tokens, "sequence {} table too short", id);
+    STRATA_CHECK(q.n_committed <= q.n_tokens, "sequence {} committed past its tokens", id);
+    STRATA_CHECK(static_cast<int32_t>(q.hashes.size()) <= q.n_committed / geo_.block_size, "sequence {} hashes", id);
+    for (const Loc& l : q.table) {
+      STRATA_CHECK(q.swapped || l.tier != Tier::kCold, "running sequence {} has a cold block", id);
+      STRATA_CHECK(l.slot >= 0 && l.slot < pool(l.tier).num_blocks(), "sequence {} has a bad slot", id);
+      STRATA_CHECK(l.sub >= 0 && l.sub < (l.tier == Tier::kCold ? cold_info_[static_cast<size_t>(l.slot)].n_subs : span_of(l.tier)));
+      ++refs[{l.tier, l.slot}];
+    }
+    if (!q.swapped) {
+      STRATA_CHECK(q.ids.size() == q.table.size(), "sequence {} ids out of date", id);
+      for (size_t i = 0; i < q.table.size(); ++i) STRATA_CHECK(q.ids[i] == encode(q.table[i]), "sequence {} id {}", id, i);
+    }
+  }
+  for (Tier t : {Tier::kHot, Tier::kWarm, Tier::kCold}) {
+    const BlockPool& p = pool(t);
+    for (int32_t slot = 0; slot < p.num_blocks(); ++slot) {
+      auto it = refs.find({t, slot});
+      const int32_t n = it == refs.end() ? 0 : it->second;
+      STRATA_CHECK(p.ref_count(slot) == n, "slot {} of tier {} has count {} but {} references", slot,
+                   static_cast<int>(t), p.ref_count(slot), n);
+      // The pool's hash flag is set exactly when some sub-block is registered in the cache.
+      const SlotHashes& sh = hashes_of(Loc{t, slot, 0});
+      bool any = false;
+      for (size_t i = 0; i < sh.hash.size(); ++i) {
+        if (sh.hash[i].empty()) continue;
+        any = true;
+        auto c = cache_.find(sh.hash[i]);
+        STRATA_CHECK(c != cache_.end() && c->second == (Loc{t, slot, static_cast<int32_t>(i)}),
+                     "slot {} of tier {} holds a hash the map does not point back from", slot, static_cast<int>(t));
+      }
+      STRATA_CHECK(any == !p.hash(slot).empty(), "slot {} of tier {}: cache flag disagrees", slot, static_cast<int>(t));
+      STRATA_CHECK(n > 0 || !any || p.is_cached(slot), "unreferenced hashed slot {} is not in the LRU", slot);
+    }
+  }
+  // Every hash in the map points to a slot that still holds that content.
+  for (const auto& [h, l] : cache_) {
+    const SlotHashes& sh = hashes_of(l);
+    STRATA_CHECK(static_cast<size_t>(l.sub) < sh.hash.size() && sh.hash[static_cast<size_t>(l.sub)] == h,
+                 "map entry points to a slot without that hash");
+    const auto& toks = sh.tokens[static_cast<size_t>(l.sub)];
+    STRATA_CHECK(static_cast<int32_t>(toks.size()) == geo_.block_size, "registered block without its tokens");
+    STRATA_CHECK(chain_block_hash(sh.parent[static_cast<size_t>(l.sub)], toks, fingerprint_) == h,
+                 "registered block no longer matches its hash");
+  }
+  for (const Op& op : ops_) {
+    if (op.kind == Op::Kind::kCopy) STRATA_CHECK(hot_pool_.ref_count(op.dst.slot) > 0, "copy into a free block");
+    if (op.kind == Op::Kind::kReencode) STRATA_CHECK(warm_pool_.ref_count(op.dst.slot) > 0 || warm_pool_.is_cached(op.dst.slot));
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+// Everything the KV manager accounts, in one struct that is cheap to copy (for /metrics, bench
+// reports and tests). Counters are cumulative since start; gauges are current values.
+// Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+
+namespace strata {
+
+struct KvTierStats {
+  int64_t slots = 0;        // capacity in slots (blocks for hot, warm slots, cold slots)
+  int64_t used = 0;         // referenced by sequences
+  int64_t cached = 0;       // unreferenced but holding prefix-cache content (evictable)
+  int64_t free = 0;         // empty
+  uint64_t bytes_total = 0;  // capacity in bytes, scales included
+  uint64_t bytes_used = 0;   // bytes of used + cached slots
+};
+
+struct KvStats {
+  KvTierStats hot;
+  KvTierStats warm;
+  KvTierStats cold;
+  int32_t block_size = 0;
+  int64_t tokens_stored = 0;         // tokens held by all sequences' tables
+  int64_t fragmented_slots = 0;      // unused token slots in partially filled last blocks
+  int64_t sequences = 0;
+  int64_t swapped_sequences = 0;
+  // Prefix cache (tokens).
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  // Data movement.
+  int64_t cow_copies = 0;
+  int64_t reencoded_blocks = 0;
+  int64_t evicted_blocks = 0;        // cached blocks dropped or spilled to make room
+  uint64_t spill_bytes_out = 0;
+  uint64_t spill_bytes_in = 0;
+  int64_t swap_outs = 0;             // sequences swapped out
+  int64_t swap_ins = 0;
+
+  // Share of the RAM tiers in use (used + cached over capacity, by bytes).
+  double usage_ratio() const {
+    const uint64_t total = hot.bytes_total + warm.bytes_total;
+    return total ? static_cast<double>(hot.bytes_used + warm.bytes_used) / static_cast<double>(total) : 0.0;
+  }
+};
+
+}  // namespace strata

@@ -1,0 +1,273 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace strata {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, KvManager& kv)
+    : cfg_(cfg), kv_(kv), vtc_(cfg.fair_w_in, cfg.fair_w_out, cfg.tenant_weights) {
+  STRATA_CHECK(cfg.max_batched_tokens > 0 && cfg.max_seqs > 0);
+}
+
+void Scheduler::mark_backlogged(const std::string& tenant) {
+  std::set<std::string> backlogged;
+  bool already = false;
+  for (const auto& [id, s] : seqs_) {
+    backlogged.insert(s->tenant);
+    already = already || s->tenant == tenant;
+  }
+  if (!already) vtc_.on_backlogged(tenant, backlogged);
+}
+
+void Scheduler::add(Sequence seq) {
+  STRATA_CHECK(!seq.tokens.empty() && !seqs_.count(seq.id), "bad or duplicate sequence {}", seq.id);
+  if (cfg_.policy == SchedulingPolicy::kFair) mark_backlogged(seq.tenant);
+  seq.status = SeqStatus::kWaiting;
+  seq.num_computed = 0;
+  kv_.add_sequence(seq.id);
+  const SeqId id = seq.id;
+  seqs_.emplace(id, std::make_unique<Sequence>(std::move(seq)));
+}
+
+bool Scheduler::queue_before(const Sequence& a, const Sequence& b) const {
+  if (cfg_.policy == SchedulingPolicy::kPriority && a.priority != b.priority) return a.priority > b.priority;
+  if (a.arrival != b.arrival) return a.arrival < b.arrival;
+  if (a.arrival_seq != b.arrival_seq) return a.arrival_seq < b.arrival_seq;
+  return a.id < b.id;
+}
+
+bool Scheduler::admits_before(const Sequence& a, const Sequence& b) const {
+  if (cfg_.policy == SchedulingPolicy::kFair && a.tenant != b.tenant) {
+    const double ca = vtc_.counter(a.tenant), cb = vtc_.counter(b.tenant);
+    if (ca != cb) return ca < cb;
+  }
+  return queue_before(a, b);
+}
+
+int32_t Scheduler::watermark_blocks() const {
+  return static_cast<int32_t>(std::ceil(cfg_.watermark * kv_.num_hot_blocks()));
+}
+
+SeqId Scheduler::pick_victim(const std::set<SeqId>& except, bool allow_protected) const {
+  const Sequence* victim = nullptr;
+  for (const auto& [id, s] : seqs_) {
+    if (s->status != SeqStatus::kRunning || except.count(id)) continue;
+    if (s->protected_from_preemption && !allow_protected) continue;
+    // The victim is the one that would be scheduled last: lowest priority, latest arrival.
+    if (victim == nullptr || queue_before(*victim, *s)) victim = s.get();
+  }
+  return victim ? victim->id : kNoSeq;
+}
+
+bool Scheduler::preempt(SeqId id, SchedulerOutput& out) {
+  Sequence& s = *seqs_.at(id);
+  STRATA_CHECK(s.status == SeqStatus::kRunning);
+  // A sequence scheduled earlier in this step (priority preemption) leaves the batch.
+  for (auto it = out.seqs.begin(); it != out.seqs.end(); ++it) {
+    if (it->id == id) {
+      out.n_tokens -= it->n_new;
+      out.seqs.erase(it);
+      break;
+    }
+  }
+  ++s.preemptions;
+  ++total_preemptions_;
+  out.preempted.push_back(id);
+  const bool want_swap = cfg_.preempt == PreemptMode::kSwap || (cfg_.preempt == PreemptMode::kAuto && kv_.has_cold_tier());
+  if (want_swap && kv_.swap_out(id)) {
+    s.status = SeqStatus::kSwapped;
+    return true;
+  }
+  kv_.free_sequence(id);
+  kv_.add_sequence(id);
+  s.num_computed = 0;
+  s.status = SeqStatus::kWaiting;
+  return false;
+}
+
+void Scheduler::charge(const Sequence& s, int32_t n_new) {
+  int32_t& done = charged_[s.id];
+  const int32_t end = s.num_computed + n_new;
+  if (end <= done) return;
+  const int32_t from = std::max(done, s.num_computed);
+  const int32_t prompt = std::max(0, std::min(end, s.n_prompt) - from);
+  const int32_t generated = (end - from) - prompt;
+  vtc_.charge(s.tenant, prompt, generated);
+  done = end;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int32_t budget = cfg_.max_batched_tokens;
+  int32_t seq_budget = cfg_.max_seqs;
+  auto ordered = [&](SeqStatus st, bool admission) {
+    std::vector<Sequence*> v;
+    for (auto& [id, s] : seqs_) {
+      if (s->status == st) v.push_back(s.get());
+    }
+    std::sort(v.begin(), v.end(), [&](const Sequence* a, const Sequence* b) {
+      return admission ? admits_before(*a, *b) : queue_before(*a, *b);
+    });
+    return v;
+  };
+
+  // 1. Swapped sequences come back first, in queue order.
+  for (Sequence* s : ordered(SeqStatus::kSwapped, false)) {
+    if (seq_budget <= 0) break;
+    if (kv_.blocks_to_swap_in(s->id) + watermark_blocks() > kv_.num_available_blocks() || !kv_.swap_in(s->id)) break;
+    s->status = SeqStatus::kRunning;
+    s->protected_from_preemption = true;
+    s->progress_mark = s->n_generated();
+    out.resumed.push_back(s->id);
+  }
+
+  // 2. Running sequences get their next tokens; preempt when the pool cannot grow.
+  std::set<SeqId> scheduled;
+  bool preempted_any = false;
+  for (bool allow_protected : {false, true}) {
+    for (Sequence* s : ordered(SeqStatus::kRunning, false)) {
+      if (s->status != SeqStatus::kRunning || scheduled.count(s->id)) continue;
+      if (seq_budget <= 0 || budget <= 0) break;
+      const int32_t n = std::min(s->n_uncomputed(), budget);
+      if (n <= 0) continue;
+      bool ok = false;
+      while (s->status == SeqStatus::kRunning) {
+        if (kv_.allocate(s->id, s->tokens, s->num_computed + n)) {
+          ok = true;
+          break;
+        }
+        const SeqId victim = pick_victim(scheduled, allow_protected);
+        if (victim == kNoSeq) break;  // nobody to take blocks from: wait for a later step
+        preempt(victim, out);
+        preempted_any = true;
+      }
+      if (!ok) continue;
+      out.seqs.push_back({s->id, s->num_computed, n, s->num_computed + n == static_cast<int32_t>(s->tokens.size())});
+      out.n_tokens += n;
+      scheduled.insert(s->id);
+      budget -= n;
+      --seq_budget;
+      charge(*s, n);
+    }
+    // Every running sequence may be freshly resumed and blocked: then protection must give way,
+    // or nothing would ever make progress.
+    bool any_running = false;
+    for (const auto& [id, s] : seqs_) any_running = any_running || s->status == SeqStatus::kRunning;
+    if (!out.seqs.empty() || !any_running) break;
+  }
+
+  // 3. Admit waiting sequences, unless this step already had to preempt.
+  if (!preempted_any) {
+    for (Sequence* s : ordered(SeqStatus::kWaiting, true)) {
+      if (seq_budget <= 0 || budget <= 0) break;
+      const int32_t len = static_cast<int32_t>(s->tokens.size());
+      const int32_t cached = kv_.query_prefix(s->tokens);
+      const int32_t target = cached + std::min(len - cached, budget);
+      auto fits = [&] {
+        return kv_.blocks_needed(s->id, s->tokens, target) + watermark_blocks() <= kv_.num_available_blocks();
+      };
+      if (!fits() && cfg_.policy == SchedulingPolicy::kPriority) {
+        // A higher-priority arrival may take the blocks of lower-priority running sequences.
+        while (!fits()) {
+          const SeqId victim = pick_victim({}, false);
+          if (victim == kNoSeq || seqs_.at(victim)->priority >= s->priority) break;
+          const bool was_scheduled = scheduled.erase(victim) > 0;
+          for (const auto& sc : out.seqs) {
+            if (sc.id == victim) budget += sc.n_new;
+          }
+          if (was_scheduled) ++seq_budget;
+          preempt(victim, out);
+        }
+      }
+      if (!fits()) break;  // keep the queue order: no overtaking
+      int32_t hit = 0;
+      const bool ok = kv_.allocate(s->id, s->tokens, target, &hit);
+      STRATA_CHECK(ok, "blocks_needed said it fits");
+      s->num_computed = hit;
+      s->status = SeqStatus::kRunning;
+      if (s->preemptions > 0) {
+        s->protected_from_preemption = true;
+        s->progress_mark = s->n_generated();
+      }
+      const int32_t n_new = target - hit;
+      out.seqs.push_back({s->id, hit, n_new, target == len});
+      out.n_tokens += n_new;
+      scheduled.insert(s->id);
+      budget -= n_new;
+      --seq_budget;
+      charge(*s, n_new);
+    }
+  }
+  return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+  for (const ScheduledSeq& sc : out.seqs) {
+    auto it = seqs_.find(sc.id);
+    if (it == seqs_.end()) continue;  // finished meanwhile (cancelled)
+    Sequence& s = *it->second;
+    if (s.status != SeqStatus::kRunning) continue;
+    s.num_computed = sc.start + sc.n_new;
+    kv_.commit(s.id, s.tokens, s.num_computed);
+  }
+}
+
+std::vector<SeqId> Scheduler::fork_children(SeqId parent) {
+  Sequence& p = *seqs_.at(parent);
+  STRATA_CHECK(p.prompt_done() && p.status == SeqStatus::kRunning, "fork before the prompt is computed");
+  std::vector<SeqId> ids;
+  for (int32_t i = 1; i <= p.n_fork_children; ++i) {
+    auto c = std::make_unique<Sequence>(p);
+    c->id = next_child_id_++;
+    c->sample_index = p.sample_index + i;
+    c->n_fork_children = 0;
+    c->preemptions = 0;
+    c->protected_from_preemption = false;
+    kv_.fork(parent, c->id);
+    charged_[c->id] = charged_[parent];
+    ids.push_back(c->id);
+    seqs_.emplace(c->id, std::move(c));
+  }
+  p.n_fork_children = 0;
+  return ids;
+}
+
+void Scheduler::append_token(SeqId id, TokenId t) {
+  Sequence& s = *seqs_.at(id);
+  s.tokens.push_back(t);
+  if (s.protected_from_preemption && s.n_generated() > s.progress_mark) s.protected_from_preemption = false;
+}
+
+void Scheduler::finish(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  if (kv_.has_sequence(id)) kv_.free_sequence(id);
+  charged_.erase(id);
+  seqs_.erase(it);
+}
+
+std::vector<SeqId> Scheduler::sequences_of(RequestId r) const {
+  std::vector<SeqId> ids;
+  for (const auto& [id, s] : seqs_) {
+    if (s->request == r) ids.push_back(id);
+  }
+  return ids;
+}
+
+SchedulerCounts Scheduler::counts() const {
+  SchedulerCounts c;
+  for (const auto& [id, s] : seqs_) {
+    switch (s->status) {
+      case SeqStatus::kWaiting: ++c.waiting; break;
+      case SeqStatus::kRunning: ++c.running; break;
+      case SeqStatus::kSwapped: ++c.swapped; break;
+      case SeqStatus::kFinished: break;
+    }
+  }
+  return c;
+}
+
+}  // namespace strata

@@ -1,0 +1,114 @@
+// The continuous-batching scheduler. Each step it plans which sequences run and how many tokens
+// each gets (a prompt chunk or one decode token; the model does not tell them apart), within a
+// token budget and a sequence budget, and which sequences to preempt when KV blocks run out:
+//
+//  1. swapped sequences come back first, in queue order, when their blocks fit;
+//  2. running sequences, in queue order, get their next tokens (decodes and prompt continuations);
+//     when the KV pool cannot grow one, the victim is the lowest-priority, latest-arriving running
+//     sequence that has made progress since it was last resumed (no thrashing), preempted by swap
+//     (to the cold tier) or recompute (KV freed, recomputed later);
+//  3. if nothing was preempted, waiting sequences are admitted in policy order (fcfs; priority; fair
+//     = virtual token counter) while their blocks fit with a watermark of free blocks left for the
+//     running ones. Long prompts are split across steps (chunked prefill); prefix-cache hits count
+//     as computed. With --scheduling priority a waiting sequence may preempt lower-priority running
+//     ones.
+//
+// Planning mutates only bookkeeping (KV block allocations included); the KV data movement it
+// implies happens in KvManager::apply(), and the token counts advance in on_step_done().
+// Thread-safety: engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kv/kv_manager.h"
+#include "sched/fairness.h"
+#include "sched/scheduler_config.h"
+#include "sched/sequence.h"
+
+namespace strata {
+
+struct ScheduledSeq {
+  SeqId id = 0;
+  int32_t start = 0;      // first token of this step (= num_computed before the step)
+  int32_t n_new = 0;      // tokens computed this step
+  bool logits = false;    // all known tokens are computed after this step: sample the next one
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;
+  std::vector<SeqId> preempted;  // this step (swap or recompute)
+  std::vector<SeqId> resumed;    // swapped back in this step
+  int32_t n_tokens = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+struct SchedulerCounts {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int32_t swapped = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, KvManager& kv);
+
+  const SchedulerConfig& config() const { return cfg_; }
+
+  // Adds a request's first sequence (it holds the prompt; n_fork_children more are forked from it
+  // when the prompt is computed). Precondition: the prompt is non-empty and fits the pool.
+  void add(Sequence seq);
+
+  SchedulerOutput schedule();
+
+  // The forward pass of `out` ran: advances num_computed and commits the KV.
+  void on_step_done(const SchedulerOutput& out);
+
+  // Forks the n_fork_children of a sequence whose prompt is done; returns their ids (running,
+  // sharing the parent's blocks).
+  std::vector<SeqId> fork_children(SeqId parent);
+
+  // A sampled token joins the sequence (not computed yet).
+  void append_token(SeqId id, TokenId t);
+
+  // Ends a sequence (stop, length, abort): frees its KV and forgets it.
+  void finish(SeqId id);
+
+  bool has(SeqId id) const { return seqs_.count(id) > 0; }
+  Sequence& seq(SeqId id) { return *seqs_.at(id); }
+  const Sequence& seq(SeqId id) const { return *seqs_.at(id); }
+  std::vector<SeqId> sequences_of(RequestId r) const;
+
+  SchedulerCounts counts() const;
+  bool idle() const { return seqs_.empty(); }
+  int64_t total_preemptions() const { return total_preemptions_; }
+  const VirtualTokenCounter& fairness() const { return vtc_; }
+
+  // Admission ordering key of a waiting sequence (lower first), exposed for tests.
+  bool admits_before(const Sequence& a, const Sequence& b) const;
+
+ private:
+  bool preempt(SeqId id, SchedulerOutput& out);  // returns true when swapped, false when recomputed
+  // The running, unprotected sequence to preempt (lowest priority, latest arrival), excluding
+  // `except`; kNoSeq when none.
+  SeqId pick_victim(const std::set<SeqId>& except, bool allow_protected) const;
+  void charge(const Sequence& s, int32_t n_new);
+  void mark_backlogged(const std::string& tenant);
+  bool queue_before(const Sequence& a, const Sequence& b) const;  // running/swapped order
+  int32_t watermark_blocks() const;
+
+  static constexpr SeqId kNoSeq = -1;
+  SchedulerConfig cfg_;
+  KvManager& kv_;
+  std::map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  SeqId next_child_id_ = int64_t{1} << 40;  // forked children; request sequences use their own ids
+  VirtualTokenCounter vtc_;
+  std::map<SeqId, int32_t> charged_;  // highest token index already charged to the tenant
+  int64_t total_preemptions_ = 0;
+};
+
+}  // namespace strata

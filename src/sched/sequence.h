@@ -1,0 +1,53 @@
+// What the scheduler knows of one sequence: its tokens (prompt, then generated), how many have KV
+// computed, and its place in the request's life cycle. A request with n samples has n sequences
+// that share the prompt's blocks. Thread-safety: engine thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/types.h"
+#include "kv/kv_manager.h"
+
+namespace strata {
+
+using RequestId = int64_t;
+using Clock = std::chrono::steady_clock;
+
+enum class SeqStatus : uint8_t {
+  kWaiting,   // not admitted yet, or preempted by recompute (KV freed)
+  kRunning,   // admitted: has KV in RAM and is scheduled every step it can be
+  kSwapped,   // preempted by swap: KV in the cold tier
+  kFinished,  // done; removed after the step
+};
+std::string_view seq_status_name(SeqStatus s);
+
+struct Sequence {
+  SeqId id = 0;
+  RequestId request = 0;
+  int32_t sample_index = 0;       // 0..n-1 within the request
+  int32_t priority = 0;           // higher runs first (--scheduling priority)
+  std::string tenant;             // fairness group (--scheduling fair)
+  Clock::time_point arrival;      // of the request; orders FCFS queues
+  uint64_t arrival_seq = 0;       // tie-break for equal arrival times
+
+  std::vector<TokenId> tokens;    // prompt + generated
+  int32_t n_prompt = 0;
+  int32_t max_tokens = 0;         // generated tokens at most (already clipped)
+  int32_t num_computed = 0;       // tokens whose KV is in the cache
+  SeqStatus status = SeqStatus::kWaiting;
+  int32_t n_fork_children = 0;    // n - 1 for the first sequence of a request until the prompt is done
+
+  int32_t preemptions = 0;
+  bool protected_from_preemption = false;  // resumed and has not made progress since
+  int32_t progress_mark = 0;      // num_computed when it was resumed
+
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+  int32_t n_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
+  bool prompt_done() const { return num_computed >= n_prompt; }
+};
+
+}  // namespace strata

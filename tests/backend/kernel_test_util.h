@@ -1,0 +1,147 @@
+// Helpers for the backend kernel tests: random weight matrices of every type (random block bytes
+// with sane scales, so every bit pattern of the quants is exercised), error measures, and running
+// a test once per SIMD target this CPU supports. Thread-safety: test-thread only.
+#pragma once
+
+#include <hwy/targets.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/fp16.h"
+#include "gguf/quant_blocks.h"
+#include "gguf/tensor_type.h"
+
+namespace strata::cpu::test {
+
+// The compiled SIMD targets this CPU can run, best first (HWY_* bits).
+inline std::vector<int64_t> targets_to_test() {
+  std::vector<int64_t> out;
+  for (int64_t t = hwy::SupportedTargets() & simd_compiled_targets(); t != 0; t &= t - 1) out.push_back(t & -t);
+  return out;
+}
+
+inline std::string target_param_name(const ::testing::TestParamInfo<int64_t>& info) {
+  return hwy::TargetName(info.param);
+}
+
+// Makes the kernels dispatch to one target while alive.
+class TargetScope {
+ public:
+  explicit TargetScope(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
+  TargetScope(const TargetScope&) = delete;
+  TargetScope& operator=(const TargetScope&) = delete;
+};
+
+inline void put_half(uint8_t* p, float v) {
+  const uint16_t h = f32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// A weight matrix of `rows` x `cols` with its own storage.
+struct TestMatrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+// Random weights of any matmul type: floats uniform in [-1, 1]; quantized blocks of random bytes
+// whose f16 scales (and mins) are overwritten with values of a realistic size.
+inline TestMatrix random_matrix(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  TestMatrix m;
+  const uint64_t row_bytes = ggml_row_size(type, static_cast<uint64_t>(cols));
+  m.bytes.resize(row_bytes * static_cast<uint64_t>(rows) + 64);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  uint8_t* data = m.bytes.data() + 1;  // deliberately odd-aligned only for byte-aligned types below
+  if (type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16) data = m.bytes.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = data + static_cast<uint64_t>(r) * row_bytes;
+    if (type == GgmlType::kF32) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = u(rng);
+        std::memcpy(row + 4 * c, &v, 4);
+      }
+      continue;
+    }
+    if (type == GgmlType::kF16 || type == GgmlType::kBF16) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = u(rng);
+        const uint16_t h = type == GgmlType::kF16 ? f32_to_fp16(v) : f32_to_bf16(v);
+        std::memcpy(row + 2 * c, &h, 2);
+      }
+      continue;
+    }
+    for (uint64_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(byte(rng));
+    const auto traits = ggml_type_traits(type);
+    const int64_t nb = cols / traits.block_size;
+    std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = row + static_cast<uint64_t>(b) * traits.type_size;
+      switch (type) {
+        case GgmlType::kQ4_0: put_half(blk + offsetof(BlockQ4_0, d), scale(rng) * 8); break;
+        case GgmlType::kQ5_0: put_half(blk + offsetof(BlockQ5_0, d), scale(rng) * 4); break;
+        case GgmlType::kQ8_0: put_half(blk + offsetof(BlockQ8_0, d), scale(rng) / 4); break;
+        case GgmlType::kQ4_1:
+          put_half(blk + offsetof(BlockQ4_1, d), scale(rng) * 8);
+          put_half(blk + offsetof(BlockQ4_1, m), -scale(rng) * 50);
+          break;
+        case GgmlType::kQ5_1:
+          put_half(blk + offsetof(BlockQ5_1, d), scale(rng) * 4);
+          put_half(blk + offsetof(BlockQ5_1, m), -scale(rng) * 50);
+          break;
+        case GgmlType::kQ2_K:
+          put_half(blk + offsetof(BlockQ2_K, d), scale(rng));
+          put_half(blk + offsetof(BlockQ2_K, dmin), scale(rng));
+          break;
+        case GgmlType::kQ3_K: put_half(blk + offsetof(BlockQ3_K, d), scale(rng) / 4); break;
+        case GgmlType::kQ4_K:
+          put_half(blk + offsetof(BlockQ4_K, d), scale(rng) / 4);
+          put_half(blk + offsetof(BlockQ4_K, dmin), scale(rng) / 4);
+          break;
+        case GgmlType::kQ5_K:
+          put_half(blk + offsetof(BlockQ5_K, d), scale(rng) / 8);
+          put_half(blk + offsetof(BlockQ5_K, dmin), scale(rng) / 4);
+          break;
+        case GgmlType::kQ6_K: put_half(blk + offsetof(BlockQ6_K, d), scale(rng) / 16); break;
+        default: break;
+      }
+    }
+  }
+  m.w = WeightMatrix{type, rows, cols, data, row_bytes};
+  return m;
+}
+
+inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+inline double rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s / static_cast<double>(std::max<size_t>(1, v.size())));
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+inline double rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+  return std::sqrt(s / static_cast<double>(std::max<size_t>(1, a.size())));
+}
+
+inline bool bitwise_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace strata::cpu::test

@@ -1,0 +1,453 @@
+// The KV manager against a model of the expected state: a fake forward pass writes, for every
+// position, values determined by the token prefix (as real keys and values are), and after every
+// operation each sequence's block table must read back exactly those values (approximately, for
+// warm blocks), the invariants must hold, and after draining every block must be unreferenced.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "kv/kv_manager.h"
+#include "support/test_support.h"
+
+namespace strata {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 31);
+}
+
+// Expected K or V element for position p of a sequence whose prefix hash at p is `ph`.
+float expected_value(uint64_t ph, int layer, int head, int d, bool is_value) {
+  uint64_t h = mix(mix(mix(mix(ph, static_cast<uint64_t>(layer)), static_cast<uint64_t>(head)), static_cast<uint64_t>(d)),
+                   is_value ? 7 : 3);
+  return static_cast<float>(static_cast<double>(h >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+}
+
+struct ModelSeq {
+  std::vector<TokenId> tokens;
+  std::vector<uint64_t> prefix_hash;  // [i] = hash of tokens[0..i]
+  int32_t computed = 0;
+  bool swapped = false;
+  void push(TokenId t) {
+    tokens.push_back(t);
+    prefix_hash.push_back(mix(prefix_hash.empty() ? 1 : prefix_hash.back(), static_cast<uint64_t>(t) + 1));
+  }
+};
+
+class Harness {
+ public:
+  Harness(const KvConfig& cfg, KvGeometry geo) : geo_(geo), kv_(geo, cfg, 1234) {}
+
+  KvManager& kv() { return kv_; }
+
+  // The "forward pass": writes positions [from, to) of sequence s.
+  void write(SeqId s, const ModelSeq& m, int32_t from, int32_t to) {
+    auto table = kv_.block_table(s);
+    auto views = kv_.layer_views();
+    for (int32_t p = from; p < to; ++p) {
+      const BlockId b = table[static_cast<size_t>(p / geo_.block_size)];
+      ASSERT_LT(b, kv_.num_hot_blocks()) << "writes go to hot blocks";
+      for (int layer = 0; layer < geo_.n_layer; ++layer) {
+        const KvLayerView& v = views[static_cast<size_t>(layer)];
+        for (int h = 0; h < geo_.n_kv_heads; ++h) {
+          for (int d = 0; d < geo_.head_dim; ++d) {
+            const int64_t idx = ((int64_t{b} * geo_.block_size + p % geo_.block_size) * geo_.n_kv_heads + h) * geo_.head_dim + d;
+            const float kval = expected_value(m.prefix_hash[static_cast<size_t>(p)], layer, h, d, false);
+            const float vval = expected_value(m.prefix_hash[static_cast<size_t>(p)], layer, h, d, true);
+            std::memcpy(v.k + idx * 4, &kval, 4);
+            std::memcpy(v.v + idx * 4, &vval, 4);
+          }
+        }
+      }
+    }
+  }
+
+  // Reads back every computed position of s through its block table.
+  void verify(SeqId s, const ModelSeq& m, float warm_tol) {
+    auto table = kv_.block_table(s);
+    auto views = kv_.layer_views();
+    std::vector<float> row(static_cast<size_t>(geo_.head_dim));
+    for (int32_t p = 0; p < m.computed; ++p) {
+      const BlockId b = table[static_cast<size_t>(p / geo_.block_size)];
+      for (int layer = 0; layer < geo_.n_layer; ++layer) {
+        const KvLayerView& v = views[static_cast<size_t>(layer)];
+        for (int is_value = 0; is_value < 2; ++is_value) {
+          for (int h = 0; h < geo_.n_kv_heads; ++h) {
+            if (b < v.n_hot_blocks) {
+              const uint8_t* base = is_value ? v.v : v.k;
+              for (int d = 0; d < geo_.head_dim; ++d) {
+                const int64_t idx = ((int64_t{b} * geo_.block_size + p % geo_.block_size) * geo_.n_kv_heads + h) * geo_.head_dim + d;
+                float got;
+                std::memcpy(&got, base + idx * 4, 4);
+                ASSERT_EQ(got, expected_value(m.prefix_hash[static_cast<size_t>(p)], layer, h, d, is_value))
+                    << "seq " << s << " pos " << p << " layer " << layer;
+              }
+            } else {
+              const int32_t w = b - v.n_hot_blocks;
+              const int32_t slot = w / v.warm_span, sub = w % v.warm_span;
+              const uint8_t* base = is_value ? v.warm_v + slot * v.warm_v_slot_bytes : v.warm_k + slot * v.warm_k_slot_bytes;
+              warm_decode_row(v.warm_format, is_value != 0, base, v.warm_span, geo_.block_size, geo_.n_kv_heads,
+                              geo_.head_dim, sub * geo_.block_size + p % geo_.block_size, h, row.data());
+              for (int d = 0; d < geo_.head_dim; ++d) {
+                ASSERT_NEAR(row[static_cast<size_t>(d)],
+                            expected_value(m.prefix_hash[static_cast<size_t>(p)], layer, h, d, is_value), warm_tol)
+                    << "warm seq " << s << " pos " << p;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  KvGeometry geo_;
+  KvManager kv_;
+};
+
+KvGeometry small_geo(int32_t block_size) { return KvGeometry{2, 2, 8, block_size, KvDtype::kF32}; }
+
+KvConfig small_cfg(int32_t block_size, int32_t blocks) {
+  KvConfig c;
+  c.block_size = block_size;
+  c.dtype = KvDtype::kF32;
+  c.num_blocks = blocks;
+  return c;
+}
+
+// Steps a sequence: allocate + write + commit of n more tokens.
+bool extend(Harness& hz, SeqId s, ModelSeq& m, int32_t n) {
+  int32_t cached = 0;
+  const bool fresh = m.computed == 0 && hz.kv().num_tokens(s) == 0;
+  const int32_t target = m.computed + n;
+  if (!hz.kv().allocate(s, m.tokens, target, &cached)) return false;
+  if (fresh) m.computed = std::max(m.computed, cached);
+  hz.kv().apply();
+  if (target > m.computed) hz.write(s, m, m.computed, target);
+  m.computed = std::max(m.computed, target);
+  hz.kv().commit(s, m.tokens, m.computed);
+  return true;
+}
+
+TEST(KvManager, PrefixHitCountersAreExact) {
+  Harness hz(small_cfg(4, 64), small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 10; ++i) a.push(100 + i);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 10));  // blocks [0,4) [4,8) full and cached, [8,10) partial
+  EXPECT_EQ(kv.stats().prefix_queried_tokens, 10);
+  EXPECT_EQ(kv.stats().prefix_hit_tokens, 0);
+
+  ModelSeq b;  // shares the first 9 tokens: two full blocks hit
+  for (int i = 0; i < 9; ++i) b.push(100 + i);
+  b.push(7);
+  b.push(8);
+  EXPECT_EQ(kv.query_prefix(b.tokens), 8);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 11));
+  EXPECT_EQ(kv.stats().prefix_queried_tokens, 21);
+  EXPECT_EQ(kv.stats().prefix_hit_tokens, 8);
+  hz.verify(2, b, 0);
+
+  ModelSeq c;  // the same 8 tokens exactly: only one full block may hit (one token must be computed)
+  for (int i = 0; i < 8; ++i) c.push(100 + i);
+  EXPECT_EQ(kv.query_prefix(c.tokens), 4);
+  kv.add_sequence(3);
+  ASSERT_TRUE(extend(hz, 3, c, 8));
+  EXPECT_EQ(kv.stats().prefix_hit_tokens, 12);
+
+  ModelSeq d;  // differs in the first token: no hit
+  d.push(1);
+  for (int i = 1; i < 12; ++i) d.push(100 + i);
+  kv.add_sequence(4);
+  ASSERT_TRUE(extend(hz, 4, d, 12));
+  EXPECT_EQ(kv.stats().prefix_hit_tokens, 12);
+  EXPECT_EQ(kv.stats().prefix_queried_tokens, 41);
+
+  // After a and b are freed, their blocks stay cached and a new request still hits them.
+  kv.free_sequence(1);
+  kv.free_sequence(2);
+  kv.check_invariants();
+  ModelSeq e = a;
+  e.computed = 0;
+  kv.add_sequence(5);
+  ASSERT_TRUE(extend(hz, 5, e, 10));
+  EXPECT_EQ(kv.stats().prefix_hit_tokens, 20);
+  hz.verify(5, e, 0);
+  for (SeqId s : {3, 4, 5}) kv.free_sequence(s);
+  kv.check_invariants();
+  EXPECT_EQ(kv.stats().hot.used, 0);
+}
+
+TEST(KvManager, NoPrefixCacheMeansNoSharing) {
+  KvConfig cfg = small_cfg(4, 64);
+  cfg.prefix_cache = false;
+  Harness hz(cfg, small_geo(4));
+  ModelSeq a, b;
+  for (int i = 0; i < 10; ++i) {
+    a.push(i);
+    b.push(i);
+  }
+  hz.kv().add_sequence(1);
+  hz.kv().add_sequence(2);
+  ASSERT_TRUE(extend(hz, 1, a, 10));
+  ASSERT_TRUE(extend(hz, 2, b, 10));
+  EXPECT_EQ(hz.kv().stats().prefix_hit_tokens, 0);
+  EXPECT_EQ(hz.kv().stats().hot.used, 6);
+  hz.kv().check_invariants();
+}
+
+TEST(KvManager, ForkSharesAndCopiesOnWrite) {
+  Harness hz(small_cfg(4, 32), small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq p;
+  for (int i = 0; i < 6; ++i) p.push(i + 1);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, p, 6));
+  const int64_t used_before = kv.stats().hot.used;
+  kv.fork(1, 2);
+  kv.fork(1, 3);
+  EXPECT_EQ(kv.stats().hot.used, used_before) << "a fork copies nothing";
+  kv.check_invariants();
+  ModelSeq c2 = p, c3 = p;
+  c2.push(50);
+  c3.push(60);
+  // Writing position 6 hits the shared partial block [4, 8): each child copies it first.
+  EXPECT_EQ(kv.blocks_needed(2, c2.tokens, 7), 1);
+  ASSERT_TRUE(extend(hz, 2, c2, 1));
+  ASSERT_TRUE(extend(hz, 3, c3, 1));
+  EXPECT_EQ(kv.stats().cow_copies, 2);
+  hz.verify(1, p, 0);
+  hz.verify(2, c2, 0);
+  hz.verify(3, c3, 0);
+  // The parent is now the only holder of its partial block: no copy needed.
+  p.push(70);
+  EXPECT_EQ(kv.blocks_needed(1, p.tokens, 7), 0);
+  ASSERT_TRUE(extend(hz, 1, p, 1));
+  EXPECT_EQ(kv.stats().cow_copies, 2);
+  hz.verify(1, p, 0);
+  kv.check_invariants();
+  for (SeqId s : {1, 2, 3}) kv.free_sequence(s);
+  EXPECT_EQ(kv.stats().hot.used, 0);
+}
+
+TEST(KvManager, DryRunMatchesAllocationAndFailureChangesNothing) {
+  Harness hz(small_cfg(4, 5), small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 30; ++i) a.push(i);
+  kv.add_sequence(1);
+  EXPECT_EQ(kv.blocks_needed(1, a.tokens, 30), 8);
+  EXPECT_FALSE(kv.allocate(1, a.tokens, 30));
+  kv.check_invariants();
+  EXPECT_EQ(kv.stats().hot.used, 0);
+  EXPECT_EQ(kv.blocks_needed(1, a.tokens, 17), 5);
+  ASSERT_TRUE(extend(hz, 1, a, 17));
+  EXPECT_EQ(kv.num_available_blocks(), 0);
+  a.push(99);
+  EXPECT_EQ(kv.blocks_needed(1, a.tokens, 21), 1);
+}
+
+TEST(KvManager, SwapOutAndInThroughTheColdTier) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(4, 8);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 14; ++i) a.push(i + 3);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 14));
+  ASSERT_TRUE(kv.swap_out(1));
+  kv.apply();
+  kv.check_invariants();
+  EXPECT_EQ(kv.stats().hot.used, 0);
+  EXPECT_EQ(kv.stats().cold.used, 4);
+  // Someone else uses all RAM in the meantime.
+  ModelSeq b;
+  for (int i = 0; i < 32; ++i) b.push(1000 + i);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 32));
+  kv.free_sequence(2);
+  EXPECT_EQ(kv.blocks_to_swap_in(1), 4);
+  ASSERT_TRUE(kv.swap_in(1));
+  kv.apply();
+  kv.check_invariants();
+  hz.verify(1, a, 0);
+  const uint64_t block_bytes = small_geo(4).bytes_per_block();
+  EXPECT_EQ(kv.stats().spill_bytes_in, 4 * block_bytes);
+  // Out: a's 4 blocks, then 4 of b's cached blocks evicted to make room for a's return.
+  EXPECT_EQ(kv.stats().spill_bytes_out, 8 * block_bytes);
+  EXPECT_EQ(kv.stats().evicted_blocks, 4);
+  // b's evicted prefix is still findable, in the cold tier.
+  EXPECT_EQ(kv.query_prefix(b.tokens), 28);
+  a.push(5);
+  ASSERT_TRUE(extend(hz, 1, a, 1));
+  hz.verify(1, a, 0);
+  kv.free_sequence(1);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, EvictedPrefixBlocksComeBackFromTheColdTier) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(4, 6);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 17; ++i) a.push(i + 11);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 17));
+  kv.free_sequence(1);  // 4 full blocks cached
+  ModelSeq b;  // fills RAM: evicts every cached block to the cold tier
+  for (int i = 0; i < 24; ++i) b.push(500 + i);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 24));
+  kv.apply();
+  EXPECT_GE(kv.stats().evicted_blocks, 4);
+  kv.free_sequence(2);
+  ModelSeq c = a;
+  c.computed = 0;
+  EXPECT_EQ(kv.query_prefix(c.tokens), 16);
+  kv.add_sequence(3);
+  ASSERT_TRUE(extend(hz, 3, c, 17));
+  EXPECT_EQ(kv.stats().prefix_hit_tokens, 16);
+  hz.verify(3, c, 0);
+  kv.check_invariants();
+  kv.free_sequence(3);
+  std::filesystem::remove_all(dir);
+}
+
+struct PropertyParams {
+  WarmFormat warm;
+  bool cold;
+  int32_t block_size;
+  float tol;
+};
+
+class KvProperty : public ::testing::TestWithParam<PropertyParams> {};
+
+TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
+  const PropertyParams pp = GetParam();
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(pp.block_size, 0);
+  cfg.num_blocks.reset();
+  const KvGeometry geo = small_geo(pp.block_size);
+  cfg.memory_bytes = geo.bytes_per_block() * 40;
+  cfg.warm_format = pp.warm;
+  cfg.warm_fraction = 0.4;
+  cfg.hot_tokens = pp.block_size;
+  if (pp.cold) {
+    cfg.spill_dir = dir;
+    cfg.spill_bytes = 4 << 20;
+  }
+  Harness hz(cfg, geo);
+  KvManager& kv = hz.kv();
+  std::mt19937 rng(99 + static_cast<unsigned>(pp.block_size));
+  std::map<SeqId, ModelSeq> seqs;
+  SeqId next_id = 1;
+  const std::vector<std::vector<TokenId>> prefixes = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {40, 41, 42, 43, 44, 45, 46},
+                                                      {1, 2, 3, 4, 5, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}};
+  int ops = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const int what = static_cast<int>(rng() % 100);
+    if (what < 15 || seqs.empty()) {  // a new sequence, often with a shared prefix
+      ModelSeq m;
+      if (rng() % 3 != 0) {
+        for (TokenId t : prefixes[rng() % prefixes.size()]) m.push(t);
+      }
+      const int extra = 1 + static_cast<int>(rng() % 20);
+      for (int i = 0; i < extra; ++i) m.push(static_cast<TokenId>(rng() % 50));
+      const SeqId id = next_id++;
+      kv.add_sequence(id);
+      const int32_t first = std::min<int32_t>(static_cast<int32_t>(m.tokens.size()), 1 + static_cast<int32_t>(rng() % 24));
+      const int32_t before = kv.blocks_needed(id, m.tokens, first);
+      const int32_t avail = kv.num_available_blocks();
+      const bool ok = extend(hz, id, m, first);
+      EXPECT_EQ(ok, before <= avail) << "the dry run must predict the allocation";
+      if (!ok) {
+        kv.free_sequence(id);
+        continue;
+      }
+      seqs[id] = std::move(m);
+    } else if (what < 65) {  // a step of a random running sequence: rest of its prompt, or one new token
+      auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
+      ModelSeq& m = it->second;
+      if (m.swapped) continue;
+      if (m.computed == static_cast<int32_t>(m.tokens.size())) m.push(static_cast<TokenId>(rng() % 50));
+      const int32_t n = static_cast<int32_t>(m.tokens.size()) - m.computed;
+      if (!extend(hz, it->first, m, n)) {
+        m.tokens.resize(static_cast<size_t>(m.computed));
+        m.prefix_hash.resize(static_cast<size_t>(m.computed));
+      }
+    } else if (what < 72) {  // fork
+      auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
+      if (it->second.swapped || it->second.computed < static_cast<int32_t>(it->second.tokens.size())) continue;
+      const SeqId id = next_id++;
+      kv.fork(it->first, id);
+      seqs[id] = it->second;
+    } else if (what < 85) {  // free
+      auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
+      kv.free_sequence(it->first);
+      seqs.erase(it);
+    } else if (pp.cold && what < 93) {  // swap out
+      auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
+      if (it->second.swapped) continue;
+      if (kv.swap_out(it->first)) it->second.swapped = true;
+    } else if (pp.cold) {  // swap in
+      for (auto& [id, m] : seqs) {
+        if (m.swapped && kv.swap_in(id)) {
+          m.swapped = false;
+          break;
+        }
+      }
+    }
+    kv.apply();
+    kv.check_invariants();
+    if (step % 7 == 0) {
+      for (auto& [id, m] : seqs) {
+        if (!m.swapped) hz.verify(id, m, pp.tol);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+    ++ops;
+  }
+  for (auto& [id, m] : seqs) kv.free_sequence(id);  // swapped ones release their cold slots
+  kv.apply();
+  kv.drain_io();
+  kv.check_invariants();
+  const KvStats st = kv.stats();
+  EXPECT_EQ(st.hot.used, 0);
+  EXPECT_EQ(st.warm.used, 0);
+  EXPECT_EQ(st.cold.used, 0);
+  EXPECT_EQ(st.sequences, 0);
+  EXPECT_GT(st.prefix_hit_tokens, 0);
+  if (pp.warm != WarmFormat::kNone) {
+    EXPECT_GT(st.reencoded_blocks, 0);
+  }
+  if (pp.cold) {
+    EXPECT_GT(st.swap_outs, 0);
+    EXPECT_GT(st.spill_bytes_in, 0u);
+  }
+  EXPECT_GT(ops, 1000);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, KvProperty,
+    ::testing::Values(PropertyParams{WarmFormat::kNone, false, 4, 0}, PropertyParams{WarmFormat::kNone, true, 4, 0},
+                      PropertyParams{WarmFormat::kInt8, true, 4, 0.02f}, PropertyParams{WarmFormat::kFp8, false, 8, 0.13f},
+                      PropertyParams{WarmFormat::kInt4, true, 16, 0.3f}, PropertyParams{WarmFormat::kInt4, false, 5, 0.3f}));
+
+}  // namespace
+}  // namespace strata
