@@ -27,7 +27,7 @@ constexpr GgmlType kFloatTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kB
 constexpr GgmlType kQuantTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
                                     GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
                                     GgmlType::kQ5_K, GgmlType::kQ6_K};
-constexpr int64_t kTokenCounts[] = {1, 2, 3, 7, 16, 64, 100};
+constexpr int64_t kTokenCounts[] = {1, 2, 3, 4, 7, 8, 9, 16, 64, 100};
 
 bool is_float(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
 

@@ -137,6 +137,31 @@ constexpr auto TileTable(std::integer_sequence<int, RMs...>) {
       TileRow<WT, kPrefetch, RMs + 1>(std::make_integer_sequence<int, kMaxRN>())...};
 }
 
+// Few tokens (a decode batch): every token against each weight row in one pass, so each 16-bit
+// weight is loaded and converted once and the weight stream overlaps the FMAs (widening first
+// would serialize a memory-bound pass and a compute-bound one). kNarrowRM rows at a time:
+// kNarrowRM * kNarrowMaxTokens accumulators must fit the register file (16 on AVX2, 32 on AVX-512).
+constexpr int kNarrowMaxTokens = 8;
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kNarrowRM = 2;
+#else
+constexpr int kNarrowRM = 1;
+#endif
+
+template <typename WT, int RM, int... RNs>
+constexpr auto NarrowTable(std::integer_sequence<int, RNs...>) {
+  return std::array<TileFn<WT>, kNarrowMaxTokens>{&Tile<RM, RNs + 1, true, WT>...};
+}
+
+template <typename WT>
+void RunNarrow(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys) {
+  static constexpr auto kWide = NarrowTable<WT, kNarrowRM>(std::make_integer_sequence<int, kNarrowMaxTokens>());
+  static constexpr auto kOne = NarrowTable<WT, 1>(std::make_integer_sequence<int, kNarrowMaxTokens>());
+  int64_t r = 0;
+  for (; r + kNarrowRM <= m; r += kNarrowRM) kWide[n - 1](w + r * ws, ws, x, K, K, y + r, ys);
+  for (; r < m; ++r) kOne[n - 1](w + r * ws, ws, x, K, K, y + r, ys);
+}
+
 // Widens rows [0, m) of a 16-bit weight type into f32 rows [m][K] at dst, prefetching the slice
 // after next as it goes (the tiles between two widenings issue no memory requests of their own).
 template <typename WT>
@@ -163,6 +188,12 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 template <typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
+  if constexpr (!std::is_same_v<WT, float>) {
+    if (n > kMaxRN && n <= kNarrowMaxTokens) {
+      RunNarrow(w, ws, m, x, K, n, y, ys);
+      return;
+    }
+  }
   static constexpr auto kDirect = TileTable<WT, true>(std::make_integer_sequence<int, kMaxRM>());
   static constexpr auto kWidened = TileTable<float, false>(std::make_integer_sequence<int, kMaxRM>());
   // Tokens per block: a block of x rows stays in (half of) L2 while weight slices go by.
