@@ -26,6 +26,9 @@ void add_tokenize_commands(Cli& cli);
 void add_template_commands(Cli& cli);
 void add_generate_commands(Cli& cli);
 void add_bench_commands(Cli& cli);
+// `bench serve` (cmd_bench_serve.cpp), added to the `bench` command by add_bench_commands.
+void add_bench_serve_command(Cli& cli, CLI::App* bench);
 void add_eval_commands(Cli& cli);
+void add_serve_commands(Cli& cli);
 
 }  // namespace strata::cli

@@ -411,6 +411,7 @@ void add_bench_commands(Cli& cli) {
   oc->add_flag("--json", off->json, "Print one JSON object");
   oc->callback([&cli, off] { cli.run = [off] { return run_bench_offline(*off); }; });
 
+  add_bench_serve_command(cli, bench);
 }
 
 }  // namespace strata::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   add_generate_commands(cli);
   add_bench_commands(cli);
   add_eval_commands(cli);
+  add_serve_commands(cli);
   try {
     cli.app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,228 @@
+#include "bench_client/bench_dataset.h"
+
+#include <array>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+
+namespace strata::bench {
+namespace {
+
+// Common short English words: one token each in most vocabularies, so that without a tokenizer
+// a word count is a fair stand-in for a token count.
+constexpr std::array<std::string_view, 160> kWords = {
+    "the",   "of",    "and",   "to",    "in",    "is",    "you",   "that",  "it",    "he",    "was",   "for",
+    "on",    "are",   "as",    "with",  "his",   "they",  "at",    "be",    "this",  "have",  "from",  "or",
+    "one",   "had",   "by",    "word",  "but",   "not",   "what",  "all",   "were",  "we",    "when",  "your",
+    "can",   "said",  "there", "use",   "an",    "each",  "which", "she",   "do",    "how",   "their", "if",
+    "will",  "up",    "other", "about", "out",   "many",  "then",  "them",  "these", "so",    "some",  "her",
+    "would", "make",  "like",  "him",   "into",  "time",  "has",   "look",  "two",   "more",  "write", "go",
+    "see",   "number", "no",   "way",   "could", "people", "my",   "than",  "first", "water", "been",  "call",
+    "who",   "oil",   "its",   "now",   "find",  "long",  "down",  "day",   "did",   "get",   "come",  "made",
+    "may",   "part",  "over",  "new",   "sound", "take",  "only",  "little", "work", "know",  "place", "year",
+    "live",  "me",    "back",  "give",  "most",  "very",  "after", "thing", "our",   "just",  "name",  "good",
+    "man",   "think", "say",   "great", "where", "help",  "much",  "mean",  "old",   "any",   "same",  "tell",
+    "boy",   "girl",  "dog",   "cat",   "sun",   "tree",  "house", "play",  "happy", "big",   "small", "red",
+    "blue",  "green", "ball",  "park",  "friend", "mom",  "dad",   "bird",  "fish",  "cake",  "toy",   "car",
+    "box",   "door",  "sky",   "rain"};
+
+// Words that end a prompt when one ordinary word would overshoot the length: one token almost
+// everywhere, including small SentencePiece vocabularies.
+constexpr std::array<std::string_view, 12> kFillers = {"a", "I", "to", "of", "in", "it", "is", "on", "at", "he", "we", "an"};
+
+class Generator {
+ public:
+  Generator(uint64_t seed, const TokenCounter& count) : rng_(seed), count_(count) {}
+
+  // `prefix` followed by random words, exactly `target` long by the counter when the vocabulary
+  // allows (else the longest text not over it). Counts grow with words, which lets the overshoot
+  // of multi-token words be undone by bisection instead of one word at a time.
+  std::string text(const std::string& prefix, int32_t target) {
+    std::vector<std::string_view> words;
+    auto render = [&](size_t m) {
+      std::string s = prefix;
+      for (size_t i = 0; i < m; ++i) {
+        if (!s.empty()) s.push_back(' ');
+        s.append(words[i]);
+      }
+      return s;
+    };
+    int32_t n = count_(render(0));
+    while (n < target) {
+      for (int32_t k = n; k < target; ++k) words.push_back(kWords[rng_() % kWords.size()]);
+      const int32_t before = n;
+      n = count_(render(words.size()));
+      if (n <= before) break;  // a counter that ignores words cannot reach the target
+    }
+    if (n > target) {
+      size_t lo = 0, hi = words.size();  // count(render(lo)) <= target < count(render(hi))
+      while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        (count_(render(mid)) <= target ? lo : hi) = mid;
+      }
+      words.resize(lo);
+      n = count_(render(lo));
+    }
+    std::string s = render(words.size());
+    while (n < target) {
+      bool placed = false;
+      const size_t start = rng_() % kFillers.size();
+      for (size_t i = 0; i < kFillers.size() && !placed; ++i) {
+        std::string t = s;
+        if (!t.empty()) t.push_back(' ');
+        t.append(kFillers[(start + i) % kFillers.size()]);
+        const int32_t c = count_(t);
+        if (c > n && c <= target) {
+          s = std::move(t);
+          n = c;
+          placed = true;
+        }
+      }
+      if (!placed) break;
+    }
+    return s;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  const TokenCounter& count_;
+};
+
+void validate(const DatasetOptions& o) {
+  if (o.num_prompts < 1) fail("--num-prompts must be >= 1, got {}", o.num_prompts);
+  if (o.output_len < 1) fail("--output-len must be >= 1, got {}", o.output_len);
+  if (o.kind == DatasetKind::kFile) return;
+  if (o.input_len < 1) fail("--input-len must be >= 1, got {}", o.input_len);
+  if (o.kind == DatasetKind::kSharedPrefix && (o.shared_prefix_len < 1 || o.shared_prefix_len > o.input_len)) {
+    fail("--shared-prefix-len must be in [1, --input-len = {}], got {}", o.input_len, o.shared_prefix_len);
+  }
+  if (o.kind == DatasetKind::kMultiTurn && o.turns < 1) fail("--turns must be >= 1, got {}", o.turns);
+}
+
+Dataset read_jsonl(const DatasetOptions& o, const TokenCounter& count) {
+  std::ifstream in(o.path);
+  if (!in) fail("cannot read --dataset '{}'", o.path);
+  Dataset d;
+  std::string line;
+  size_t line_no = 0;
+  while (static_cast<int32_t>(d.conversations.size()) < o.num_prompts && std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      fail("{}:{}: invalid JSON: {}", o.path, line_no, e.what());
+    }
+    if (!j.is_object()) fail("{}:{}: expected a JSON object", o.path, line_no);
+    Turn t;
+    t.max_tokens = o.output_len;
+    if (j.contains("max_tokens")) {
+      if (!j["max_tokens"].is_number_integer() || j["max_tokens"].get<int64_t>() < 1) {
+        fail("{}:{}: \"max_tokens\" must be a positive integer", o.path, line_no);
+      }
+      t.max_tokens = j["max_tokens"].get<int32_t>();
+    }
+    if (j.contains("prompt") && j["prompt"].is_string()) {
+      t.prompt = j["prompt"].get<std::string>();
+      t.prompt_len = count(t.prompt);
+    } else if (j.contains("messages") && j["messages"].is_array() && !j["messages"].empty()) {
+      for (const auto& m : j["messages"]) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+            !m["content"].is_string()) {
+          fail("{}:{}: each message needs string \"role\" and \"content\"", o.path, line_no);
+        }
+        t.messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+        t.prompt_len += count(t.messages.back().content);
+      }
+    } else {
+      fail("{}:{}: needs a string \"prompt\" or a non-empty \"messages\" array", o.path, line_no);
+    }
+    d.conversations.push_back({{std::move(t)}});
+  }
+  if (d.conversations.empty()) fail("--dataset '{}' holds no requests", o.path);
+  return d;
+}
+
+}  // namespace
+
+int32_t count_words(std::string_view text) {
+  int32_t n = 0;
+  bool in_word = false;
+  for (char c : text) {
+    const bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
+}
+
+size_t Dataset::num_requests() const {
+  size_t n = 0;
+  for (const auto& c : conversations) n += c.turns.size();
+  return n;
+}
+
+std::string shared_prefix_text(const DatasetOptions& o) {
+  validate(o);
+  const TokenCounter count = o.counter ? o.counter : TokenCounter(count_words);
+  Generator g(o.seed, count);
+  return g.text("", o.shared_prefix_len);
+}
+
+Dataset make_dataset(const DatasetOptions& o) {
+  validate(o);
+  const TokenCounter count = o.counter ? o.counter : TokenCounter(count_words);
+  if (o.kind == DatasetKind::kFile) return read_jsonl(o, count);
+  Generator g(o.seed, count);
+  Dataset d;
+  auto turn = [&](std::string prompt) {
+    Turn t;
+    t.prompt = std::move(prompt);
+    t.prompt_len = count(t.prompt);
+    t.max_tokens = o.output_len;
+    return t;
+  };
+  switch (o.kind) {
+    case DatasetKind::kRandom:
+      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text("", o.input_len))}});
+      break;
+    case DatasetKind::kSharedPrefix: {
+      // Same generator state as shared_prefix_text(): the prefix is drawn first.
+      const std::string prefix = g.text("", o.shared_prefix_len);
+      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text(prefix, o.input_len))}});
+      break;
+    }
+    case DatasetKind::kMultiTurn:
+      for (int32_t left = o.num_prompts; left > 0; left -= o.turns) {
+        Conversation c;
+        for (int32_t k = 0; k < std::min(left, o.turns); ++k) c.turns.push_back(turn(g.text("", o.input_len)));
+        d.conversations.push_back(std::move(c));
+      }
+      break;
+    case DatasetKind::kFile:
+      break;
+  }
+  return d;
+}
+
+DatasetKind parse_dataset_kind(std::string_view s) {
+  if (s == "random") return DatasetKind::kRandom;
+  if (s == "shared-prefix") return DatasetKind::kSharedPrefix;
+  if (s == "multi-turn") return DatasetKind::kMultiTurn;
+  return DatasetKind::kFile;
+}
+
+std::string_view dataset_kind_name(DatasetKind k) {
+  switch (k) {
+    case DatasetKind::kRandom: return "random";
+    case DatasetKind::kSharedPrefix: return "shared-prefix";
+    case DatasetKind::kMultiTurn: return "multi-turn";
+    case DatasetKind::kFile: return "file";
+  }
+  return "?";
+}
+
+}  // namespace strata::bench

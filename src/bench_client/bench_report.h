@@ -1,0 +1,54 @@
+// The numbers a serving benchmark reports, computed from a BenchRun: request and token
+// throughput, TTFT, TPOT, ITL and end-to-end latency summaries, failures, and the server's
+// prefix-cache hit rate over the run. Definitions follow `vllm bench serve`:
+//   TTFT  send -> first chunk with generated text
+//   TPOT  (e2e - TTFT) / (output tokens - 1), per request with more than one output token
+//   ITL   gaps between consecutive chunks with text, pooled over all requests
+//   throughputs divide by the run's wall time; only completed requests count.
+//
+// Thread-safety: pure functions over plain values.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "bench_client/bench_runner.h"
+#include "bench_client/latency_stats.h"
+#include "bench_client/prometheus_text.h"
+
+namespace strata::bench {
+
+struct BenchReport {
+  size_t completed = 0;
+  size_t failed = 0;
+  std::string first_error;           // of the first failed request in dataset order; "" when none
+  size_t requests_with_usage = 0;    // completed requests whose response reported usage
+  double duration_s = 0;
+  int64_t total_input_tokens = 0;
+  int64_t total_output_tokens = 0;
+  double request_throughput = 0;     // completed requests per second
+  double output_tok_s = 0;
+  double total_tok_s = 0;            // (input + output) tokens per second
+  LatencySummary ttft_ms, tpot_ms, itl_ms, e2e_ms;
+  std::optional<double> prefix_hit_rate;  // nullopt when the server does not expose it
+};
+
+BenchReport make_report(const BenchRun& run);
+
+// Hit tokens over queried tokens between two scrapes of the same server, from strata's
+// strata_prefix_cache_{hit,queried}_tokens_total counters (or vLLM's vllm:prefix_cache_{hits,
+// queries}_total). nullopt when the counters are missing or nothing was queried in between.
+std::optional<double> prefix_hit_rate_delta(const MetricSamples& before, const MetricSamples& after);
+
+// The report as a human reads it (a table in the style of vllm bench serve).
+std::string format_report(const BenchReport& r);
+
+// The report as one JSON object: request_throughput, output_tok_s, total_tok_s,
+// ttft_ms/tpot_ms/itl_ms/e2e_ms {mean, median, p99}, completed, failed, first_error,
+// prefix_hit_rate (null when n/a), duration_s, total_input_tokens, total_output_tokens,
+// requests_with_usage. The caller adds the run parameters.
+nlohmann::ordered_json report_to_json(const BenchReport& r);
+
+}  // namespace strata::bench

@@ -1,0 +1,68 @@
+// Drives a serving benchmark: sends a Dataset's requests to an OpenAI-compatible server with
+// Poisson arrivals (or all at once) under a concurrency cap, streams every response, and scrapes
+// the server's /metrics before and after.
+//
+// Arrivals are per conversation: a multi-turn conversation starts at its arrival time, then sends
+// its turns one after another, each with the earlier turns and the server's actual replies as
+// chat history. Conversations run concurrently. Latencies start when a request is sent, so time
+// spent waiting for a concurrency slot on the client is not counted (as in `vllm bench serve`).
+//
+// Threads: run_benchmark uses min(conversations, max_concurrency) worker threads, each with its own
+// HTTP client, and returns after all have joined. Thread-safety: call from one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_client/bench_dataset.h"
+#include "bench_client/openai_stream_client.h"
+#include "bench_client/prometheus_text.h"
+
+namespace strata::bench {
+
+struct BenchConfig {
+  std::string base_url;             // e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)
+  std::string model;
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string api_key;              // "" sends no Authorization header
+  double request_rate = 0;          // conversations started per second (Poisson); 0 = all at once
+  int32_t max_concurrency = 0;      // requests in flight at most; 0 = no cap
+  uint64_t seed = 0;                // of the arrival times
+  double timeout_s = 600;           // per request
+  std::optional<double> temperature;
+  bool ignore_eos = false;
+  // Counts generated tokens from the text when a response has no usage; null: one per text chunk.
+  TokenCounter output_counter;
+  // Counts prompt tokens (all messages of a chat request) when a response has no usage.
+  TokenCounter prompt_counter;      // null: count_words
+  // Called from worker threads after each request (done so far, total); must be thread-safe.
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct RequestRecord {
+  size_t conversation = 0;
+  size_t turn = 0;
+  StreamResult result;
+  int32_t prompt_tokens = 0;  // from usage when given, else counted
+  int32_t output_tokens = 0;  // from usage when given, else counted
+  bool usage_reported = false;
+};
+
+struct BenchRun {
+  std::vector<RequestRecord> records;  // one per request, in dataset order
+  double duration_s = 0;               // from the first arrival to the last response
+  std::optional<MetricSamples> metrics_before, metrics_after;  // nullopt when /metrics failed
+};
+
+// Throws strata::Error for an unusable configuration (bad URL, multi-turn or "messages" requests
+// on the completions endpoint). Server and network failures are recorded per request instead.
+BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& dataset);
+
+// Arrival offsets in seconds of `n` conversations: 0 for all when rate is 0 (infinite), else a
+// Poisson process starting at 0 with exponential gaps of mean 1/rate drawn from `seed`.
+std::vector<double> arrival_times(size_t n, double rate, uint64_t seed);
+
+}  // namespace strata::bench

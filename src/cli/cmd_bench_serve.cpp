@@ -1,0 +1,213 @@
+// `strata bench serve`: load-tests any OpenAI-compatible server over HTTP, like `vllm bench serve`:
+// streamed requests from a synthetic or JSONL dataset with Poisson arrivals, reporting throughput,
+// TTFT, TPOT, ITL, end-to-end latency, failures and the server's prefix-cache hit rate. The
+// client logic lives in src/bench_client/; this file is flags, wiring and output.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "bench_client/bench_dataset.h"
+#include "bench_client/bench_report.h"
+#include "bench_client/bench_runner.h"
+#include "bench_client/openai_stream_client.h"
+#include "cli/cli.h"
+#include "core/error.h"
+#include "gguf/gguf_file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::cli {
+namespace {
+
+struct BenchServeOptions {
+  std::string base_url = "http://127.0.0.1:8080";  // strata serve's default port
+  std::string model;
+  std::string endpoint = "completions";
+  std::string dataset = "random";
+  int32_t num_prompts = 100;
+  int32_t input_len = 256;
+  int32_t output_len = 128;
+  std::optional<int32_t> shared_prefix_len;
+  int32_t turns = 3;
+  std::string request_rate = "inf";
+  int32_t max_concurrency = 0;
+  uint64_t seed = 0;
+  std::string api_key;
+  std::string tokenizer;
+  std::string json_out;
+  double timeout_s = 600;
+  double temperature = 0;
+  bool ignore_eos = false;
+  bool quiet = false;
+};
+
+double parse_rate(const std::string& s) {
+  if (s == "inf") return 0;
+  double rate = -1;
+  try {
+    size_t used = 0;
+    rate = std::stod(s, &used);
+    if (used != s.size()) rate = -1;
+  } catch (const std::exception&) {
+  }
+  if (!(rate > 0) || !std::isfinite(rate)) fail("--request-rate must be a positive number or 'inf', got '{}'", s);
+  return rate;
+}
+
+// The first model the server lists, for when --model is not given (the API requires a name).
+std::string discover_model(const bench::ServerUrl& url, const std::string& api_key) {
+  bench::OpenAiStreamClient client(url, api_key, 10);
+  const auto body = client.get(url.api_prefix + "/models");
+  if (body) {
+    const auto j = nlohmann::json::parse(*body, nullptr, false);
+    if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
+        j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
+      return j["data"][0]["id"].get<std::string>();
+    }
+  }
+  fail("--model not given and GET {}{}/models named no model", url.origin, url.api_prefix);
+}
+
+int run_bench_serve(BenchServeOptions o) {
+  bench::Endpoint endpoint;
+  if (o.endpoint == "completions") {
+    endpoint = bench::Endpoint::kCompletions;
+  } else if (o.endpoint == "chat") {
+    endpoint = bench::Endpoint::kChat;
+  } else {
+    fail("--endpoint must be completions or chat, got '{}'", o.endpoint);
+  }
+  const double rate = parse_rate(o.request_rate);
+  if (o.max_concurrency < 0) fail("--max-concurrency must be >= 0 (0 = no cap), got {}", o.max_concurrency);
+  if (!(o.timeout_s > 0)) fail("--timeout-s must be > 0, got {}", o.timeout_s);
+  if (o.api_key.empty()) {
+    if (const char* env = std::getenv("OPENAI_API_KEY")) o.api_key = env;
+  }
+  const bench::ServerUrl url = bench::ServerUrl::parse(o.base_url);
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  bench::TokenCounter counter;
+  if (!o.tokenizer.empty()) {
+    tokenizer = Tokenizer::from_gguf(*GgufFile::open(o.tokenizer));
+    counter = [tok = tokenizer.get()](std::string_view text) {
+      return static_cast<int32_t>(tok->encode(text, false, false).size());
+    };
+  }
+
+  bench::DatasetOptions d;
+  d.kind = bench::parse_dataset_kind(o.dataset);
+  if (d.kind == bench::DatasetKind::kFile) d.path = o.dataset;
+  d.num_prompts = o.num_prompts;
+  d.input_len = o.input_len;
+  d.output_len = o.output_len;
+  d.shared_prefix_len = o.shared_prefix_len.value_or(o.input_len / 2);
+  if (d.kind == bench::DatasetKind::kSharedPrefix && !o.shared_prefix_len && d.shared_prefix_len < 1) d.shared_prefix_len = 1;
+  d.turns = o.turns;
+  d.seed = o.seed;
+  d.counter = counter;
+  if (d.kind == bench::DatasetKind::kMultiTurn && endpoint != bench::Endpoint::kChat) {
+    fail("--dataset multi-turn sends growing message lists: use --endpoint chat");
+  }
+  const bench::Dataset dataset = bench::make_dataset(d);
+
+  bench::BenchConfig cfg;
+  cfg.base_url = o.base_url;
+  cfg.model = o.model.empty() ? discover_model(url, o.api_key) : o.model;
+  cfg.endpoint = endpoint;
+  cfg.api_key = o.api_key;
+  cfg.request_rate = rate;
+  cfg.max_concurrency = o.max_concurrency;
+  cfg.seed = o.seed;
+  cfg.timeout_s = o.timeout_s;
+  cfg.temperature = o.temperature;
+  cfg.ignore_eos = o.ignore_eos;
+  cfg.output_counter = counter;
+  cfg.prompt_counter = counter;
+  const size_t total = dataset.num_requests();
+  if (!o.quiet) {
+    fmt::print(stderr, "bench serve: {} requests ({} conversations) to {}{} model '{}', rate {}, max concurrency {}\n",
+               total, dataset.conversations.size(), url.origin, url.path(endpoint), cfg.model, o.request_rate,
+               o.max_concurrency > 0 ? std::to_string(o.max_concurrency) : "none");
+    // Progress at every tenth of the run, on stderr so that stdout is only the report.
+    cfg.progress = [total, last = std::make_shared<size_t>(0)](size_t done, size_t n) {
+      const size_t tenth = done * 10 / n;
+      if (tenth > *last || done == n) {
+        *last = tenth;
+        fmt::print(stderr, "bench serve: {}/{} done\n", done, total);
+      }
+    };
+  }
+
+  const bench::BenchRun run = bench::run_benchmark(cfg, dataset);
+  const bench::BenchReport report = bench::make_report(run);
+  fmt::print("{}", bench::format_report(report));
+
+  if (!o.json_out.empty()) {
+    nlohmann::ordered_json j = bench::report_to_json(report);
+    j["base_url"] = o.base_url;
+    j["model"] = cfg.model;
+    j["endpoint"] = o.endpoint;
+    j["dataset"] = o.dataset;
+    j["num_prompts"] = o.num_prompts;
+    j["num_requests"] = total;
+    j["input_len"] = o.input_len;
+    j["output_len"] = o.output_len;
+    j["shared_prefix_len"] = d.kind == bench::DatasetKind::kSharedPrefix ? nlohmann::ordered_json(d.shared_prefix_len) : nullptr;
+    j["turns"] = d.kind == bench::DatasetKind::kMultiTurn ? nlohmann::ordered_json(d.turns) : nullptr;
+    j["request_rate"] = rate > 0 ? nlohmann::ordered_json(rate) : nlohmann::ordered_json("inf");
+    j["max_concurrency"] = o.max_concurrency > 0 ? nlohmann::ordered_json(o.max_concurrency) : nullptr;
+    j["seed"] = o.seed;
+    j["temperature"] = o.temperature;
+    j["ignore_eos"] = o.ignore_eos;
+    j["tokenizer"] = o.tokenizer.empty() ? nullptr : nlohmann::ordered_json(o.tokenizer);
+    j["timeout_s"] = o.timeout_s;
+    std::ofstream out(o.json_out, std::ios::trunc);
+    if (!out) fail("cannot write --json-out '{}'", o.json_out);
+    out << j.dump(2) << "\n";
+    if (!out.flush()) fail("cannot write --json-out '{}'", o.json_out);
+  }
+  // Failures are part of the measurement; only a run where nothing worked is a failed run.
+  return report.completed > 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+void add_bench_serve_command(Cli& cli, CLI::App* bench) {
+  auto o = std::make_shared<BenchServeOptions>();
+  CLI::App* cmd = bench->add_subcommand(
+      "serve", "Load-test an OpenAI-compatible server over HTTP (like vllm bench serve): throughput, TTFT, TPOT, ITL");
+  cmd->add_option("--base-url", o->base_url, "Server address, e.g. http://127.0.0.1:8080 (a trailing /v1 is fine)")
+      ->capture_default_str();
+  cmd->add_option("--model", o->model, "Model name sent with each request (default: the first of GET /v1/models)");
+  cmd->add_option("--endpoint", o->endpoint, "completions (/v1/completions) or chat (/v1/chat/completions)")
+      ->capture_default_str();
+  cmd->add_option("--dataset", o->dataset,
+                  "random | shared-prefix | multi-turn | FILE.jsonl (lines with \"prompt\" or \"messages\", optional \"max_tokens\")")
+      ->capture_default_str();
+  cmd->add_option("--num-prompts", o->num_prompts, "Requests to send (multi-turn: turns in total)")->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "Prompt length in tokens (words without --tokenizer); multi-turn: per turn")
+      ->capture_default_str();
+  cmd->add_option("--output-len", o->output_len, "max_tokens of each request")->capture_default_str();
+  cmd->add_option("--shared-prefix-len", o->shared_prefix_len,
+                  "shared-prefix: leading tokens common to every prompt (default: half of --input-len)");
+  cmd->add_option("--turns", o->turns, "multi-turn: turns per conversation")->capture_default_str();
+  cmd->add_option("--request-rate", o->request_rate, "Poisson arrivals per second, or inf (all at once)")->capture_default_str();
+  cmd->add_option("--max-concurrency", o->max_concurrency, "Requests in flight at most (0 = no cap)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the prompts and the arrival times")->capture_default_str();
+  cmd->add_option("--api-key", o->api_key, "Bearer token (default: $OPENAI_API_KEY when set)");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "GGUF whose tokenizer makes prompts exactly --input-len tokens and counts output without usage");
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature sent with each request")->capture_default_str();
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Send ignore_eos: true (vLLM/llama.cpp/strata extension) for exact output lengths");
+  cmd->add_option("--json-out", o->json_out, "Also write the results and parameters as one JSON object to this file");
+  cmd->add_option("--timeout-s", o->timeout_s, "Per-request time limit in seconds")->capture_default_str();
+  cmd->add_flag("--quiet", o->quiet, "No progress lines on stderr");
+  cmd->callback([&cli, o] { cli.run = [o] { return run_bench_serve(*o); }; });
+}
+
+}  // namespace strata::cli

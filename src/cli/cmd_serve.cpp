@@ -1,0 +1,82 @@
+// `strata serve`: the OpenAI-compatible HTTP server (src/server/). This file only turns flags into
+// a ServerConfig; what runs is server/serve.h.
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "cli/common_flags.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "server/serve.h"
+
+namespace strata::cli {
+namespace {
+
+struct ServeOptions {
+  ModelFlags model;
+  KvFlags kv;
+  EngineFlags engine;
+  server::ServerConfig server;
+  std::string max_body = "8MiB";
+  std::string chat_template_file;
+};
+
+int run_serve(ServeOptions o) {
+  server::ServerConfig& cfg = o.server;
+  // Everything that can be wrong with the flags is reported before the port is opened.
+  cfg.engine = o.engine.to_config(o.kv);
+  cfg.model_path = o.model.model;
+  cfg.n_threads = o.model.threads;
+  if (cfg.api_key.empty()) {
+    if (const char* env = std::getenv("STRATA_API_KEY")) cfg.api_key = env;
+  }
+  const auto body = parse_bytes(o.max_body);
+  if (!body || *body == 0) fail("--max-body-bytes '{}' is not a size (examples: 8MiB, 65536)", o.max_body);
+  cfg.max_body_bytes = *body;
+  if (!(cfg.shutdown_timeout_s >= 0 && cfg.shutdown_timeout_s <= 86400)) fail("--shutdown-timeout-s must be in [0, 86400]");
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file, std::ios::binary);
+    if (!in) fail("cannot read --chat-template '{}'", o.chat_template_file);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    cfg.chat_template_source = ss.str();
+  }
+  return server::run_server(cfg);
+}
+
+}  // namespace
+
+void add_serve_commands(Cli& cli) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = cli.app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API (completions, chat, /metrics)");
+  add_model_flags(cmd, o->model);
+  cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->server.api_key,
+                  "Require 'Authorization: Bearer KEY' on the API routes (default: $STRATA_API_KEY; none when unset)");
+  cmd->add_option("--served-model-name", o->server.served_model_name,
+                  "Model name in responses and /v1/models (default: the model file's name without .gguf)");
+  cmd->add_option("--max-queue", o->server.max_queue, "Generation requests in flight (waiting + running) before 429")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--http-threads", o->server.http_threads,
+                  "HTTP worker threads (each streaming response holds one while it streams)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template file overriding the model's tokenizer.chat_template");
+  cmd->add_option("--max-body-bytes", o->max_body, "Largest request body accepted (413 beyond), e.g. 8MiB")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout-s", o->server.shutdown_timeout_s,
+                  "On SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled")
+      ->capture_default_str();
+  add_engine_flags(cmd, o->engine);
+  add_kv_flags(cmd, o->kv);
+  cmd->callback([&cli, o] { cli.run = [o] { return run_serve(*o); }; });
+}
+
+}  // namespace strata::cli

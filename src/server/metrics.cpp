@@ -1,0 +1,169 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace strata::server {
+namespace {
+
+// Bucket bounds in seconds. Small models produce tokens in well under a millisecond on a CPU and
+// large ones take seconds per prompt, so the ranges span both ends.
+const std::vector<double> kTtftBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+                                         0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
+const std::vector<double> kTpotBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
+                                         0.1,    0.15,  0.2,    0.3,   0.4,  0.5,   0.75, 1.0, 2.5};
+const std::vector<double> kE2eBounds = {0.01, 0.025, 0.05, 0.1,  0.25, 0.5,  1.0,   2.5,  5.0,
+                                        10.0, 15.0,  20.0, 30.0, 60.0, 120.0, 300.0, 600.0};
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Appends HELP and TYPE lines.
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <typename T>
+void single(std::string& out, std::string_view name, std::string_view type, std::string_view help, T value) {
+  header(out, name, type, help);
+  out += fmt::format("{} {}\n", name, value);
+}
+
+void histogram(std::string& out, std::string_view name, std::string_view help, const Histogram& h) {
+  header(out, name, "histogram", help);
+  const Histogram::Snapshot s = h.snapshot();
+  for (size_t i = 0; i < h.bounds().size(); ++i) out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds()[i], s.cumulative[i]);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, s.cumulative.back());
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, s.sum, name, s.count);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
+  STRATA_CHECK(std::is_sorted(bounds_.begin(), bounds_.end()), "histogram bounds must ascend");
+}
+
+void Histogram::observe(double value) {
+  const size_t bucket = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++counts_[bucket];
+  sum_ += value;
+  ++count_;
+}
+
+Histogram::Snapshot Histogram::snapshot() const {
+  Snapshot s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t running = 0;
+  for (uint64_t c : counts_) s.cumulative.push_back(running += c);
+  s.sum = sum_;
+  s.count = count_;
+  return s;
+}
+
+std::string_view outcome_label(RequestOutcome outcome) {
+  switch (outcome) {
+    case RequestOutcome::kSuccess:
+      return "success";
+    case RequestOutcome::kError:
+      return "error";
+    case RequestOutcome::kAborted:
+      return "aborted";
+    case RequestOutcome::kRejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+RequestTimer::RequestTimer(Clock::time_point arrival, int32_t n_samples)
+    : arrival_(arrival), samples_(static_cast<size_t>(std::max(1, n_samples))) {}
+
+void RequestTimer::observe(const EngineEvent& e) {
+  if (e.kind == EngineEvent::Kind::kToken) {
+    if (!first_token_) first_token_ = e.time;
+    if (e.index >= 0 && static_cast<size_t>(e.index) < samples_.size()) {
+      Sample& s = samples_[static_cast<size_t>(e.index)];
+      if (s.tokens++ == 0) s.first = e.time;
+      s.last = e.time;
+    }
+  } else if (e.kind == EngineEvent::Kind::kDone) {
+    done_ = e.time;
+  }
+}
+
+RequestLatency RequestTimer::latency() const {
+  RequestLatency l;
+  if (first_token_) l.ttft_s = seconds(*first_token_ - arrival_);
+  if (done_) l.e2e_s = seconds(*done_ - arrival_);
+  double sum = 0;
+  int n = 0;
+  for (const Sample& s : samples_) {
+    if (s.tokens < 2) continue;
+    sum += seconds(s.last - s.first) / static_cast<double>(s.tokens - 1);
+    ++n;
+  }
+  if (n > 0) l.tpot_s = sum / n;
+  return l;
+}
+
+ServerMetrics::ServerMetrics() : ttft_(kTtftBounds), tpot_(kTpotBounds), e2e_(kE2eBounds) {}
+
+void ServerMetrics::count_request(RequestOutcome outcome) {
+  requests_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerMetrics::observe_latency(const RequestLatency& latency) {
+  if (latency.ttft_s) ttft_.observe(*latency.ttft_s);
+  if (latency.tpot_s) tpot_.observe(*latency.tpot_s);
+  if (latency.e2e_s) e2e_.observe(*latency.e2e_s);
+}
+
+std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t in_flight) const {
+  const EngineStats st = engine != nullptr ? *engine : EngineStats{};
+  std::string out;
+  out.reserve(8192);
+  single(out, "strata_model_ready", "gauge", "1 when the model is loaded and requests are served, 0 while loading.", ready ? 1 : 0);
+
+  header(out, "strata_requests_total", "counter", "Generation requests (completions and chat) by how they ended.");
+  for (size_t i = 0; i < kNumOutcomes; ++i)
+    out += fmt::format("strata_requests_total{{status=\"{}\"}} {}\n", outcome_label(static_cast<RequestOutcome>(i)),
+                       requests_[i].load(std::memory_order_relaxed));
+  single(out, "strata_requests_in_flight", "gauge", "Generation requests admitted and not yet finished (bounded by --max-queue).",
+         in_flight);
+  single(out, "strata_requests_running", "gauge", "Sequences the scheduler is running.", st.counts.running);
+  single(out, "strata_requests_waiting", "gauge", "Sequences waiting to be scheduled (including submitted, not yet seen).",
+         static_cast<int64_t>(st.counts.waiting) + st.queued);
+  single(out, "strata_requests_swapped", "gauge", "Sequences swapped out to the cold tier.", st.counts.swapped);
+
+  single(out, "strata_kv_usage_ratio", "gauge", "Share of the RAM KV tiers (hot + warm) in use, by bytes.", st.kv.usage_ratio());
+  const std::pair<const char*, const KvTierStats*> tiers[] = {{"hot", &st.kv.hot}, {"warm", &st.kv.warm}, {"cold", &st.kv.cold}};
+  header(out, "strata_kv_bytes", "gauge", "KV bytes held (used and cached blocks) per tier.");
+  for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_bytes{{tier=\"{}\"}} {}\n", name, t->bytes_used);
+  header(out, "strata_kv_capacity_bytes", "gauge", "KV capacity in bytes per tier.");
+  for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_capacity_bytes{{tier=\"{}\"}} {}\n", name, t->bytes_total);
+  header(out, "strata_kv_blocks_used", "gauge", "KV blocks (slots) referenced by sequences per tier.");
+  for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_blocks_used{{tier=\"{}\"}} {}\n", name, t->used);
+  header(out, "strata_kv_blocks_cached", "gauge", "KV blocks holding reusable prefix-cache content, unreferenced, per tier.");
+  for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_blocks_cached{{tier=\"{}\"}} {}\n", name, t->cached);
+  header(out, "strata_kv_blocks_free", "gauge", "Empty KV blocks (slots) per tier.");
+  for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_blocks_free{{tier=\"{}\"}} {}\n", name, t->free);
+
+  single(out, "strata_prefix_cache_queried_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
+         st.kv.prefix_queried_tokens);
+  single(out, "strata_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.", st.kv.prefix_hit_tokens);
+  single(out, "strata_preemptions_total", "counter", "Sequences preempted (swapped out or recomputed) to free KV blocks.",
+         st.preemptions);
+  single(out, "strata_kv_spill_out_bytes_total", "counter", "KV bytes written to the cold tier.", st.kv.spill_bytes_out);
+  single(out, "strata_kv_spill_in_bytes_total", "counter", "KV bytes read back from the cold tier.", st.kv.spill_bytes_in);
+  single(out, "strata_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", st.prompt_tokens);
+  single(out, "strata_generation_tokens_total", "counter", "Generated tokens of finished requests.", st.generated_tokens);
+
+  histogram(out, "strata_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.", ttft_);
+  histogram(out, "strata_time_per_output_token_seconds", "Mean time between consecutive generated tokens of a request.", tpot_);
+  histogram(out, "strata_e2e_request_latency_seconds", "Time from a request's arrival to its last token.", e2e_);
+  return out;
+}
+
+}  // namespace strata::server

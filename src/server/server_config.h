@@ -1,0 +1,29 @@
+// Everything `strata serve` is configured with, as one value.
+// Thread-safety: a plain value; read-only once the server starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace strata::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0 = any free port (printed at start)
+  std::string api_key;            // "" = no authentication
+  std::string served_model_name;  // "" = the model file's name without .gguf
+  int32_t max_queue = 256;        // generation requests in flight (waiting + running) before 429
+  int32_t http_threads = 32;      // a streaming response holds a thread for its whole length
+  uint64_t max_body_bytes = uint64_t{8} << 20;
+  double shutdown_timeout_s = 30;  // how long SIGINT/SIGTERM lets in-flight requests finish
+
+  std::string model_path;
+  int n_threads = 0;
+  EngineConfig engine;
+  std::optional<std::string> chat_template_source;  // the text of --chat-template FILE
+};
+
+}  // namespace strata::server

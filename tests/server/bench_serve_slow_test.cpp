@@ -1,0 +1,247 @@
+// `strata bench serve` (the real binary) against a running `strata serve` on stories260K: every
+// request of each endpoint and dataset completes, --json-out carries the documented fields, and
+// the shared-prefix dataset makes the server's prefix cache hit. Also: a server that is not there
+// gives failures with the first error, not a crash or a hang.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "support/test_support.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+// `strata serve` on stories260K at a free port, shared by the suite, stopped at its end.
+class ServeProcess {
+ public:
+  ~ServeProcess() { stop(); }
+
+  bool start(std::string* error) {
+    dir_ = test::make_temp_dir("strata-bench-serve");
+    log_path_ = dir_ + "/serve.log";
+    const std::vector<std::string> argv = {test::strata_bin(), "serve", "--model", test::shared_path("models/stories260K.gguf"),
+                                           "--host", "127.0.0.1", "--port", "0"};
+    std::vector<char*> args;  // built before fork: the child only calls async-signal-safe functions
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      *error = "cannot create " + log_path_;
+      return false;
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fd);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        *error = "strata serve exited early:\n" + log();
+        return false;
+      }
+      std::smatch m;
+      const std::string text = log();
+      if (port_ == 0 && std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
+      if (port_ != 0) {
+        httplib::Client c("127.0.0.1", port_);
+        c.set_connection_timeout(2);
+        if (auto res = c.Get("/health"); res && res->status == 200) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    *error = "strata serve was not healthy within 120 s:\n" + log();
+    return false;
+  }
+
+  void stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      for (int i = 0; i < 400 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (kill(pid_, 0) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+      pid_ = -1;
+    }
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_.clear();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string log() const {
+    try {
+      return test::read_file(log_path_);
+    } catch (const std::exception&) {
+      return "";
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string dir_, log_path_;
+};
+
+class BenchServe : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServeProcess;
+    if (!server_->start(&start_error_)) {
+      delete server_;
+      server_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << start_error_;
+    dir_ = test::make_temp_dir("strata-bench-json");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs `strata bench serve` with `args` and returns its --json-out object.
+  json bench(std::vector<std::string> args, int expected_exit = 0, std::string base_url = "") {
+    const std::string out = dir_ + "/result.json";
+    std::vector<std::string> argv = {test::strata_bin(), "bench", "serve", "--base-url",
+                                     base_url.empty() ? server_->url() : base_url, "--json-out", out, "--seed", "1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    last_ = test::run_command(argv, 300.0);
+    EXPECT_EQ(last_.exit_code, expected_exit) << last_.out << last_.err << (server_ ? server_->log() : "");
+    return json::parse(test::read_file(out));
+  }
+
+  static void expect_documented_fields(const json& j) {
+    for (const char* key : {"request_throughput", "output_tok_s", "total_tok_s", "duration_s"}) {
+      EXPECT_TRUE(j[key].is_number()) << key << " in " << j.dump(2);
+    }
+    for (const char* key : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+      for (const char* stat : {"mean", "median", "p99"}) EXPECT_TRUE(j[key][stat].is_number()) << key << "." << stat;
+    }
+    for (const char* key : {"completed", "failed", "total_input_tokens", "total_output_tokens", "num_prompts", "input_len",
+                            "output_len", "seed"}) {
+      EXPECT_TRUE(j[key].is_number_integer()) << key << " in " << j.dump(2);
+    }
+    EXPECT_TRUE(j.contains("prefix_hit_rate"));
+    EXPECT_TRUE(j["model"].is_string());
+    EXPECT_TRUE(j["endpoint"].is_string());
+    EXPECT_TRUE(j["dataset"].is_string());
+    EXPECT_TRUE(j.contains("request_rate"));
+    EXPECT_TRUE(j.contains("max_concurrency"));
+  }
+
+  static void expect_all_completed(const json& j, int n) {
+    EXPECT_EQ(j["completed"], n) << j.dump(2);
+    EXPECT_EQ(j["failed"], 0) << j.dump(2);
+    EXPECT_TRUE(j["first_error"].is_null()) << j.dump(2);
+    EXPECT_GT(j["total_output_tokens"].get<int64_t>(), 0);
+    EXPECT_GT(j["output_tok_s"].get<double>(), 0);
+    EXPECT_GT(j["request_throughput"].get<double>(), 0);
+    EXPECT_GT(j["e2e_ms"]["mean"].get<double>(), 0);
+    EXPECT_EQ(j["requests_with_usage"], n) << "strata serve reports usage with include_usage";
+    // strata serve exposes the prefix-cache counters, so the rate is a number, not n/a.
+    EXPECT_TRUE(j["prefix_hit_rate"].is_number()) << j.dump(2);
+  }
+
+  static ServeProcess* server_;
+  static std::string start_error_;
+  std::string dir_;
+  test::CommandResult last_;
+};
+
+ServeProcess* BenchServe::server_ = nullptr;
+std::string BenchServe::start_error_;
+
+TEST_F(BenchServe, CompletionsEndpointRandomPrompts) {
+  const json j = bench({"--endpoint", "completions", "--dataset", "random", "--num-prompts", "8", "--input-len", "32",
+                        "--output-len", "16"});
+  expect_documented_fields(j);
+  expect_all_completed(j, 8);
+  EXPECT_EQ(j["endpoint"], "completions");
+  EXPECT_EQ(j["model"], "stories260K") << "discovered from /v1/models";
+  EXPECT_EQ(j["request_rate"], "inf");
+  EXPECT_LE(j["total_output_tokens"].get<int64_t>(), 8 * 16);
+  EXPECT_NE(last_.out.find("Successful requests:"), std::string::npos) << last_.out;
+  EXPECT_NE(last_.out.find("Mean TTFT (ms):"), std::string::npos) << last_.out;
+}
+
+TEST_F(BenchServe, ChatEndpointWithPoissonArrivalsAndAConcurrencyCap) {
+  const json j = bench({"--endpoint", "chat", "--model", "stories260K", "--dataset", "random", "--num-prompts", "8",
+                        "--input-len", "24", "--output-len", "12", "--request-rate", "50", "--max-concurrency", "3"});
+  expect_documented_fields(j);
+  expect_all_completed(j, 8);
+  EXPECT_EQ(j["endpoint"], "chat");
+  EXPECT_EQ(j["request_rate"], 50.0);
+  EXPECT_EQ(j["max_concurrency"], 3);
+}
+
+TEST_F(BenchServe, SharedPrefixPromptsHitThePrefixCache) {
+  // One request at a time, so that every prompt after the first finds the shared blocks cached;
+  // exact token lengths through the model's own tokenizer.
+  const json j = bench({"--endpoint", "completions", "--dataset", "shared-prefix", "--num-prompts", "8", "--input-len", "64",
+                        "--shared-prefix-len", "48", "--output-len", "8", "--max-concurrency", "1", "--tokenizer",
+                        test::shared_path("models/stories260K.gguf")});
+  expect_documented_fields(j);
+  expect_all_completed(j, 8);
+  EXPECT_EQ(j["shared_prefix_len"], 48);
+  EXPECT_GT(j["prefix_hit_rate"].get<double>(), 0) << j.dump(2);
+  EXPECT_LE(j["prefix_hit_rate"].get<double>(), 1);
+  // 64 prompt tokens (plus BOS) per request, by the server's own count.
+  EXPECT_EQ(j["total_input_tokens"], 8 * 65) << j.dump(2);
+}
+
+TEST_F(BenchServe, MultiTurnConversationsOnTheChatEndpoint) {
+  const json j = bench({"--endpoint", "chat", "--dataset", "multi-turn", "--turns", "2", "--num-prompts", "8", "--input-len",
+                        "16", "--output-len", "8"});
+  expect_documented_fields(j);
+  expect_all_completed(j, 8);
+  EXPECT_EQ(j["turns"], 2);
+  EXPECT_EQ(j["num_requests"], 8);
+}
+
+TEST_F(BenchServe, ServerNotThereMeansFailuresWithTheFirstError) {
+  // Port 1 on localhost: connection refused at once.
+  const json j = bench({"--model", "m", "--num-prompts", "4", "--input-len", "8", "--output-len", "4", "--timeout-s", "10"}, 1,
+                       "http://127.0.0.1:1");
+  EXPECT_EQ(j["completed"], 0);
+  EXPECT_EQ(j["failed"], 4);
+  EXPECT_TRUE(j["first_error"].is_string());
+  EXPECT_TRUE(j["prefix_hit_rate"].is_null()) << "no /metrics: n/a";
+  EXPECT_NE(last_.out.find("n/a"), std::string::npos) << last_.out;
+}
+
+TEST_F(BenchServe, BadFlagsAreUsageErrors) {
+  const std::string out = dir_ + "/unused.json";
+  auto r = test::run_command({test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--endpoint", "embeddings"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--endpoint must be completions or chat"), std::string::npos) << r.err;
+  r = test::run_command({test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--request-rate", "fast"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--request-rate"), std::string::npos) << r.err;
+  r = test::run_command({test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--dataset", "multi-turn"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--endpoint chat"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+}  // namespace
+}  // namespace strata

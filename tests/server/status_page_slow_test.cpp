@@ -1,0 +1,274 @@
+// The status page (GET /) in a real browser: Debian's headless Chromium loads it from a running
+// `strata serve` and from scripted servers whose /metrics fails, and the page must render with no
+// JavaScript error. The page sets its title to "strata: ok" after a successful poll and render
+// ("strata: unreachable" after a failed one) and counts polls, failures, renders and caught
+// errors in <body data-*>; --dump-dom shows both once --virtual-time-budget has let its timers run.
+// Needs /usr/bin/chromium (scripts/install-browser-deps.sh); skipped without it.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "server/status_page.h"
+#include "support/test_support.h"
+
+namespace strata {
+namespace {
+
+constexpr const char* kChromium = "/usr/bin/chromium";
+
+// `strata serve` on stories260K at a free port, stopped with SIGTERM (then SIGKILL) at the end.
+class ServeProcess {
+ public:
+  ~ServeProcess() { stop(); }
+
+  // Starts the server and waits until /health answers 200; on failure says why in `error`.
+  bool start(std::string* error) {
+    dir_ = test::make_temp_dir("strata-status-page");
+    log_path_ = dir_ + "/serve.log";
+    const std::vector<std::string> argv = {test::strata_bin(), "serve", "--model", test::shared_path("models/stories260K.gguf"),
+                                           "--host", "127.0.0.1", "--port", "0"};
+    std::vector<char*> args;  // built before fork: the child only calls async-signal-safe functions
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      *error = "cannot create " + log_path_;
+      return false;
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fd);
+    // The port comes from the "listening on http://127.0.0.1:PORT" line (--port 0 picks it).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        *error = "strata serve exited early:\n" + log();
+        return false;
+      }
+      std::smatch m;
+      const std::string text = log();
+      if (port_ == 0 && std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
+      if (port_ != 0) {
+        httplib::Client c("127.0.0.1", port_);
+        c.set_connection_timeout(2);
+        if (auto res = c.Get("/health"); res && res->status == 200) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    *error = "strata serve was not healthy within 120 s:\n" + log();
+    return false;
+  }
+
+  void stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      for (int i = 0; i < 400 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (kill(pid_, 0) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+      pid_ = -1;
+    }
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_.clear();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string log() const {
+    try {
+      return test::read_file(log_path_);
+    } catch (const std::exception&) {
+      return "";
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string dir_, log_path_;
+};
+
+// A scripted server: GET / is the status page, GET /metrics answers from `metrics` per call.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::function<void(int call, httplib::Response&)> metrics) : metrics_(std::move(metrics)) {
+    svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      const std::string_view html = server::status_page_html();
+      res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+    });
+    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics_(calls_++, res); });
+    port_ = svr_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+    while (!svr_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~ScriptedServer() {
+    svr_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/"; }
+  int calls() const { return calls_.load(); }
+
+ private:
+  std::function<void(int, httplib::Response&)> metrics_;
+  httplib::Server svr_;
+  std::atomic<int> calls_{0};
+  int port_ = 0;
+  std::thread thread_;
+};
+
+struct BrowserRun {
+  test::CommandResult result;
+  std::string dom;      // --dump-dom output
+  std::string console;  // Chromium's stderr, which carries the page's console ("INFO:CONSOLE")
+};
+
+// Runs headless Chromium on `url` with a fresh profile; `extra` selects --dump-dom or --screenshot.
+BrowserRun run_browser(const std::string& url, std::vector<std::string> extra, int virtual_ms) {
+  const std::string profile = test::make_temp_dir("strata-chromium");
+  std::vector<std::string> argv = {kChromium,
+                                   "--headless",
+                                   "--no-sandbox",
+                                   "--disable-gpu",
+                                   "--disable-quic",
+                                   "--no-first-run",
+                                   "--disable-background-networking",
+                                   "--disable-component-update",
+                                   "--disable-sync",
+                                   "--user-data-dir=" + profile,
+                                   "--enable-logging=stderr",
+                                   "--v=0",
+                                   "--virtual-time-budget=" + std::to_string(virtual_ms)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(url);
+  BrowserRun r;
+  r.result = test::run_command(argv, 180.0);
+  r.dom = r.result.out;
+  r.console = r.result.err;
+  std::filesystem::remove_all(profile);
+  return r;
+}
+
+std::string body_attr(const std::string& dom, const std::string& name) {
+  std::smatch m;
+  if (std::regex_search(dom, m, std::regex("<body[^>]*\\s" + name + "=\"([^\"]*)\""))) return m[1];
+  return "<missing>";
+}
+
+void expect_no_js_errors(const BrowserRun& r) {
+  EXPECT_EQ(r.console.find("Uncaught"), std::string::npos) << r.console;
+  EXPECT_EQ(body_attr(r.dom, "data-js-errors"), "0") << r.dom;
+}
+
+class StatusPage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access(kChromium, X_OK) != 0) {
+      GTEST_SKIP() << kChromium << " is missing: run scripts/install-browser-deps.sh to run the status page's browser test";
+    }
+  }
+};
+
+TEST_F(StatusPage, RendersTheLiveMetricsOfARunningServer) {
+  ServeProcess serve;
+  std::string error;
+  ASSERT_TRUE(serve.start(&error)) << error;
+  const BrowserRun r = run_browser(serve.url() + "/", {"--dump-dom"}, 5000);
+  ASSERT_EQ(r.result.exit_code, 0) << r.console;
+  EXPECT_NE(r.dom.find("<title>strata: ok</title>"), std::string::npos) << r.dom;
+  expect_no_js_errors(r);
+  EXPECT_EQ(body_attr(r.dom, "data-failures"), "0");
+  EXPECT_GE(std::stoi(body_attr(r.dom, "data-renders")), 2) << "polls every second";
+  // The cards show numbers read from strata's own metric names, not placeholders.
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-kv\">[0-9.]+%<"))) << r.dom;
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-running\">0<"))) << r.dom;
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("capacity hot [0-9.]+ [KMG]iB"))) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"model\">stories260K<"), std::string::npos) << "model name from /v1/models";
+}
+
+TEST_F(StatusPage, ScreenshotIsANonTrivialPng) {
+  ServeProcess serve;
+  std::string error;
+  ASSERT_TRUE(serve.start(&error)) << error;
+  const std::string dir = test::make_temp_dir("strata-shot");
+  const std::string png = dir + "/status.png";
+  const BrowserRun r = run_browser(serve.url() + "/", {"--hide-scrollbars", "--window-size=1200,900", "--screenshot=" + png}, 5000);
+  ASSERT_EQ(r.result.exit_code, 0) << r.console;
+  // No DOM is dumped with --screenshot; the console (on stderr) still shows uncaught errors.
+  EXPECT_EQ(r.console.find("Uncaught"), std::string::npos) << r.console;
+  ASSERT_TRUE(std::filesystem::exists(png)) << r.console;
+  const std::string bytes = test::read_file(png);
+  ASSERT_GT(bytes.size(), 24u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  auto be32 = [&](size_t at) {
+    return (uint32_t(uint8_t(bytes[at])) << 24) | (uint32_t(uint8_t(bytes[at + 1])) << 16) |
+           (uint32_t(uint8_t(bytes[at + 2])) << 8) | uint32_t(uint8_t(bytes[at + 3]));
+  };
+  EXPECT_EQ(bytes.substr(12, 4), "IHDR");
+  EXPECT_EQ(be32(16), 1200u);
+  EXPECT_EQ(be32(20), 900u);
+  // A blank 1200x900 page compresses to a few KB; text, cards and six charts do not.
+  EXPECT_GT(bytes.size(), 20000u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
+  // Two failures, one answer that is not Prometheus text at all, then valid metrics.
+  ScriptedServer server([](int call, httplib::Response& res) {
+    if (call < 2) {
+      res.status = 503;
+      res.set_content("{\"error\":\"loading\"}", "application/json");
+    } else if (call == 2) {
+      res.set_content("<html>a proxy error page</html>\n", "text/html");
+    } else {
+      res.set_content(
+          "strata_model_ready 1\nstrata_kv_usage_ratio 0.25\nstrata_kv_bytes{tier=\"hot\"} 1048576\n"
+          "strata_kv_capacity_bytes{tier=\"hot\"} 4194304\nstrata_requests_running 3\nstrata_requests_waiting 1\n"
+          "strata_requests_swapped 0\nstrata_generation_tokens_total " + std::to_string(100 * call) + "\n",
+          "text/plain");
+    }
+  });
+  const BrowserRun r = run_browser(server.url(), {"--dump-dom"}, 8000);
+  ASSERT_EQ(r.result.exit_code, 0) << r.console;
+  expect_no_js_errors(r);
+  EXPECT_EQ(body_attr(r.dom, "data-failures"), "2") << r.dom;
+  EXPECT_NE(r.dom.find("<title>strata: ok</title>"), std::string::npos) << r.dom;
+  EXPECT_GE(server.calls(), 5);
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-kv\">25.0%<"))) << r.dom;
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-running\">3<"))) << r.dom;
+}
+
+TEST_F(StatusPage, ShowsUnreachableWhenMetricsCannotBeFetchedAtAll) {
+  // Opened as a file, the page's fetches of /metrics fail: it must say so and keep going.
+  const std::string dir = test::make_temp_dir("strata-page-file");
+  const std::string path = dir + "/status.html";
+  test::write_file(path, std::string(server::status_page_html()));
+  const BrowserRun r = run_browser("file://" + path, {"--dump-dom"}, 4000);
+  ASSERT_EQ(r.result.exit_code, 0) << r.console;
+  EXPECT_NE(r.console.find("CONSOLE"), std::string::npos) << "the page's console must reach stderr, else the check is void";
+  expect_no_js_errors(r);
+  EXPECT_NE(r.dom.find("<title>strata: unreachable</title>"), std::string::npos) << r.dom;
+  EXPECT_GE(std::stoi(body_attr(r.dom, "data-failures")), 2) << "keeps retrying";
+  EXPECT_EQ(body_attr(r.dom, "data-renders"), "0");
+  EXPECT_NE(r.dom.find("Cannot read /metrics"), std::string::npos) << r.dom;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata
