@@ -5,26 +5,46 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 SHARED     ?= ../shared
-MODEL      ?= $(SHARED)/models/stories260K.gguf
+# `make run`: the model to serve. Empty: a random-weight llama-134m (F16) generated once into
+# $(BUILD)/models, so that the server runs on any machine; pass MODEL=/path/to/model.gguf for a
+# real one.
+MODEL      ?=
+RANDOM_MODEL := $(BUILD)/models/llama-134m-f16.gguf
+HOST       ?= 127.0.0.1
+PORT       ?= 8080
+SERVE_ARGS ?=
 
-.PHONY: all deps build build-asan run test test-asan fuzz fuzz-seeds bench clean
+.PHONY: all deps test-deps build build-asan run test test-asan fuzz fuzz-seeds bench clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
+# What only the tests need: the openai npm client and Chromium (for the status page's browser test).
+test-deps: deps
+	@scripts/install-test-deps.sh
+	@scripts/install-browser-deps.sh
+
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Until the server exists: describe the model and tokenize a prompt with it.
+# Starts the OpenAI-compatible server (Ctrl-C stops it).
 run: build
-	$(BUILD)/bin/strata gguf info $(MODEL)
-	$(BUILD)/bin/strata tokenize --model $(MODEL) --add-special --text "Once upon a time"
+ifeq ($(strip $(MODEL)),)
+	@test -f $(RANDOM_MODEL) || { mkdir -p $(dir $(RANDOM_MODEL)) && \
+	  $(BUILD)/bin/strata gguf make-random --preset llama-134m --dtype f16 \
+	    --vocab-from $(SHARED)/tokenizer/ggml-vocab-llama-spm.gguf -o $(RANDOM_MODEL); }
+	@echo "make run: serving a random-weight llama-134m ($(RANDOM_MODEL)); its text is noise."
+	@echo "make run: to serve a real model: make run MODEL=/path/to/model.gguf"
+	$(BUILD)/bin/strata serve --model $(RANDOM_MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
+else
+	$(BUILD)/bin/strata serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
+endif
 
 # Release build + every test, then the unit tests again under ASan+UBSan (slow tests left out).
-test: build build-asan
+test: test-deps build build-asan
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE slow
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need beyond the Debian packages of install-deps.sh: the official `openai`
 # npm client used by tests/server/openai_node_test.cpp. Idempotent: does nothing when it is already
-# installed. Needs Node.js (>= 18) and npm.
+# installed. Uses the machine's Node.js (>= 18) and npm, or Debian's when there are none.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -11,8 +11,11 @@ if [ -f "$dir/node_modules/openai/package.json" ]; then
   exit 0
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "install-test-deps: Node.js and npm are needed for the OpenAI client test" >&2
-  exit 1
+  echo "install-test-deps: installing Debian's nodejs and npm" >&2
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 echo "install-test-deps: installing the openai npm client into $dir" >&2
 if [ -f "$dir/package-lock.json" ]; then
