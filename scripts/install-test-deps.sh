@@ -11,11 +11,7 @@ if [ -f "$dir/node_modules/openai/package.json" ]; then
   exit 0
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "install-test-deps: installing Debian's nodejs and npm" >&2
-  sudo_cmd=()
-  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nodejs npm
+  scripts/apt-install.sh nodejs npm
 fi
 echo "install-test-deps: installing the openai npm client into $dir" >&2
 if [ -f "$dir/package-lock.json" ]; then

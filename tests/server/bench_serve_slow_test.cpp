@@ -16,6 +16,7 @@
 #include <regex>
 #include <thread>
 
+#include "server/server_process.h"
 #include "support/test_support.h"
 
 namespace strata {
@@ -23,88 +24,12 @@ namespace {
 
 using nlohmann::json;
 
-// `strata serve` on stories260K at a free port, shared by the suite, stopped at its end.
-class ServeProcess {
- public:
-  ~ServeProcess() { stop(); }
-
-  bool start(std::string* error) {
-    dir_ = test::make_temp_dir("strata-bench-serve");
-    log_path_ = dir_ + "/serve.log";
-    const std::vector<std::string> argv = {test::strata_bin(), "serve", "--model", test::shared_path("models/stories260K.gguf"),
-                                           "--host", "127.0.0.1", "--port", "0"};
-    std::vector<char*> args;  // built before fork: the child only calls async-signal-safe functions
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      *error = "cannot create " + log_path_;
-      return false;
-    }
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(fd);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        *error = "strata serve exited early:\n" + log();
-        return false;
-      }
-      std::smatch m;
-      const std::string text = log();
-      if (port_ == 0 && std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
-      if (port_ != 0) {
-        httplib::Client c("127.0.0.1", port_);
-        c.set_connection_timeout(2);
-        if (auto res = c.Get("/health"); res && res->status == 200) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    *error = "strata serve was not healthy within 120 s:\n" + log();
-    return false;
-  }
-
-  void stop() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      for (int i = 0; i < 400 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (kill(pid_, 0) == 0) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-      }
-      pid_ = -1;
-    }
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-    dir_.clear();
-  }
-
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string log() const {
-    try {
-      return test::read_file(log_path_);
-    } catch (const std::exception&) {
-      return "";
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::string dir_, log_path_;
-};
-
 class BenchServe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServeProcess;
-    if (!server_->start(&start_error_)) {
+    server_ = new test::ServerProcess;
+    if (!server_->running()) {
+      start_error_ = "strata serve did not start:\n" + server_->log();
       delete server_;
       server_ = nullptr;
     }
@@ -162,13 +87,13 @@ class BenchServe : public ::testing::Test {
     EXPECT_TRUE(j["prefix_hit_rate"].is_number()) << j.dump(2);
   }
 
-  static ServeProcess* server_;
+  static test::ServerProcess* server_;
   static std::string start_error_;
   std::string dir_;
   test::CommandResult last_;
 };
 
-ServeProcess* BenchServe::server_ = nullptr;
+test::ServerProcess* BenchServe::server_ = nullptr;
 std::string BenchServe::start_error_;
 
 TEST_F(BenchServe, CompletionsEndpointRandomPrompts) {

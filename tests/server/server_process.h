@@ -91,6 +91,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   pid_t pid() const { return pid_; }
   std::string log() const {
     try {
