@@ -62,11 +62,15 @@ HWY_INLINE float ScalarW(const F16Bits* p) { return fp16_to_f32(p->bits); }
 HWY_INLINE float ScalarW(const BF16Bits* p) { return bf16_to_f32(p->bits); }
 
 // Weights streamed from memory are short interleaved streams (RM rows of a few KiB) that hardware
-// prefetchers pick up late; the tile prefetches the same columns of the next RM rows (the next
-// tile, contiguous in memory) one cache line per row at a time. Into L2, not L1: L1 can track
-// only a few misses at a time, too few to stream at full memory bandwidth.
+// prefetchers pick up late; the tile prefetches the same columns of the RM rows kPrefetchTiles
+// tiles ahead (contiguous in memory) one cache line per row at a time; past the matrix's end the
+// hints are harmless. Into L2, not L1: L1 can track only a few misses at a time, too few to
+// stream at full memory bandwidth.
 template <typename WT>
 constexpr size_t kElemsPerLine = 64 / sizeof(WT);
+// How many tiles ahead: one tile's worth of rows (a few KiB) was too short a distance to hide
+// memory latency once a tile does several tokens' FMAs per weight (B=8 decode +12% on a Xeon).
+constexpr int kPrefetchTiles = 4;
 
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* p) {
@@ -90,7 +94,7 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
     if constexpr (kPrefetch) {
       if (k % kElemsPerLine<WT> == 0) {
 #pragma GCC unroll 8
-        for (int r = 0; r < RM; ++r) PrefetchL2(w + (r + RM) * ws + k);
+        for (int r = 0; r < RM; ++r) PrefetchL2(w + (r + kPrefetchTiles * RM) * ws + k);
       }
     }
     VF xv[RN];
@@ -137,29 +141,27 @@ constexpr auto TileTable(std::integer_sequence<int, RMs...>) {
       TileRow<WT, kPrefetch, RMs + 1>(std::make_integer_sequence<int, kMaxRN>())...};
 }
 
-// Few tokens (a decode batch): every token against each weight row in one pass, so each 16-bit
-// weight is loaded and converted once and the weight stream overlaps the FMAs (widening first
-// would serialize a memory-bound pass and a compute-bound one). kNarrowRM rows at a time:
-// kNarrowRM * kNarrowMaxTokens accumulators must fit the register file (16 on AVX2, 32 on AVX-512).
-constexpr int kNarrowMaxTokens = 8;
+// Few tokens (a decode batch) on AVX2: every token against each weight row in one pass, so each
+// 16-bit weight is loaded and converted once and the weight stream overlaps the FMAs (widening
+// first would serialize a memory-bound pass and a compute-bound one). One row at a time: 8
+// accumulators and 8 token vectors fill AVX2's 16 registers. On AVX-512 (32 registers, tiles
+// of up to 6 tokens) widening into 4 + 4 token groups measured faster (docs/PERFORMANCE.md),
+// so the narrow path is AVX2's alone.
 #if HWY_TARGET <= HWY_AVX3
-constexpr int kNarrowRM = 2;
+constexpr int kNarrowMaxTokens = 0;
 #else
-constexpr int kNarrowRM = 1;
+constexpr int kNarrowMaxTokens = 8;
 #endif
 
-template <typename WT, int RM, int... RNs>
+template <typename WT, int... RNs>
 constexpr auto NarrowTable(std::integer_sequence<int, RNs...>) {
-  return std::array<TileFn<WT>, kNarrowMaxTokens>{&Tile<RM, RNs + 1, true, WT>...};
+  return std::array<TileFn<WT>, sizeof...(RNs)>{&Tile<1, RNs + 1, true, WT>...};
 }
 
 template <typename WT>
 void RunNarrow(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys) {
-  static constexpr auto kWide = NarrowTable<WT, kNarrowRM>(std::make_integer_sequence<int, kNarrowMaxTokens>());
-  static constexpr auto kOne = NarrowTable<WT, 1>(std::make_integer_sequence<int, kNarrowMaxTokens>());
-  int64_t r = 0;
-  for (; r + kNarrowRM <= m; r += kNarrowRM) kWide[n - 1](w + r * ws, ws, x, K, K, y + r, ys);
-  for (; r < m; ++r) kOne[n - 1](w + r * ws, ws, x, K, K, y + r, ys);
+  static constexpr auto kTiles = NarrowTable<WT>(std::make_integer_sequence<int, kNarrowMaxTokens>());
+  for (int64_t r = 0; r < m; ++r) kTiles[n - 1](w + r * ws, ws, x, K, K, y + r, ys);
 }
 
 // Widens rows [0, m) of a 16-bit weight type into f32 rows [m][K] at dst, prefetching the slice
@@ -188,7 +190,7 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 template <typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
-  if constexpr (!std::is_same_v<WT, float>) {
+  if constexpr (!std::is_same_v<WT, float> && kNarrowMaxTokens > 0) {
     if (n > kMaxRN && n <= kNarrowMaxTokens) {
       RunNarrow(w, ws, m, x, K, n, y, ys);
       return;
