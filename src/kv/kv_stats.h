@@ -37,10 +37,17 @@ struct KvStats {
   int64_t swap_outs = 0;             // sequences swapped out
   int64_t swap_ins = 0;
 
-  // Share of the RAM tiers in use (used + cached over capacity, by bytes).
+  // Share of the RAM tiers that sequences hold, by bytes. Prefix-cached slots that no sequence
+  // holds are evictable, so they count as available (as vLLM's KV usage does); `cached` and
+  // `bytes_used` still show them.
   double usage_ratio() const {
     const uint64_t total = hot.bytes_total + warm.bytes_total;
-    return total ? static_cast<double>(hot.bytes_used + warm.bytes_used) / static_cast<double>(total) : 0.0;
+    return total ? (held_bytes(hot) + held_bytes(warm)) / static_cast<double>(total) : 0.0;
+  }
+
+ private:
+  static double held_bytes(const KvTierStats& t) {
+    return t.slots ? static_cast<double>(t.bytes_total) * static_cast<double>(t.used) / static_cast<double>(t.slots) : 0.0;
   }
 };
 

@@ -137,7 +137,7 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
          static_cast<int64_t>(st.counts.waiting) + st.queued);
   single(out, "strata_requests_swapped", "gauge", "Sequences swapped out to the cold tier.", st.counts.swapped);
 
-  single(out, "strata_kv_usage_ratio", "gauge", "Share of the RAM KV tiers (hot + warm) in use, by bytes.", st.kv.usage_ratio());
+  single(out, "strata_kv_usage_ratio", "gauge", "Share of the RAM KV tiers (hot + warm) held by sequences, by bytes (prefix-cached blocks no sequence holds are evictable and not counted).", st.kv.usage_ratio());
   const std::pair<const char*, const KvTierStats*> tiers[] = {{"hot", &st.kv.hot}, {"warm", &st.kv.warm}, {"cold", &st.kv.cold}};
   header(out, "strata_kv_bytes", "gauge", "KV bytes held (used and cached blocks) per tier.");
   for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_bytes{{tier=\"{}\"}} {}\n", name, t->bytes_used);
