@@ -1,8 +1,8 @@
 // The engine on the shared stories260K model: batching never changes results. Concurrent greedy
 // requests with different prompts, lengths and arrival times give exactly the tokens each gives
 // alone; also with a KV pool so small that preemption happens (swap and recompute), with n = 4
-// forks, and with the prefix cache on or off. After every run all blocks are free and the KV
-// invariants hold.
+// forks, with the prefix cache on or off, and with prefix hits read back from the cold tier.
+// After every run all blocks are free and the KV invariants hold.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -220,6 +220,26 @@ TEST(Engine, PrefixCacheOnAndOffGiveTheSameTokens) {
   expect_same(with, without);
   EXPECT_GT(hits_on, 0) << "prompts 0 and 6 share a prefix";
   EXPECT_EQ(hits_off, 0);
+}
+
+TEST(Engine, PrefixHitsBroughtBackFromTheColdTierGiveTheSameTokens) {
+  // A pool of 12 blocks cannot keep the cached prefixes of all prompts: running them twice in a
+  // row evicts cached blocks to the cold tier, and the second round's prefix hits read them back.
+  const auto ref = alone(40, 1, 0);
+  const std::string dir = test::make_temp_dir("strata-engine-cold");
+  Engine e(*shared().model, *shared().tok, config(12, PreemptMode::kSwap, dir));
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      const Result r = collect(*e.submit(make_request(kPrompts[i], 40)), 1);
+      EXPECT_EQ(r.tokens, ref[i].tokens) << "round " << round << ", prompt " << i;
+    }
+  }
+  const KvStats st = e.stats().kv;
+  EXPECT_GT(st.spill_bytes_out, 0u) << "cached blocks must have been spilled";
+  EXPECT_GT(st.spill_bytes_in, 0u) << "prefix hits must have read blocks back from the cold tier";
+  EXPECT_GT(st.prefix_hit_tokens, 0);
+  expect_drained(e);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Engine, RejectsRequestsThatCanNeverRun) {
