@@ -3,7 +3,7 @@
 // the next of enough copies to overflow the caches) and in GFLOP/s for n = 8, 64, 512; paged
 // attention in GFLOP/s; and the read-bandwidth probe, to compare against in the same run.
 // Threads: STRATA_THREADS (default: physical cores).
-//   build-kern/bin/matmul_bench --benchmark_filter='F16/768x768'
+//   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
