@@ -6,7 +6,7 @@
 // worst case for top-p (0.9 of the mass needs 90% of the vocabulary, all of which gets sorted).
 // No bias or penalties are set, so the logits are not modified and need no copy per iteration.
 //
-// Run: build/bin/sampler_bench --benchmark_min_time=0.2s
+// Run: build/bin/sampler_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 
 #include <random>

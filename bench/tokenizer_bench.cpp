@@ -5,7 +5,7 @@
 // tokenizer/ggml-vocab-llama-spm.gguf.inp, concatenated and repeated until the text reaches 1 MiB
 // (then cut at a line break). Repetition does not help the tokenizers: none of them caches words.
 //
-//   build/bin/tokenizer_bench --benchmark_min_time=2s
+//   build/bin/tokenizer_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
 #include <fstream>

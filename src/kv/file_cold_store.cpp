@@ -84,6 +84,12 @@ void FileColdStore::drain() {
   done_cv_.wait(lock, [&] { return in_flight_ == 0; });
 }
 
+void FileColdStore::drop_page_cache() {
+  drain();
+  ::fdatasync(fd_);
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+}
+
 void FileColdStore::io_loop() {
   for (;;) {
     Op op;

@@ -29,6 +29,10 @@ class FileColdStore : public ColdStore {
   std::vector<uint8_t> wait(uint64_t ticket) override;
   void drain() override;
 
+  // Makes written slots durable and drops them from the page cache, so later reads come from
+  // the disk (benchmarks; also returns the memory to the system).
+  void drop_page_cache();
+
  private:
   struct Op {
     bool is_write;
