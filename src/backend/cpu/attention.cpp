@@ -221,6 +221,13 @@ void RunItem(D d, const float* q, const KvLayerView& kv, const AttentionSeq& s, 
     p0 = blk * bs;
     np_all = std::min(bs, last_key + 1 - p0);
     const KvBlockRef b = locate_block(kv, s.blocks[blk], kvh);
+    if (!b.warm && kv.dtype == KvDtype::kF16) {
+      const int64_t stride = kv.token_stride_bytes() / 2;
+      const F16Source<D> src{reinterpret_cast<const hwy::float16_t*>(b.k), reinterpret_cast<const hwy::float16_t*>(b.v),
+                             stride};
+      attend(src);
+      continue;
+    }
     if (!b.warm) {
       HotSource<D> src;
       src.k = HotRows(d, kv, b.k, np_all, st.kbuf, &src.ks);

@@ -137,7 +137,8 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Hot rows as f32: in place for f32 KV, widened into buf[np][head_dim] for f16/bf16.
+// Hot rows as f32: in place for f32 KV, widened into buf[np][head_dim] for bf16 (f16 rows are
+// read in place by F16Source).
 template <class D>
 const float* HotRows(D d, const KvLayerView& kv, const uint8_t* p, int32_t np, float* buf, size_t* stride) {
   const int32_t hd = kv.head_dim;
@@ -180,6 +181,28 @@ struct HotSource {
   VRow ValueRow(int32_t p) const { return v + p * vs; }
   static HWY_INLINE hn::Vec<D> K(D d, KRow r, size_t off) { return hn::LoadU(d, r + off); }
   static HWY_INLINE hn::Vec<D> V(D d, VRow r, size_t off) { return hn::LoadU(d, r + off); }
+};
+
+// Hot f16 rows read in place and widened in registers as the loops load them (no f32 copy of
+// the block first: attention over a block does little arithmetic per key, so a widening pass costs
+// as much as the dot products).
+template <class D>
+struct F16Source {
+  using KRow = const hwy::float16_t*;
+  using VRow = const hwy::float16_t*;
+  const hwy::float16_t* k;  // row 0 of the block, this head
+  const hwy::float16_t* v;
+  int64_t stride;           // elements between consecutive tokens: n_kv_heads * head_dim
+  const float* kscale = nullptr;
+  const float* vscale = nullptr;
+  KRow KeyRow(int32_t p) const { return k + p * stride; }
+  VRow ValueRow(int32_t p) const { return v + p * stride; }
+  static HWY_INLINE hn::Vec<D> Widen(D d, const hwy::float16_t* r) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, r));
+  }
+  static HWY_INLINE hn::Vec<D> K(D d, KRow r, size_t off) { return Widen(d, r + off); }
+  static HWY_INLINE hn::Vec<D> V(D d, VRow r, size_t off) { return Widen(d, r + off); }
 };
 
 // int8: q as f32; scales per key in kscale / vscale.
