@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/jsonl.h"
 
 namespace strata::bench {
 namespace {
@@ -101,21 +102,9 @@ void validate(const DatasetOptions& o) {
   if (o.kind == DatasetKind::kMultiTurn && o.turns < 1) fail("--turns must be >= 1, got {}", o.turns);
 }
 
-Dataset read_jsonl(const DatasetOptions& o, const TokenCounter& count) {
-  std::ifstream in(o.path);
-  if (!in) fail("cannot read --dataset '{}'", o.path);
+Dataset read_dataset_file(const DatasetOptions& o, const TokenCounter& count) {
   Dataset d;
-  std::string line;
-  size_t line_no = 0;
-  while (static_cast<int32_t>(d.conversations.size()) < o.num_prompts && std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      fail("{}:{}: invalid JSON: {}", o.path, line_no, e.what());
-    }
+  strata::read_jsonl(o.path, [&](const nlohmann::json& j, size_t line_no) {
     if (!j.is_object()) fail("{}:{}: expected a JSON object", o.path, line_no);
     Turn t;
     t.max_tokens = o.output_len;
@@ -141,7 +130,8 @@ Dataset read_jsonl(const DatasetOptions& o, const TokenCounter& count) {
       fail("{}:{}: needs a string \"prompt\" or a non-empty \"messages\" array", o.path, line_no);
     }
     d.conversations.push_back({{std::move(t)}});
-  }
+    return static_cast<int32_t>(d.conversations.size()) < o.num_prompts;
+  });
   if (d.conversations.empty()) fail("--dataset '{}' holds no requests", o.path);
   return d;
 }
@@ -175,7 +165,7 @@ std::string shared_prefix_text(const DatasetOptions& o) {
 Dataset make_dataset(const DatasetOptions& o) {
   validate(o);
   const TokenCounter count = o.counter ? o.counter : TokenCounter(count_words);
-  if (o.kind == DatasetKind::kFile) return read_jsonl(o, count);
+  if (o.kind == DatasetKind::kFile) return read_dataset_file(o, count);
   Generator g(o.seed, count);
   Dataset d;
   auto turn = [&](std::string prompt) {

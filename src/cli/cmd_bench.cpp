@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/common_flags.h"
 #include "core/error.h"
+#include "core/jsonl.h"
 #include "core/units.h"
 #include "kv/block_pool.h"
 #include "kv/kv_arena.h"
@@ -255,25 +256,15 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   std::mt19937_64 rng(o.seed);
   std::vector<Request> requests;
   if (!o.dataset.empty()) {
-    std::ifstream in(o.dataset);
-    if (!in) fail("cannot read --dataset '{}'", o.dataset);
-    std::string line;
-    size_t n = 0;
-    while (std::getline(in, line) && static_cast<int32_t>(requests.size()) < o.num_prompts) {
-      ++n;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
-        fail("--dataset line {}: invalid JSON: {}", n, e.what());
-      }
-      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) fail("--dataset line {}: needs a string 'prompt'", n);
+    read_jsonl(o.dataset, [&](const nlohmann::json& j, size_t n) {
+      if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+        fail("{}:{}: needs a string 'prompt'", o.dataset, n);
       Request r;
       r.prompt = tokenizer->encode(j["prompt"].get<std::string>(), true, false);
       r.params.max_tokens = j.contains("max_tokens") && j["max_tokens"].is_number_integer() ? j["max_tokens"].get<int32_t>() : o.output_len;
       requests.push_back(std::move(r));
-    }
+      return static_cast<int32_t>(requests.size()) < o.num_prompts;
+    });
     if (requests.empty()) fail("--dataset '{}' holds no prompts", o.dataset);
   } else {
     // Random token ids (greedy decoding of them is as costly as of real text); the first

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/common_flags.h"
 #include "core/error.h"
+#include "core/jsonl.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -147,21 +148,10 @@ int run_generate(const GenerateOptions& o) {
     r.params = defaults;
     requests.push_back(std::move(r));
   } else {
-    std::ifstream in(o.prompts_file);
-    if (!in) fail("cannot read --prompts-file '{}'", o.prompts_file);
-    std::string line;
-    size_t n = 0;
-    while (std::getline(in, line)) {
-      ++n;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
-        fail("--prompts-file line {}: invalid JSON: {}", n, e.what());
-      }
+    read_jsonl(o.prompts_file, [&](const nlohmann::json& j, size_t n) {
       requests.push_back(request_from_line(j, n, defaults, *tokenizer, !o.no_special));
-    }
+      return true;
+    });
     if (requests.empty()) fail("--prompts-file '{}' holds no prompts", o.prompts_file);
   }
 
