@@ -4,31 +4,19 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_type.h"
+#include "tokenizer/bigram_merge.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 namespace strata {
 namespace {
 
-struct Symbol {
-  int32_t prev;
-  int32_t next;
-  uint32_t start;   // byte offset in the word
-  uint32_t length;  // bytes; 0 once merged into its left neighbour
-  int32_t id;
-};
-
-struct Bigram {
-  int32_t rank;
-  int32_t left;
-  int32_t right;
-  uint32_t length;  // bytes of the pair when queued; stale when the symbols changed since
-  int32_t result;
-};
+using Symbol = MergeSymbol;
+using Bigram = MergePair<int32_t>;
 
 // Heap order: lowest rank first, then leftmost (llama.cpp's llm_bigram_bpe::comparator).
 bool lower_priority(const Bigram& a, const Bigram& b) {
-  return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  return a.priority > b.priority || (a.priority == b.priority && a.left > b.left);
 }
 
 }  // namespace
@@ -100,32 +88,13 @@ void BpeEncoder::encode_word(std::string_view word, Scratch& scratch, std::vecto
     symbols.push_back({i - 1, i + 1 == n ? -1 : i + 1, static_cast<uint32_t>(i), 1,
                        byte_symbols_[static_cast<uint8_t>(word[static_cast<size_t>(i)])]});
   }
-  const auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
+  merge_pairs(symbols, heap, lower_priority, [&](const Symbol& l, const Symbol& r, Bigram* pair) {
     const Merge* m = merges_.find(static_cast<uint32_t>(l.id), static_cast<uint32_t>(r.id));
-    if (m == nullptr) return;
-    heap.push_back({m->rank, left, right, l.length + r.length, m->result});
-    std::push_heap(heap.begin(), heap.end(), lower_priority);
-  };
-  for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), lower_priority);
-    const Bigram b = heap.back();
-    heap.pop_back();
-    Symbol& l = symbols[static_cast<size_t>(b.left)];
-    Symbol& r = symbols[static_cast<size_t>(b.right)];
-    if (l.length == 0 || r.length == 0 || l.length + r.length != b.length) continue;
-    l.length += r.length;
-    r.length = 0;
-    l.id = b.result;
-    l.next = r.next;
-    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
+    if (m == nullptr) return false;
+    pair->priority = m->rank;
+    pair->result = m->result;
+    return true;
+  });
 
   for (int32_t i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
     const Symbol& s = symbols[static_cast<size_t>(i)];

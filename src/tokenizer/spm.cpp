@@ -2,31 +2,19 @@
 
 #include <algorithm>
 
+#include "tokenizer/bigram_merge.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 namespace strata {
 namespace {
 
-struct Symbol {
-  int32_t prev;
-  int32_t next;
-  uint32_t start;
-  uint32_t length;  // 0 once merged into its left neighbour
-  int32_t id;       // symbol id (see SpmEncoder::char_symbol); a token id after a merge
-};
-
-struct Bigram {
-  float score;
-  int32_t left;
-  int32_t right;
-  uint32_t length;  // bytes of the pair when it was queued; stale when the symbols changed since
-  TokenId token;
-};
+using Symbol = MergeSymbol;
+using Bigram = MergePair<float>;
 
 // Heap order: highest score first, then leftmost (llama.cpp's llm_bigram_spm::comparator).
 bool lower_priority(const Bigram& a, const Bigram& b) {
-  return a.score < b.score || (a.score == b.score && a.left > b.left);
+  return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
 }
 
 // Byte offsets where the characters of `s` start, by the lead-byte rule the encoder splits text with.
@@ -119,34 +107,14 @@ void SpmEncoder::encode_segment(std::string_view text, Segment& seg, std::vector
     symbols[static_cast<size_t>(i)].prev = i - 1;
     symbols[static_cast<size_t>(i)].next = i + 1 == n ? -1 : i + 1;
   }
-  heap.clear();
-  const auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
-    if (l.id < 0 || r.id < 0) return;
+  merge_pairs(symbols, heap, lower_priority, [&](const Symbol& l, const Symbol& r, Bigram* pair) {
+    if (l.id < 0 || r.id < 0) return false;  // characters no token contains
     const Merge* m = merges_.find(static_cast<uint32_t>(l.id), static_cast<uint32_t>(r.id));
-    if (m == nullptr) return;
-    heap.push_back({m->score, left, right, l.length + r.length, m->token});
-    std::push_heap(heap.begin(), heap.end(), lower_priority);
-  };
-  for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), lower_priority);
-    const Bigram b = heap.back();
-    heap.pop_back();
-    Symbol& l = symbols[static_cast<size_t>(b.left)];
-    Symbol& r = symbols[static_cast<size_t>(b.right)];
-    if (l.length == 0 || r.length == 0 || l.length + r.length != b.length) continue;
-    l.length += r.length;
-    r.length = 0;
-    l.id = b.token;
-    l.next = r.next;
-    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
+    if (m == nullptr) return false;
+    pair->priority = m->score;
+    pair->result = m->token;
+    return true;
+  });
 
   const TokenId unk = vocab_.special().unk;
   for (int32_t i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
