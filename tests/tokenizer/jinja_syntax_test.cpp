@@ -7,25 +7,14 @@
 #include <ostream>
 #include <string>
 
+#include "tokenizer/jinja_render_cases.h"
 #include "tokenizer/jinja_template.h"
 
 namespace strata::jinja {
 namespace {
 
-struct RenderCase {
-  const char* name;
-  const char* source;
-  const char* context;   // JSON object
-  const char* expected;  // Python Jinja2's output
-};
-
-void PrintTo(const RenderCase& c, std::ostream* os) { *os << c.name; }
-
-std::string render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
-  RenderOptions o;
-  o.now = parse_date("2026-11-29");
-  return Template::parse(source).render(context, o);
-}
+using test::render;
+using test::RenderCase;
 
 // clang-format off
 const RenderCase kCases[] = {
@@ -184,8 +173,7 @@ TEST_P(JinjaStatement, MatchesJinja2) {
   EXPECT_EQ(render(c.source, nlohmann::ordered_json::parse(c.context)), c.expected) << c.source;
 }
 
-INSTANTIATE_TEST_SUITE_P(Jinja2Reference, JinjaStatement, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<RenderCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Jinja2Reference, JinjaStatement, ::testing::ValuesIn(kCases), test::case_name);
 
 TEST(JinjaStatement, ParsedOnceRenderedMany) {
   Template t = Template::parse("{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}");
