@@ -103,7 +103,13 @@ HWY_INLINE __m256i FifthBits(const uint8_t* p) {
 // saturate) and signed s, as 8 int32.
 HWY_INLINE __m256i DotU8S8(__m256i u, __m256i s) {
 #if HWY_TARGET == HWY_AVX3_DL
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  // Highway 1.0.3 (Debian 12) also enables AVX-VNNI for this target, a different extension (VEX
+  // encodings: Alder Lake, Sapphire Rapids, Zen 5) that AVX-512 machines such as AMD Zen 4 lack;
+  // GCC then encodes the intrinsic on ymm registers as {vex} vpdpbusd, an illegal instruction there.
+  // Spell out the EVEX form, which every AVX512-VNNI machine has.
+  __m256i acc = _mm256_setzero_si256();
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  return acc;
 #else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
