@@ -1,4 +1,4 @@
-// `strata gguf info` and `strata gguf make-random`.
+// `strata gguf info`, `make-random`, `quantize` and `digest`.
 #include <fmt/format.h>
 
 #include <map>
@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "gguf/gguf_file.h"
+#include "gguf/quant.h"
+#include "gguf/quantize_model.h"
 #include "gguf/random_model.h"
 
 namespace strata::cli {
@@ -126,6 +128,7 @@ struct MakeRandomOptions {
   std::string dtype = "f16";
   uint64_t seed = 1;
   bool tie = false;
+  std::optional<float> rope_freq_base, rms_eps, llama3_rope_factor;
   std::string out;
 };
 
@@ -149,6 +152,9 @@ int run_make_random(const MakeRandomOptions& o) {
   if (o.n_ff) spec.n_ff = *o.n_ff;
   if (o.n_ctx) spec.n_ctx = *o.n_ctx;
   if (o.tie) spec.tie_embeddings = true;
+  if (o.rope_freq_base) spec.rope_freq_base = *o.rope_freq_base;
+  if (o.rms_eps) spec.rms_eps = *o.rms_eps;
+  if (o.llama3_rope_factor) spec.llama3_rope_factor = *o.llama3_rope_factor;
   auto type = ggml_type_from_name(o.dtype);
   if (!type || (*type != GgmlType::kF32 && *type != GgmlType::kF16 && *type != GgmlType::kBF16 &&
                 *type != GgmlType::kQ8_0 && *type != GgmlType::kQ4_0 && *type != GgmlType::kQ4_K &&
@@ -163,6 +169,29 @@ int run_make_random(const MakeRandomOptions& o) {
   fmt::print(stderr, "wrote {}: {} {} layers, n_embd {}, {} heads ({} kv), ffn {}, ctx {}, {} weights, {} parameters\n",
              o.out, spec.arch, spec.n_layer, spec.n_embd, spec.n_head, spec.n_head_kv, spec.n_ff, spec.n_ctx, o.dtype,
              human_count(n));
+  return kExitOk;
+}
+
+struct QuantizeOptions {
+  std::string in, out, type;
+};
+
+int run_quantize(const QuantizeOptions& o) {
+  auto type = ggml_type_from_name(o.type);
+  if (!type || llama_file_type_of(*type) < 0 || !can_quantize(*type)) {
+    fail("unsupported --type '{}' (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k)", o.type);
+  }
+  auto in = GgufFile::open(o.in);
+  const int n = quantize_model(*in, *type, o.out);
+  fmt::print(stderr, "wrote {}: {} matrices converted to {}\n", o.out, n, ggml_type_name(*type));
+  return kExitOk;
+}
+
+int run_digest(const std::string& path) {
+  auto f = GgufFile::open(path);
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [name, hex] : tensor_digests(*f)) j[name] = hex;
+  fmt::print("{}\n", j.dump(1));
   return kExitOk;
 }
 
@@ -197,8 +226,27 @@ void add_gguf_commands(Cli& cli) {
       ->capture_default_str();
   mk->add_option("--seed", mr->seed, "Random seed (same seed, same weights)")->capture_default_str();
   mk->add_flag("--tie-embeddings", mr->tie, "Omit output.weight (the output projection reuses token_embd)");
+  mk->add_option("--rope-freq-base", mr->rope_freq_base, "RoPE base frequency (default 10000, or the preset's)")
+      ->check(CLI::PositiveNumber);
+  mk->add_option("--rms-eps", mr->rms_eps, "RMSNorm epsilon (default 1e-5, or the preset's)")->check(CLI::PositiveNumber);
+  mk->add_option("--llama3-rope-factor", mr->llama3_rope_factor,
+                 "Write Llama-3.1 rope scaling with this factor (rope_freqs.weight); 0 = none")
+      ->check(CLI::NonNegativeNumber);
   mk->add_option("-o,--output", mr->out, "Output GGUF path")->required();
   mk->callback([&cli, mr] { cli.run = [mr] { return run_make_random(*mr); }; });
+
+  auto q = std::make_shared<QuantizeOptions>();
+  CLI::App* qc = gguf->add_subcommand(
+      "quantize", "Convert every weight matrix of a model to one type (like llama-quantize --pure, no imatrix)");
+  qc->add_option("input", q->in, "Source GGUF")->required();
+  qc->add_option("--type", q->type, "Target type: q8_0, q4_k, q6_k, f16, ... (norms and biases stay f32)")->required();
+  qc->add_option("-o,--output", q->out, "Output GGUF path")->required();
+  qc->callback([&cli, q] { cli.run = [q] { return run_quantize(*q); }; });
+
+  auto dg = std::make_shared<std::string>();
+  CLI::App* dc = gguf->add_subcommand("digest", "Print an XXH3-128 digest of each tensor's bytes (JSON)");
+  dc->add_option("file", *dg, "GGUF file")->required();
+  dc->callback([&cli, dg] { cli.run = [dg] { return run_digest(*dg); }; });
 }
 
 }  // namespace strata::cli

@@ -93,11 +93,8 @@ uint64_t write_random_model(const RandomModelSpec& spec, const GgufFile& vocab, 
   w.set(a + ".rope.dimension_count", GgufValue::u32(head_dim));
   w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_eps));
   w.set(a + ".vocab_size", GgufValue::u32(static_cast<uint32_t>(n_vocab)));
-  if (spec.llama3_rope_factor > 0) {
-    w.set(a + ".rope.scaling.type", GgufValue::str("llama3"));
-    w.set(a + ".rope.scaling.factor", GgufValue::f32(spec.llama3_rope_factor));
-    w.set(a + ".rope.scaling.original_context_length", GgufValue::u32(8192));
-  }
+  // Llama-3 rope scaling lives in the rope_freqs.weight tensor alone: llama.cpp's converter writes no
+  // rope.scaling.* keys for it, and llama.cpp rejects a scaling type named "llama3".
   for (const auto& kv : vocab.metadata()) {
     if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
   }
