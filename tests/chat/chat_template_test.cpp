@@ -1,13 +1,16 @@
 // Chat templates against references from outside the project: every case of
 // ../shared/chat-templates/cases.jsonl (rendered by Python Jinja2 the way Hugging Face does) must
-// come out byte for byte, through jinja::Template and through ChatTemplate; every real template
-// in that folder must render a plain conversation; templates and special tokens load from GGUF.
+// come out byte for byte, through jinja::Template and through ChatTemplate; so must the cases of
+// tests/chat/data/reference_renders.json (tool calls; scripts/reference/jinja_cases.py renders them
+// with Jinja2); every real template in that folder must render a plain conversation; templates and
+// special tokens load from GGUF.
 #include "chat/chat_template.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -137,7 +140,8 @@ TEST_P(RealTemplate, RendersABasicConversation) {
     {"role": "user", "content": "Why page it?"}])");
   ordered_json extra = ordered_json::object();
   // The firefunction template concatenates these unconditionally (its model card passes them);
-  // Python Jinja2 fails without them exactly as we do (see MissingVariableFailsLikeJinja2).
+  // Python Jinja2 fails without them exactly as we do (reference_renders.json,
+  // firefunction_without_functions).
   if (GetParam().find("firefunction") != std::string::npos) {
     extra["functions"] = "[]";
     extra["datetime"] = "2026-11-29";
@@ -156,55 +160,49 @@ INSTANTIATE_TEST_SUITE_P(Shared, RealTemplate, ::testing::ValuesIn(template_file
 
 TEST(RealTemplates, AllTwelveArePresent) { EXPECT_GE(template_files().size(), 12u); }
 
-TEST(RealTemplates, MissingVariableFailsLikeJinja2) {
-  ChatTemplate chat(read_template("fireworks-ai-llama-3-firefunction-v2.jinja"), "<s>", "</s>");
+// ---- real templates with tools, against Python Jinja2 ----
+
+// The cases of tests/chat/data/reference_renders.json: a template of ../shared/chat-templates,
+// special tokens, messages, extra variables, and Python Jinja2's output or error (written by
+// scripts/reference/jinja_cases.py, which runs Jinja2 3.1 as Hugging Face's apply_chat_template
+// does). Empty when the file cannot be read (TableIsComplete then fails with the reason).
+std::vector<Case> load_reference_renders(std::string* error = nullptr) {
+  std::vector<Case> cases;
   try {
-    chat.apply(ordered_json::parse(R"([{"role": "user", "content": "hi"}])"), true);
-    ADD_FAILURE() << "expected an error";
-  } catch (const jinja::TemplateRuntimeError& e) {
-    EXPECT_EQ(e.message(), "'functions' is undefined");
-    EXPECT_EQ(e.line(), 21u);
+    const auto doc = ordered_json::parse(test::read_file(STRATA_SOURCE_DIR "/tests/chat/data/reference_renders.json"));
+    for (const auto& c : doc.at("cases")) cases.push_back({c.at("name").get<std::string>(), c});
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+    cases.clear();
+  }
+  return cases;
+}
+
+class ReferenceRender : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReferenceRender, AppliesLikeJinja2) {
+  const ordered_json& c = GetParam().data;
+  ChatTemplate chat(read_template(c.at("template_file")), c.at("bos_token"), c.at("eos_token"));
+  auto apply = [&] { return chat.apply(c.at("messages"), c.at("add_generation_prompt").get<bool>(), c.at("extra")); };
+  if (c.contains("expected")) {
+    EXPECT_EQ(apply(), c["expected"].get<std::string>());
+  } else {
+    try {
+      apply();
+      ADD_FAILURE() << "expected an error";
+    } catch (const jinja::TemplateRuntimeError& e) {
+      EXPECT_EQ(e.message(), c.at("expected_error").get<std::string>());
+      EXPECT_EQ(e.line(), c.at("error_line").get<uint32_t>());
+    }
   }
 }
 
-TEST(RealTemplates, ToolCallsRenderLikeJinja2) {
-  // Reference output from Python Jinja2 3.1 (sandboxed, trim_blocks, lstrip_blocks, HF tojson).
-  const ordered_json messages = ordered_json::parse(R"([
-    {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": null, "tool_calls": [{"id": "call12345", "type": "function",
-      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-    {"role": "tool", "tool_call_id": "call12345", "content": "{\"temp\": 20}"}])");
-  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather",
-    "description": "Get the weather", "parameters": {"type": "object",
-    "properties": {"city": {"type": "string", "description": "City name"}}, "required": ["city"]}}}])");
-  ChatTemplate qwen(read_template("Qwen-Qwen2.5-7B-Instruct.jinja"), "", "<|im_end|>");
-  EXPECT_EQ(qwen.apply(messages, true, {{"tools", tools}}),
-            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n"
-            "You may call one or more functions to assist with the user query.\n\nYou are provided with function "
-            "signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
-            "\"get_weather\", \"description\": \"Get the weather\", \"parameters\": {\"type\": \"object\", "
-            "\"properties\": {\"city\": {\"type\": \"string\", \"description\": \"City name\"}}, \"required\": "
-            "[\"city\"]}}}\n</tools>\n\nFor each function call, return a json object with function name and "
-            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-            "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWeather in "
-            "Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-            "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{\"temp\": "
-            "20}\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
-  ChatTemplate llama(read_template("meta-llama-Llama-3.1-8B-Instruct.jinja"), "<|begin_of_text|>", "<|eot_id|>");
-  // A string content "is iterable", so this template JSON-quotes the tool result, as Jinja2 does.
-  EXPECT_EQ(llama.apply(messages, false, {{"tools", tools}, {"date_string", "29 Nov 2026"}}),
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge "
-            "Date: December 2023\nToday Date: 29 Nov 2026\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
-            "Given the following functions, please respond with a JSON for a function call with its proper arguments "
-            "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
-            "dictionary of argument name and its value}.Do not use variables.\n\n{\n    \"type\": \"function\",\n    "
-            "\"function\": {\n        \"name\": \"get_weather\",\n        \"description\": \"Get the weather\",\n"
-            "        \"parameters\": {\n            \"type\": \"object\",\n            \"properties\": {\n"
-            "                \"city\": {\n                    \"type\": \"string\",\n                    "
-            "\"description\": \"City name\"\n                }\n            },\n            \"required\": [\n"
-            "                \"city\"\n            ]\n        }\n    }\n}\n\nWeather in Paris?<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": {\"city\": "
-            "\"Paris\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n\"{\\\"temp\\\": 20}\"<|eot_id|>");
+INSTANTIATE_TEST_SUITE_P(Jinja2Reference, ReferenceRender, ::testing::ValuesIn(load_reference_renders()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return test_name(info.param.name); });
+
+TEST(ReferenceRender, TableIsComplete) {
+  std::string error;
+  EXPECT_GE(load_reference_renders(&error).size(), 3u) << error;
 }
 
 // ---- ChatTemplate API ----
