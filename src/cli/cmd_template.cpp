@@ -13,11 +13,11 @@
 #include <sstream>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "cli/cli.h"
 #include "core/error.h"
 #include "gguf/gguf_file.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja_template.h"
+#include "jinja/template.h"
 
 namespace strata::cli {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <limits>
 
+#include "chat/chat_template.h"
 #include "server/json_fields.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {

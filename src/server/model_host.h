@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "engine/engine.h"
-#include "tokenizer/chat_template.h"
 
 namespace strata::server {
 

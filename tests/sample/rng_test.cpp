@@ -10,7 +10,7 @@ namespace strata {
 namespace {
 
 TEST(Rng, Splitmix64MatchesTheReferenceOutputs) {
-  // First outputs of Vigna's splitmix64.c from state 0.
+  // First outputs of Vigna's splitmix64.c from state 0 (also scripts/reference/rng_reference.py).
   uint64_t state = 0;
   EXPECT_EQ(splitmix64_next(state), 0xe220a8397b1dcdafull);
   EXPECT_EQ(splitmix64_next(state), 0x6e789e6aa1b965f4ull);
@@ -21,7 +21,7 @@ TEST(Rng, Splitmix64MatchesTheReferenceOutputs) {
 TEST(Rng, StreamForASeedIsPinned) {
   // xoshiro256** seeded with four splitmix64 outputs, computed with an independent Python
   // implementation (which reproduces the reference vector 11520, 0, 1509978240 from state
-  // {1, 2, 3, 4}).
+  // {1, 2, 3, 4}): scripts/reference/rng_reference.py prints these and, with --check, compares.
   Rng zero(0);
   EXPECT_EQ(zero.next_u64(), 0x99ec5f36cb75f2b4ull);
   EXPECT_EQ(zero.next_u64(), 0xbf6e1f784956452aull);

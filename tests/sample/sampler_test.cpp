@@ -309,8 +309,8 @@ TEST(Sampler, SameSeedGivesSameTokensAndOtherSeedsOrStreamsDoNot) {
 TEST(Sampler, SeedIsPinnedAcrossBuildsAndPlatforms) {
   // The first tokens for seed 42 on fixed logits, computed independently (Python: xoshiro256**
   // seeded by splitmix64, u = top 53 bits / 2^53, first token whose cumulative softmax exceeds u;
-  // no u lies within 0.01 of a boundary). A change here means replayed requests no longer
-  // reproduce their output.
+  // no u lies within 0.01 of a boundary: scripts/reference/rng_reference.py). A change here means
+  // replayed requests no longer reproduce their output.
   std::vector<float> logits(8);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.25f * static_cast<float>(i);
   Sampler s(params_with(1.0f, 0, 1.0f, 0.0f, 42), 8);
