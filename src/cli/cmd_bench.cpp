@@ -12,11 +12,11 @@
 #include <thread>
 #include <algorithm>
 
-#include "backend/cpu/bandwidth.h"
 #include "cli/cli.h"
 #include "cli/common_flags.h"
 #include "core/error.h"
 #include "core/jsonl.h"
+#include "core/thread_pool.h"
 #include "core/units.h"
 #include "kv/block_pool.h"
 #include "kv/kv_arena.h"
@@ -26,6 +26,8 @@
 
 namespace strata::cli {
 namespace {
+
+int n_threads(Model& m) { return m.backend().thread_pool() ? m.backend().thread_pool()->size() : 0; }
 
 using Clock = std::chrono::steady_clock;
 
@@ -89,7 +91,7 @@ class BenchKv {
 };
 
 int run_bench_model(const BenchModelOptions& o) {
-  auto model = Model::load(o.model.model, o.model.threads);
+  auto model = Model::load(o.model.model, o.model.backend_options());
   const ModelConfig& mc = model->config();
   const KvConfig kvc = o.kv.to_config();
   if (o.pp < 0 || o.tg < 0 || o.batch < 1 || o.reps < 1) fail("--pp, --tg >= 0, --batch, --reps >= 1");
@@ -108,7 +110,7 @@ int run_bench_model(const BenchModelOptions& o) {
   };
 
   double bandwidth = 0;
-  if (!o.no_bandwidth) bandwidth = cpu::measure_read_bandwidth_gbs(model->pool(), size_t{1} << 30, 3);
+  if (!o.no_bandwidth) bandwidth = model->backend().measure_read_bandwidth_gbs(uint64_t{1} << 30, 3);
 
   // Warm-up: touch the weights once so the first repetition does not pay page faults.
   {
@@ -168,7 +170,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["model"] = o.model.model;
     j["model_bytes"] = file_bytes;
     j["step_weight_bytes"] = bytes_per_step;
-    j["threads"] = model->pool().size();
+    j["threads"] = n_threads(*model);
     j["batch"] = o.batch;
     j["pp"] = o.pp;
     j["tg"] = o.tg;
@@ -185,7 +187,7 @@ int run_bench_model(const BenchModelOptions& o) {
     return kExitOk;
   }
   fmt::print("model: {} ({}, {} of weights streamed per decode step), threads {}, KV {}\n", o.model.model,
-             format_bytes(file_bytes), format_bytes(bytes_per_step), model->pool().size(), kv_dtype_name(kvc.dtype));
+             format_bytes(file_bytes), format_bytes(bytes_per_step), n_threads(*model), kv_dtype_name(kvc.dtype));
   if (bandwidth > 0) fmt::print("memory read bandwidth: {:.1f} GB/s\n", bandwidth);
   fmt::print("| test | tok/s |\n| --- | --- |\n");
   if (o.pp > 0) fmt::print("| pp{} | {:.1f} ± {:.1f} |\n", o.pp, pp.mean, pp.sd);
@@ -249,7 +251,7 @@ int run_bench_offline(const BenchOfflineOptions& o) {
     if (!(rate > 0)) fail("--request-rate must be a positive number or 'inf', got '{}'", o.request_rate);
   }
   const EngineConfig cfg = o.engine.to_config(o.kv);
-  auto model = Model::load(o.model.model, o.model.threads);
+  auto model = Model::load(o.model.model, o.model.backend_options());
   auto tokenizer = Tokenizer::from_gguf(model->file());
   const int32_t V = model->config().n_vocab;
 
@@ -339,7 +341,7 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   j["output_len"] = o.output_len;
   j["shared_prefix"] = o.shared_prefix;
   j["request_rate"] = o.request_rate;
-  j["threads"] = model->pool().size();
+  j["threads"] = n_threads(*model);
   j["duration_s"] = wall;
   j["prompt_tokens"] = prompt_tokens;
   j["output_tokens"] = output_tokens;

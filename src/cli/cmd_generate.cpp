@@ -134,7 +134,7 @@ Request request_from_line(const nlohmann::json& j, size_t line, const SamplingPa
 int run_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompts_file.empty()) fail("give exactly one of --prompt and --prompts-file");
   const EngineConfig cfg = o.engine.to_config(o.kv);
-  auto model = Model::load(o.model.model, o.model.threads);
+  auto model = Model::load(o.model.model, o.model.backend_options());
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (tokenizer->n_vocab() != model->config().n_vocab) {
     fail("the tokenizer has {} tokens but the model {}", tokenizer->n_vocab(), model->config().n_vocab);

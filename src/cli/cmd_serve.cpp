@@ -29,6 +29,7 @@ int run_serve(ServeOptions o) {
   cfg.engine = o.engine.to_config(o.kv);
   cfg.model_path = o.model.model;
   cfg.n_threads = o.model.threads;
+  cfg.device = o.model.backend_options().device;
   if (cfg.api_key.empty()) {
     if (const char* env = std::getenv("STRATA_API_KEY")) cfg.api_key = env;
   }

@@ -10,6 +10,16 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   if (model_required) opt->required();
   cmd->add_option("-t,--threads", f.threads, "Compute threads (default: one per physical core)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", f.device,
+                  "Where the model runs: cpu, cuda (an NVIDIA GPU; needs a build with CUDA), or auto (cuda when "
+                  "built with it and a GPU is usable, else cpu)")
+      ->capture_default_str();
+}
+
+BackendOptions ModelFlags::backend_options() const {
+  const auto d = device_kind_from_name(device);
+  if (!d) fail("--device '{}' is not one of cpu, cuda, auto", device);
+  return BackendOptions{resolve_device(*d), threads};
 }
 
 void add_kv_flags(CLI::App* cmd, KvFlags& f) {

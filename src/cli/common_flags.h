@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "kv/kv_config.h"
 #include "sample/sampling_params.h"
@@ -17,6 +18,11 @@ namespace strata::cli {
 struct ModelFlags {
   std::string model;
   int threads = 0;  // 0 = physical cores
+  std::string device = "auto";
+
+  // The backend to load the model on; throws strata::Error for an unknown or unusable --device
+  // (e.g. cuda in a build without CUDA), so commands fail before any work.
+  BackendOptions backend_options() const;
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required = true);
 

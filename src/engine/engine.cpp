@@ -83,7 +83,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   const ModelConfig& mc = model.config();
   n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, cfg.kv.block_size, cfg.kv.dtype};
-  kv_ = std::make_unique<KvManager>(geo, cfg.kv, model_fingerprint(model), &model.pool());
+  kv_ = std::make_unique<KvManager>(geo, cfg.kv, model_fingerprint(model), model.backend().thread_pool());
   const KvStats st = kv_->stats();
   capacity_tokens_ = (st.hot.slots + st.warm.slots * warm_span(cfg.kv.warm_format, cfg.kv.block_size)) * cfg.kv.block_size;
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);

@@ -1,24 +1,31 @@
 #include "model/model.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/check.h"
 #include "core/error.h"
 
 namespace strata {
 
-std::unique_ptr<Model> Model::load(const std::string& path, int n_threads) {
+std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Backend> backend) {
+  STRATA_CHECK(backend != nullptr);
   auto file = GgufFile::open(path);
-  if (n_threads <= 0) n_threads = ThreadPool::physical_cores();
-  return std::unique_ptr<Model>(new Model(std::move(file), n_threads));
+  return std::unique_ptr<Model>(new Model(std::move(file), std::move(backend)));
 }
 
-Model::Model(std::unique_ptr<GgufFile> file, int n_threads)
-    : file_(std::move(file)),
+std::unique_ptr<Model> Model::load(const std::string& path, const BackendOptions& o) {
+  return load(path, make_backend(o));
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, int n_threads) {
+  return load(path, BackendOptions{DeviceKind::kCpu, n_threads});
+}
+
+Model::Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)),
+      file_(std::move(file)),
       config_(ModelConfig::from_gguf(*file_)),
-      weights_(ModelWeights::load(*file_, config_)),
-      pool_(n_threads) {
+      weights_(ModelWeights::load(*file_, config_, *backend_)) {
   rope_.n_rot = config_.n_rot;
   rope_.freq_base = config_.rope_freq_base;
   rope_.freq_scale = config_.rope_freq_scale;
@@ -26,23 +33,63 @@ Model::Model(std::unique_ptr<GgufFile> file, int n_threads)
   rope_.freq_factors = weights_.rope_freqs;
 }
 
-void Model::ensure_buffers(int64_t n_tokens, int64_t n_logit_rows) {
-  const auto& c = config_;
-  if (n_tokens > capacity_tokens_) {
-    capacity_tokens_ = n_tokens;
-    const auto n = static_cast<size_t>(n_tokens);
-    x_.resize(n * c.n_embd);
-    h_.resize(n * c.n_embd);
-    q_.resize(n * c.q_dim());
-    k_.resize(n * c.kv_dim());
-    v_.resize(n * c.kv_dim());
-    attn_.resize(n * c.q_dim());
-    gate_.resize(n * c.n_ff);
-    up_.resize(n * c.n_ff);
-    out_.resize(n * std::max(c.n_embd, c.q_dim()));
+Model::~Model() = default;
+
+namespace {
+
+// Cuts [n][width] f32 views out of one buffer, each starting on a 64-byte boundary.
+class Carver {
+ public:
+  explicit Carver(int64_t n) : n_(n) {}
+  ActView take(int64_t width) {
+    const ActView v{reinterpret_cast<float*>(base_ + offset_), n_, width};
+    offset_ += (static_cast<uint64_t>(n_ * width) * sizeof(float) + 63) / 64 * 64;
+    return v;
   }
-  logit_in_.resize(static_cast<size_t>(n_logit_rows) * c.n_embd);
-  logits_.resize(static_cast<size_t>(n_logit_rows) * c.n_vocab);
+  uint64_t bytes() const { return offset_; }
+  void set_base(uint8_t* base) { base_ = base; offset_ = 0; }
+
+ private:
+  int64_t n_;
+  uint8_t* base_ = nullptr;
+  uint64_t offset_ = 0;
+};
+
+}  // namespace
+
+void Model::ensure_buffers(int64_t n_tokens, int64_t n_logit_rows) {
+  const ModelConfig& c = config_;
+  if (n_tokens > capacity_tokens_) {
+    Carver cv(n_tokens);
+    auto carve = [&] {
+      x_ = cv.take(c.n_embd);
+      h_ = cv.take(c.n_embd);
+      q_ = cv.take(c.q_dim());
+      k_ = cv.take(c.kv_dim());
+      v_ = cv.take(c.kv_dim());
+      attn_ = cv.take(c.q_dim());
+      gate_ = cv.take(c.n_ff);
+      up_ = cv.take(c.n_ff);
+      out_ = cv.take(c.n_embd);
+    };
+    carve();  // measures
+    act_mem_.reset();
+    act_mem_ = backend_->allocate(cv.bytes(), MemoryUse::kActivations);
+    cv.set_base(act_mem_->data());
+    carve();
+    capacity_tokens_ = n_tokens;
+  }
+  if (n_logit_rows > capacity_logit_rows_) {
+    Carver cv(n_logit_rows);
+    cv.take(c.n_embd);
+    cv.take(c.n_vocab);
+    logit_mem_.reset();
+    logit_mem_ = backend_->allocate(cv.bytes(), MemoryUse::kActivations);
+    cv.set_base(logit_mem_->data());
+    logit_in_ = cv.take(c.n_embd);
+    logits_ = cv.take(c.n_vocab);
+    capacity_logit_rows_ = n_logit_rows;
+  }
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers) {
@@ -54,16 +101,17 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   if (T == 0) return {};
   const int32_t bs = kv_layers[0].block_size;
 
-  // Flatten the batch: tokens, positions, KV slots and attention descriptors.
+  // Flatten the batch: tokens, positions, KV slots, attention descriptors, rows that need logits.
   tokens_.clear();
   pos_.clear();
   slots_.clear();
+  logit_rows_.clear();
   attn_seqs_.clear();
   for (const ForwardSeq& s : batch.seqs) {
     const int32_t n = static_cast<int32_t>(s.tokens.size());
+    const int32_t t0 = static_cast<int32_t>(tokens_.size());
     STRATA_CHECK(static_cast<int64_t>(s.blocks.size()) * bs >= s.start_pos + n, "block table too short");
-    attn_seqs_.push_back({static_cast<int32_t>(tokens_.size()), n, s.start_pos, s.blocks.data(),
-                          static_cast<int32_t>(s.blocks.size())});
+    attn_seqs_.push_back({t0, n, s.start_pos, s.blocks.data(), static_cast<int32_t>(s.blocks.size())});
     for (int32_t i = 0; i < n; ++i) {
       const TokenId tok = s.tokens[i];
       STRATA_CHECK(tok >= 0 && tok < c.n_vocab, "token id {} out of range", tok);
@@ -71,58 +119,56 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
       tokens_.push_back(tok);
       pos_.push_back(p);
       slots_.push_back(s.blocks[p / bs] * bs + p % bs);
+      if (s.logits == LogitsMode::kAll || (s.logits == LogitsMode::kLast && i == n - 1)) logit_rows_.push_back(t0 + i);
     }
   }
 
-  const int64_t D = c.n_embd;
-  for (int64_t t = 0; t < T; ++t) cpu::get_row(weights_.token_embd, tokens_[t], x_.data() + t * D);
+  Backend& be = *backend_;
+  const ActView x = x_.row_range(0, T), h = h_.row_range(0, T), q = q_.row_range(0, T), k = k_.row_range(0, T),
+                v = v_.row_range(0, T), attn = attn_.row_range(0, T), gate = gate_.row_range(0, T),
+                up = up_.row_range(0, T), out = out_.row_range(0, T);
+  be.embed(weights_.token_embd, tokens_, x);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = weights_.layers[l];
+    const KvLayerView& kv = kv_layers[l];
     // Attention block.
-    cpu::rms_norm(x_.data(), L.attn_norm, h_.data(), T, D, c.rms_eps);
-    const cpu::MatmulJob qkv[] = {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}};
-    cpu::matmul_multi(qkv, h_.data(), T, pool_, scratch_);
+    be.rms_norm(x, L.attn_norm, h, c.rms_eps);
+    const MatmulOut qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+    be.matmul_multi(qkv, h);
     if (L.bq) {
-      for (int64_t t = 0; t < T; ++t) {
-        cpu::add_inplace(q_.data() + t * c.q_dim(), L.bq, c.q_dim());
-        cpu::add_inplace(k_.data() + t * c.kv_dim(), L.bk, c.kv_dim());
-        cpu::add_inplace(v_.data() + t * c.kv_dim(), L.bv, c.kv_dim());
-      }
+      be.add_bias(q, L.bq);
+      be.add_bias(k, L.bk);
+      be.add_bias(v, L.bv);
     }
-    cpu::rope(q_.data(), pos_.data(), T, c.n_head, c.head_dim, rope_);
-    cpu::rope(k_.data(), pos_.data(), T, c.n_head_kv, c.head_dim, rope_);
-    cpu::kv_store(kv_layers[l], k_.data(), v_.data(), slots_.data(), T);
-    cpu::paged_attention(q_.data(), kv_layers[l], attn_seqs_, c.n_head, scale, attn_.data(), pool_, scratch_);
-    cpu::matmul(L.wo, attn_.data(), T, out_.data(), pool_, scratch_);
-    cpu::add_inplace(x_.data(), out_.data(), T * D);
+    be.rope(q, pos_, c.n_head, c.head_dim, rope_);
+    be.rope(k, pos_, c.n_head_kv, c.head_dim, rope_);
+    be.kv_store(kv, k, v, slots_);
+    be.paged_attention(q, kv, attn_seqs_, c.n_head, scale, attn);
+    be.matmul(L.wo, attn, out);
+    be.add(x, out);
     // Feed-forward block (SiLU-gated).
-    cpu::rms_norm(x_.data(), L.ffn_norm, h_.data(), T, D, c.rms_eps);
-    const cpu::MatmulJob gate_up[] = {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}};
-    cpu::matmul_multi(gate_up, h_.data(), T, pool_, scratch_);
-    cpu::silu_mul(gate_.data(), up_.data(), T * c.n_ff);
-    cpu::matmul(L.w_down, gate_.data(), T, out_.data(), pool_, scratch_);
-    cpu::add_inplace(x_.data(), out_.data(), T * D);
+    be.rms_norm(x, L.ffn_norm, h, c.rms_eps);
+    const MatmulOut gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+    be.matmul_multi(gate_up, h);
+    be.silu_mul(gate, up);
+    be.matmul(L.w_down, gate, out);
+    be.add(x, out);
   }
 
   // Logits only for the rows that are sampled.
-  int64_t row = 0, t0 = 0;
-  for (const ForwardSeq& s : batch.seqs) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    if (s.logits == LogitsMode::kAll) {
-      std::memcpy(logit_in_.data() + row * D, x_.data() + t0 * D, static_cast<size_t>(n * D) * sizeof(float));
-      row += n;
-    } else if (s.logits == LogitsMode::kLast && n > 0) {
-      std::memcpy(logit_in_.data() + row * D, x_.data() + (t0 + n - 1) * D, static_cast<size_t>(D) * sizeof(float));
-      row += 1;
-    }
-    t0 += n;
-  }
   if (n_logits == 0) return {};
-  cpu::rms_norm(logit_in_.data(), weights_.output_norm, logit_in_.data(), n_logits, D, c.rms_eps);
-  cpu::matmul(weights_.output, logit_in_.data(), n_logits, logits_.data(), pool_, scratch_);
-  return {logits_.data(), static_cast<size_t>(n_logits) * c.n_vocab};
+  STRATA_CHECK(static_cast<int64_t>(logit_rows_.size()) == n_logits);
+  const ActView logit_in = logit_in_.row_range(0, n_logits), logits = logits_.row_range(0, n_logits);
+  be.gather_rows(x, logit_rows_, logit_in);
+  be.rms_norm(logit_in, weights_.output_norm, logit_in, c.rms_eps);
+  be.matmul(weights_.output, logit_in, logits);
+  const auto n_floats = static_cast<size_t>(logits.size());
+  if (be.host_visible()) return {logits.data, n_floats};
+  logits_host_.resize(n_floats);
+  be.copy_to_host(logits_host_.data(), logits.data, n_floats * sizeof(float));
+  return logits_host_;
 }
 
 }  // namespace strata

@@ -1,6 +1,7 @@
-// A loaded model (config + weights viewed in the GGUF mapping) and its batched forward pass over
-// paged KV. Thread-safety: forward() is called by one thread at a time (the engine thread); it
-// uses the model's own thread pool and scratch buffers.
+// A loaded model (config + weights held by its backend) and its batched forward pass over paged
+// KV, written once against the Backend interface (backend/backend.h). Thread-safety: forward()
+// is called by one thread at a time (the engine thread); it uses the backend's threads and the
+// model's activation buffers.
 #pragma once
 
 #include <memory>
@@ -8,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/kernels.h"
-#include "core/thread_pool.h"
+#include "backend/backend.h"
 #include "gguf/gguf_file.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
@@ -19,42 +19,55 @@ namespace strata {
 
 class Model {
  public:
-  // Opens and validates the model; throws strata::Error naming the problem.
-  // n_threads <= 0 means one per physical core.
+  // Opens and validates the model and uploads its weights to `backend` (on CPU they stay in the
+  // file's mapping); throws strata::Error naming the problem. The model owns the backend.
+  static std::unique_ptr<Model> load(const std::string& path, std::unique_ptr<Backend> backend);
+  // The same on make_backend(o) (--device, --threads); throws strata::Error for an unusable device.
+  static std::unique_ptr<Model> load(const std::string& path, const BackendOptions& o);
+  // On the CPU backend with n_threads threads (<= 0: one per physical core).
   static std::unique_ptr<Model> load(const std::string& path, int n_threads = 0);
+  ~Model();
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
   const ModelWeights& weights() const { return weights_; }
-  ThreadPool& pool() { return pool_; }
+  // The backend the model runs on; its thread_pool() is what the KV manager borrows.
+  Backend& backend() { return *backend_; }
 
   // Bytes of weight matrices streamed by one decode step (for bandwidth accounting).
   uint64_t step_weight_bytes() const { return weights_.matrix_bytes; }
 
   // Runs the batch: writes each new token's K and V into its slot (through the block tables) and
-  // returns logits [batch.n_logit_rows()][n_vocab], rows in the order of batch.seqs.
-  // Preconditions: kv_layers.size() == n_layer; every block table covers its positions; positions
-  // are below n_ctx the KV was sized for.
+  // returns logits [batch.n_logit_rows()][n_vocab], rows in the order of batch.seqs, valid until
+  // the next call. They are host memory: on a host-visible backend (CPU) the span points at the
+  // backend's output buffer; a device backend copies them back here, the one device -> host copy
+  // of a step.
+  // Preconditions: kv_layers.size() == n_layer, in the backend's memory; every block table covers
+  // its positions; positions are below n_ctx the KV was sized for.
   std::span<const float> forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers);
 
  private:
-  Model(std::unique_ptr<GgufFile> file, int n_threads);
+  Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend);
   void ensure_buffers(int64_t n_tokens, int64_t n_logit_rows);
 
+  std::unique_ptr<Backend> backend_;  // first: destroyed after everything it allocated
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
-  ThreadPool pool_;
-  cpu::KernelScratch scratch_;
-  cpu::RopeParams rope_;
+  RopeParams rope_;
 
-  // Activations, [n_tokens][width] each; grown on demand, never shrunk.
+  // Activations in backend memory, [capacity][width] each; grown on demand, never shrunk.
   int64_t capacity_tokens_ = 0;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, out_;
-  std::vector<float> logits_, logit_in_;
+  int64_t capacity_logit_rows_ = 0;
+  std::unique_ptr<DeviceBuffer> act_mem_, logit_mem_;
+  ActView x_, h_, q_, k_, v_, attn_, gate_, up_, out_;
+  ActView logit_in_, logits_;
+  std::vector<float> logits_host_;  // only for backends that are not host-visible
+
+  // The batch flattened, host memory.
   std::vector<TokenId> tokens_;
-  std::vector<int32_t> pos_, slots_;
-  std::vector<cpu::AttentionSeq> attn_seqs_;
+  std::vector<int32_t> pos_, slots_, logit_rows_;
+  std::vector<AttentionSeq> attn_seqs_;
 };
 
 }  // namespace strata

@@ -12,7 +12,7 @@ namespace {
 
 class Loader {
  public:
-  Loader(const GgufFile& f, ModelWeights& w) : f_(f), w_(w) {}
+  Loader(const GgufFile& f, ModelWeights& w, Backend& b) : f_(f), w_(w), b_(b) {}
 
   const GgufTensorInfo* find(const std::string& name, bool required) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -31,17 +31,17 @@ class Loader {
     }
   }
 
-  cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true) {
+  WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true) {
     const GgufTensorInfo* t = find(name, required);
     if (!t) return {};
     check_shape(*t, {cols, rows});
-    if (!cpu::matmul_supports(t->type)) {
+    if (!b_.supports_matmul(t->type)) {
       fail("{}: tensor '{}' has type {}, which Strata cannot run (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, "
            "q8_0, q2_k, q3_k, q4_k, q5_k, q6_k)",
            f_.source(), name, ggml_type_name(t->type));
     }
     w_.matrix_bytes += t->n_bytes;
-    return {t->type, rows, cols, t->data, ggml_row_size(t->type, static_cast<uint64_t>(cols))};
+    return b_.upload_matrix({t->type, rows, cols, t->data, ggml_row_size(t->type, static_cast<uint64_t>(cols))});
   }
 
   const float* vector(const std::string& name, int64_t n, bool required = true) {
@@ -49,24 +49,25 @@ class Loader {
     if (!t) return nullptr;
     check_shape(*t, {n});
     if (t->type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
-      return reinterpret_cast<const float*>(t->data);
+      return b_.upload_vector(reinterpret_cast<const float*>(t->data), n);
     }
     if (!can_dequantize(t->type)) fail("{}: tensor '{}' has unsupported type {}", f_.source(), name, ggml_type_name(t->type));
     auto& v = w_.owned.emplace_back(static_cast<size_t>(n));
     dequantize_row(t->type, t->data, v.data(), n);
-    return v.data();
+    return b_.upload_vector(v.data(), n);
   }
 
  private:
   const GgufFile& f_;
   ModelWeights& w_;
+  Backend& b_;
 };
 
 }  // namespace
 
-ModelWeights ModelWeights::load(const GgufFile& f, const ModelConfig& c) {
+ModelWeights ModelWeights::load(const GgufFile& f, const ModelConfig& c, Backend& backend) {
   ModelWeights w;
-  Loader ld(f, w);
+  Loader ld(f, w, backend);
   w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
   w.matrix_bytes = 0;  // embedding rows are gathered, not streamed, per step
   w.output_norm = ld.vector("output_norm.weight", c.n_embd);

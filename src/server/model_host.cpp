@@ -23,7 +23,7 @@ void ModelHost::wait_loaded() {
 
 void ModelHost::load() {
   try {
-    model_ = Model::load(options_.model_path, options_.n_threads);
+    model_ = Model::load(options_.model_path, BackendOptions{options_.device, options_.n_threads});
     tokenizer_ = Tokenizer::from_gguf(model_->file());
     if (tokenizer_->n_vocab() != model_->config().n_vocab)
       fail("the tokenizer has {} tokens but the model {}", tokenizer_->n_vocab(), model_->config().n_vocab);

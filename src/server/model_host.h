@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/backend.h"
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 
@@ -28,6 +29,7 @@ class ModelHost {
     int n_threads = 0;                                // 0 = one per physical core
     EngineConfig engine;
     std::optional<std::string> chat_template_source;  // overrides the model's tokenizer.chat_template
+    DeviceKind device = DeviceKind::kAuto;
   };
   enum class State { kLoading, kReady, kFailed };
 

@@ -25,7 +25,7 @@ int run_server(const ServerConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   ShutdownSignal signals;
 
-  ModelHost host(ModelHost::Options{config.model_path, config.n_threads, config.engine, config.chat_template_source});
+  ModelHost host(ModelHost::Options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device});
   ServerContext ctx(config, host);
   HttpServer http(ctx);
   http.bind();

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 
 namespace strata::server {
@@ -22,6 +23,7 @@ struct ServerConfig {
 
   std::string model_path;
   int n_threads = 0;
+  DeviceKind device = DeviceKind::kAuto;  // --device
   EngineConfig engine;
   std::optional<std::string> chat_template_source;  // the text of --chat-template FILE
 };

@@ -11,21 +11,18 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/op_types.h"
 #include "core/thread_pool.h"
 #include "gguf/tensor_type.h"
 #include "kv/kv_types.h"
 
 namespace strata::cpu {
 
-// A weight matrix in any supported GGML type: `rows` output features, each a contiguous row of
-// `cols` input features (GGUF ne[0] = cols, ne[1] = rows).
-struct WeightMatrix {
-  GgmlType type = GgmlType::kF32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  const uint8_t* data = nullptr;
-  uint64_t row_bytes = 0;
-};
+// The plain parameter types are the backend interface's (backend/op_types.h); the kernels take
+// host pointers in them.
+using strata::AttentionSeq;
+using strata::RopeParams;
+using strata::WeightMatrix;
 
 // Weight types matmul() accepts.
 bool matmul_supports(GgmlType type);
@@ -73,14 +70,6 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
 // (y may equal x).
 void rms_norm(const float* x, const float* weight, float* y, int64_t n_rows, int64_t dim, float eps);
 
-struct RopeParams {
-  int32_t n_rot = 0;           // rotated dims per head (even, <= head_dim)
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;     // positions are multiplied by this
-  bool neox = false;           // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
-  const float* freq_factors = nullptr;  // [n_rot/2] divisors of each frequency (llama3), or null
-};
-
 // Rotary embedding in place: x [n_tokens][n_heads][head_dim], token t at position pos[t]. The
 // angles are computed once per token (in double, reduced mod 2π) for all heads.
 // Precondition: n_rot even, <= head_dim and <= 1024.
@@ -96,18 +85,7 @@ void add_inplace(float* y, const float* x, int64_t n);
 // k, v: [n_tokens][n_kv_heads * head_dim] (f32); slots[t] = block * block_size + offset.
 void kv_store(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n_tokens);
 
-// One sequence of a batch for attention: its new tokens are rows [q_begin, q_begin + n_q) of q
-// and out, at positions start_pos .. start_pos + n_q - 1; it attends causally to keys at
-// positions [0, start_pos + i] read through `blocks` (block j holds positions
-// [j*block_size, (j+1)*block_size)).
-struct AttentionSeq {
-  int32_t q_begin = 0;
-  int32_t n_q = 0;
-  int32_t start_pos = 0;
-  const BlockId* blocks = nullptr;
-  int32_t n_blocks = 0;
-};
-
+// AttentionSeq: backend/op_types.h.
 // out[t][h][:] = softmax(q[t][h] · Kᵀ * scale) · V over the sequence's keys, for every query
 // head h (kv head = h / (n_head / n_kv_heads)). q, out: [n_tokens][n_head][head_dim].
 // Online softmax in f32 per KV block (attention.cpp); work is spread over (sequence, kv head, tile

@@ -1,0 +1,192 @@
+// The backend interface: everything the forward pass and the KV storage need from a device —
+// memory (activations, KV arenas, weights), the ops of a forward pass and the KV block operations
+// — behind one abstract class, chosen once at start-up (--device cpu|cuda|auto) by make_backend().
+//
+// Why a class with virtual functions rather than a C-style function table: a backend has state
+// (the CPU's thread pool and kernel scratch, a GPU's stream and allocator), and a vtable is exactly
+// the "function table chosen once" of DESIGN.md with the state attached, checked by the compiler
+// (a missing op is a compile error in the implementation, not a null pointer at run time). One
+// virtual call per op per layer costs nanoseconds against kernels of microseconds or more.
+//
+// Memory model. A backend hands out memory (allocate, upload_matrix, upload_vector) whose
+// addresses may be device addresses: code outside the backend stores them, offsets them (ActView
+// rows, KvLayerView blocks) and passes them back, but never dereferences them unless
+// host_visible() says they are host memory (true on CPU). Small index arrays that describe a batch
+// (token ids, positions, KV slots, attention block tables) are host memory: the CPU reads them in
+// place and a device backend copies them up with the op that needs them. Results come back with
+// copy_to_host (the model does so for the logits only; on CPU that copy is skipped because the
+// logits are already host memory).
+//
+// Ops run in call order. On a device backend they may be asynchronous: copy_to_host (and
+// synchronize()) waits for every op issued before it. Preconditions on shapes are checked at the
+// op's boundary (STRATA_CHECK), never in the inner loops.
+//
+// Thread-safety: a backend is used by one thread at a time (the engine thread): ops, allocation and
+// thread_pool() work. Buffers may be destroyed on any thread once no op uses them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/op_types.h"
+#include "core/types.h"
+#include "kv/kv_types.h"
+
+namespace strata {
+
+class ThreadPool;
+enum class WarmFormat : uint8_t;
+
+// --- Choosing a backend ----------------------------------------------------------------------
+
+enum class DeviceKind : uint8_t {
+  kAuto,  // CUDA when this build has it and a GPU is usable, else CPU
+  kCpu,
+  kCuda,
+};
+
+std::string_view device_kind_name(DeviceKind d);                   // "auto", "cpu", "cuda"
+std::optional<DeviceKind> device_kind_from_name(std::string_view name);
+
+struct BackendOptions {
+  DeviceKind device = DeviceKind::kAuto;
+  int n_threads = 0;  // CPU compute threads (host threads of a GPU backend); <= 0: one per physical core
+};
+
+// The concrete device `d` stands for in this build on this machine: kAuto becomes kCuda when a GPU
+// is usable, else kCpu. Throws strata::Error when `d` cannot be had ("this strata was built
+// without CUDA", "no usable CUDA device").
+DeviceKind resolve_device(DeviceKind d);
+
+// The devices this build can run on this machine, CPU first (the op tests run on each).
+std::vector<DeviceKind> available_devices();
+
+class Backend;
+// Creates the backend for resolve_device(o.device). Throws strata::Error as resolve_device.
+std::unique_ptr<Backend> make_backend(const BackendOptions& o);
+
+// --- Memory ----------------------------------------------------------------------------------
+
+enum class MemoryUse : uint8_t {
+  kActivations,  // scratch of the forward pass: contents undefined on allocation
+  kKvCache,      // KV arenas: zeroed; may be committed lazily (pages on first touch on CPU)
+};
+
+// Memory owned by a backend; freed when the object is destroyed. data() is a device address (see
+// the memory model above), 64-byte aligned.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual uint8_t* data() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// A row-major f32 matrix [rows][cols] (rows contiguous, stride cols) in backend memory: the form
+// of every activation the ops read and write.
+struct ActView {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t size() const { return rows * cols; }
+  // Rows [r0, r0 + n) (address arithmetic only: valid on device addresses too).
+  ActView row_range(int64_t r0, int64_t n) const { return {data + r0 * cols, n, cols}; }
+};
+
+// One weight matrix of a fused matmul and where its output goes: y [x.rows][w->rows].
+struct MatmulOut {
+  const WeightMatrix* w = nullptr;
+  ActView y;
+};
+
+// --- The interface ---------------------------------------------------------------------------
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // For logs and bench reports, e.g. "cpu (AVX3_DL, 2 threads)".
+  virtual std::string description() const = 0;
+  // True when the addresses this backend hands out are host memory (CPU): callers may then read
+  // results in place instead of copying them with copy_to_host.
+  virtual bool host_visible() const = 0;
+  // Host threads for work around the backend: the CPU kernels' pool, which the KV manager also
+  // uses to re-encode blocks between steps (never while an op runs). Null when there are none.
+  virtual ThreadPool* thread_pool() = 0;
+  // Waits for every op issued so far (no-op on CPU).
+  virtual void synchronize() = 0;
+
+  // Memory. Throws strata::Error when the memory cannot be had.
+  virtual std::unique_ptr<DeviceBuffer> allocate(uint64_t bytes, MemoryUse use) = 0;
+  // Host -> device and device -> host copies of `bytes` bytes (plain memcpy on CPU, skipped when
+  // dst == src). Used for KV blocks moving between the device and host tiers, and for results.
+  virtual void copy_to_device(void* dst_device, const void* src_host, uint64_t bytes) = 0;
+  virtual void copy_to_host(void* dst_host, const void* src_device, uint64_t bytes) = 0;
+
+  // Weights. `host` points into the model file's mapping, which outlives the backend's use of the
+  // result; the CPU backend returns it unchanged (no copy), a device backend uploads it and owns
+  // the copy until the backend is destroyed.
+  virtual bool supports_matmul(GgmlType type) const = 0;
+  virtual WeightMatrix upload_matrix(const WeightMatrix& host) = 0;
+  virtual const float* upload_vector(const float* host, int64_t n) = 0;
+
+  // --- Ops of the forward pass. Every ActView is backend memory. ---
+
+  // out[t][:] = row tokens[t] of `table` as f32. out: [tokens.size()][table.cols].
+  virtual void embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) = 0;
+  // y[x.rows][w.rows] = x · wᵀ for any supports_matmul() type, accumulated in f32 (quantized
+  // types: activations quantized to 8 bits per block, as ggml). A row's result does not depend on
+  // the other rows of x. Preconditions: x.cols == w.cols; x and y do not overlap.
+  virtual void matmul(const WeightMatrix& w, ActView x, ActView y) = 0;
+  // Several matrices over the same x in one launch (Q/K/V, gate/up), each output as matmul()
+  // computes it. Preconditions: as matmul() for each; all have cols == x.cols; outputs disjoint.
+  virtual void matmul_multi(std::span<const MatmulOut> outs, ActView x) = 0;
+  // y[r] = x[r] / sqrt(mean(x[r]²) + eps) * weight; weight [x.cols]; y may equal x.
+  virtual void rms_norm(ActView x, const float* weight, ActView y, float eps) = 0;
+  // Rotary embedding in place: x [n_tokens][n_heads * head_dim], row t at position pos[t]
+  // (llama3 frequency factors and linear scaling through p). pos: host, [x.rows].
+  virtual void rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim,
+                    const RopeParams& p) = 0;
+  // gate = silu(gate) * up, element-wise; same shapes.
+  virtual void silu_mul(ActView gate, ActView up) = 0;
+  // y += x, element-wise (residual connections); same shapes.
+  virtual void add(ActView y, ActView x) = 0;
+  // y[r] += bias for every row r; bias [y.cols] (backend memory).
+  virtual void add_bias(ActView y, const float* bias) = 0;
+  // dst[i] = src[rows[i]] (picks the rows that need logits). rows: host; dst: [rows.size()][src.cols].
+  virtual void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) = 0;
+
+  // --- KV ops. KvLayerView pointers are backend memory (allocate(..., kKvCache)). ---
+
+  // Writes the new tokens' K and V (f32, [n][n_kv_heads * head_dim]) into their slots
+  // (slot = block * block_size + offset; slots: host, [k.rows]) in the view's dtype.
+  virtual void kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) = 0;
+  // out[t][h] = softmax(q[t][h] · Kᵀ * scale) · V over each sequence's keys, causally, through its
+  // block table (hot ids and warm sub-block ids); kv head = h / (n_head / n_kv_heads).
+  // q, out: [n_tokens][n_head * head_dim]. Preconditions: n_head % n_kv_heads == 0; tables cover
+  // their positions.
+  virtual void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                               float scale, ActView out) = 0;
+  // Copies hot block src to hot block dst, K and V, in one layer (copy-on-write).
+  virtual void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) = 0;
+  // Encodes `blocks` (warm_span(f, block_size) full hot blocks of one layer) into one warm slot,
+  // K into k_slot and V into v_slot (kv/warm_format.h layouts; backend memory).
+  virtual void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
+                              uint8_t* v_slot) = 0;
+  // Decodes warm sub-block `id` (>= kv.n_hot_blocks) of one layer to f32 K and V rows:
+  // k, v: [block_size][n_kv_heads * head_dim] (the values attention reads).
+  virtual void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) = 0;
+
+  // Read bandwidth of the device's memory in GB/s (the decode-speed limit `bench model` reports),
+  // measured over a buffer of `bytes`, best of `reps`.
+  virtual double measure_read_bandwidth_gbs(uint64_t bytes, int reps) = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,206 @@
+// CpuBackend (cpu_backend.h): each op checks its shapes and calls the kernel of kernels.h with
+// host pointers; no op copies activations.
+
+#include "backend/cpu/cpu_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/bandwidth.h"
+#include "backend/cpu/kernels.h"
+#include "core/anon_memory.h"
+#include "core/check.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kv/warm_format.h"
+
+namespace strata {
+namespace {
+
+constexpr std::align_val_t kBufferAlign{64};
+
+// Activations: uninitialised, cache-line aligned heap memory.
+class HeapBuffer final : public DeviceBuffer {
+ public:
+  explicit HeapBuffer(uint64_t bytes)
+      : data_(static_cast<uint8_t*>(::operator new(static_cast<size_t>(std::max<uint64_t>(bytes, 1)), kBufferAlign))),
+        bytes_(bytes) {}
+  ~HeapBuffer() override { ::operator delete(data_, kBufferAlign); }
+  uint8_t* data() const override { return data_; }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  uint8_t* data_;
+  uint64_t bytes_;
+};
+
+// KV arenas: zeroed anonymous memory, pages committed on first touch.
+class AnonBuffer final : public DeviceBuffer {
+ public:
+  explicit AnonBuffer(uint64_t bytes) : memory_(bytes) {}
+  uint8_t* data() const override { return memory_.data(); }
+  uint64_t bytes() const override { return memory_.size(); }
+
+ private:
+  AnonymousMemory memory_;
+};
+
+void check_same_shape(ActView a, ActView b, const char* op) {
+  STRATA_CHECK(a.rows == b.rows && a.cols == b.cols, "{}: shapes [{}][{}] and [{}][{}] differ", op, a.rows, a.cols,
+               b.rows, b.cols);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads)
+    : pool_(std::make_unique<ThreadPool>(n_threads > 0 ? n_threads : ThreadPool::physical_cores())),
+      scratch_(std::make_unique<cpu::KernelScratch>()) {}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::description() const {
+  return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
+}
+
+std::unique_ptr<DeviceBuffer> CpuBackend::allocate(uint64_t bytes, MemoryUse use) {
+  if (use == MemoryUse::kKvCache) return std::make_unique<AnonBuffer>(bytes);
+  try {
+    return std::make_unique<HeapBuffer>(bytes);
+  } catch (const std::bad_alloc&) {
+    fail("cannot allocate {} bytes of activation memory", bytes);
+  }
+}
+
+void CpuBackend::copy_to_device(void* dst_device, const void* src_host, uint64_t bytes) {
+  if (dst_device != src_host && bytes > 0) std::memcpy(dst_device, src_host, static_cast<size_t>(bytes));
+}
+
+void CpuBackend::copy_to_host(void* dst_host, const void* src_device, uint64_t bytes) {
+  if (dst_host != src_device && bytes > 0) std::memcpy(dst_host, src_device, static_cast<size_t>(bytes));
+}
+
+bool CpuBackend::supports_matmul(GgmlType type) const { return cpu::matmul_supports(type); }
+
+void CpuBackend::embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) {
+  STRATA_CHECK(out.rows == static_cast<int64_t>(tokens.size()) && out.cols == table.cols, "embed: output shape");
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    STRATA_CHECK(tokens[t] >= 0 && tokens[t] < table.rows, "embed: token id {} out of range", tokens[t]);
+    cpu::get_row(table, tokens[t], out.data + static_cast<int64_t>(t) * out.cols);
+  }
+}
+
+void CpuBackend::matmul(const WeightMatrix& w, ActView x, ActView y) {
+  STRATA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows, "matmul: x [{}][{}], w [{}][{}], y [{}][{}]",
+               x.rows, x.cols, w.rows, w.cols, y.rows, y.cols);
+  cpu::matmul(w, x.data, x.rows, y.data, *pool_, *scratch_);
+}
+
+void CpuBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
+  constexpr size_t kMaxJobs = 8;  // Q/K/V and gate/up need 3 and 2
+  STRATA_CHECK(outs.size() <= kMaxJobs, "matmul_multi: at most {} matrices", kMaxJobs);
+  cpu::MatmulJob jobs[kMaxJobs];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const WeightMatrix& w = *outs[i].w;
+    const ActView y = outs[i].y;
+    STRATA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
+                 "matmul_multi: x [{}][{}], w [{}][{}], y [{}][{}]", x.rows, x.cols, w.rows, w.cols, y.rows, y.cols);
+    jobs[i] = {&w, y.data};
+  }
+  cpu::matmul_multi(std::span<const cpu::MatmulJob>(jobs, outs.size()), x.data, x.rows, *pool_, *scratch_);
+}
+
+void CpuBackend::rms_norm(ActView x, const float* weight, ActView y, float eps) {
+  check_same_shape(x, y, "rms_norm");
+  cpu::rms_norm(x.data, weight, y.data, x.rows, x.cols, eps);
+}
+
+void CpuBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) {
+  STRATA_CHECK(static_cast<int64_t>(pos.size()) == x.rows && x.cols == int64_t{n_heads} * head_dim, "rope: shapes");
+  cpu::rope(x.data, pos.data(), x.rows, n_heads, head_dim, p);
+}
+
+void CpuBackend::silu_mul(ActView gate, ActView up) {
+  check_same_shape(gate, up, "silu_mul");
+  cpu::silu_mul(gate.data, up.data, gate.size());
+}
+
+void CpuBackend::add(ActView y, ActView x) {
+  check_same_shape(y, x, "add");
+  cpu::add_inplace(y.data, x.data, y.size());
+}
+
+void CpuBackend::add_bias(ActView y, const float* bias) {
+  for (int64_t r = 0; r < y.rows; ++r) cpu::add_inplace(y.data + r * y.cols, bias, y.cols);
+}
+
+void CpuBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) {
+  STRATA_CHECK(dst.rows == static_cast<int64_t>(rows.size()) && dst.cols == src.cols, "gather_rows: shapes");
+  const auto row_bytes = static_cast<size_t>(src.cols) * sizeof(float);
+  for (size_t i = 0; i < rows.size();) {
+    // Runs of consecutive rows (a prompt's logits) are one copy.
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    STRATA_CHECK(rows[i] >= 0 && rows[j - 1] < src.rows, "gather_rows: row out of range");
+    if (dst.data + static_cast<int64_t>(i) * dst.cols != src.data + int64_t{rows[i]} * src.cols) {
+      std::memmove(dst.data + static_cast<int64_t>(i) * dst.cols, src.data + int64_t{rows[i]} * src.cols,
+                   (j - i) * row_bytes);
+    }
+    i = j;
+  }
+}
+
+void CpuBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) {
+  check_same_shape(k, v, "kv_store");
+  STRATA_CHECK(static_cast<int64_t>(slots.size()) == k.rows && k.cols == int64_t{kv.n_kv_heads} * kv.head_dim,
+               "kv_store: shapes");
+  cpu::kv_store(kv, k.data, v.data, slots.data(), k.rows);
+}
+
+void CpuBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                                 float scale, ActView out) {
+  check_same_shape(q, out, "paged_attention");
+  STRATA_CHECK(q.cols == int64_t{n_head} * kv.head_dim && n_head % kv.n_kv_heads == 0, "paged_attention: shapes");
+  cpu::paged_attention(q.data, kv, seqs, n_head, scale, out.data, *pool_, *scratch_);
+}
+
+void CpuBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
+  STRATA_CHECK(src >= 0 && dst >= 0 && src < kv.n_hot_blocks && dst < kv.n_hot_blocks, "kv_copy_block: not hot ids");
+  const int64_t bs = kv.block_stride_bytes();
+  std::memcpy(kv.k + dst * bs, kv.k + src * bs, static_cast<size_t>(bs));
+  std::memcpy(kv.v + dst * bs, kv.v + src * bs, static_cast<size_t>(bs));
+}
+
+void CpuBackend::kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks,
+                                uint8_t* k_slot, uint8_t* v_slot) {
+  STRATA_CHECK(static_cast<int32_t>(blocks.size()) == warm_span(f, hot.block_size), "kv_warm_encode: span");
+  warm_encode(f, hot, blocks.data(), static_cast<int32_t>(blocks.size()), k_slot, v_slot);
+}
+
+void CpuBackend::kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) {
+  const int32_t H = kv.n_kv_heads, D = kv.head_dim;
+  check_same_shape(k, v, "kv_warm_decode");
+  STRATA_CHECK(k.rows == kv.block_size && k.cols == int64_t{H} * D, "kv_warm_decode: shapes");
+  STRATA_CHECK(id >= kv.n_hot_blocks && kv.warm_format != WarmFormat::kNone, "kv_warm_decode: {} is not a warm id", id);
+  const int64_t w = id - kv.n_hot_blocks;
+  const int64_t slot = w / kv.warm_span;
+  const int32_t t0 = static_cast<int32_t>(w % kv.warm_span) * kv.block_size;
+  const uint8_t* ks = kv.warm_k + slot * kv.warm_k_slot_bytes;
+  const uint8_t* vs = kv.warm_v + slot * kv.warm_v_slot_bytes;
+  for (int32_t s = 0; s < kv.block_size; ++s) {
+    for (int32_t h = 0; h < H; ++h) {
+      float* kr = k.data + int64_t{s} * k.cols + int64_t{h} * D;
+      float* vr = v.data + int64_t{s} * v.cols + int64_t{h} * D;
+      warm_decode_row(kv.warm_format, false, ks, kv.warm_span, kv.block_size, H, D, t0 + s, h, kr);
+      warm_decode_row(kv.warm_format, true, vs, kv.warm_span, kv.block_size, H, D, t0 + s, h, vr);
+    }
+  }
+}
+
+double CpuBackend::measure_read_bandwidth_gbs(uint64_t bytes, int reps) {
+  return cpu::measure_read_bandwidth_gbs(*pool_, static_cast<size_t>(bytes), reps);
+}
+
+}  // namespace strata

@@ -1,0 +1,64 @@
+// The CPU backend: the Backend interface (backend/backend.h) over the SIMD kernels of kernels.h,
+// their thread pool and scratch memory. Memory is host memory (host_visible() is true): weights
+// stay in the GGUF mapping, activations are 64-byte-aligned heap blocks, KV arenas anonymous
+// mappings that are committed on first touch; host<->device copies are memcpy.
+// Thread-safety: as Backend: one thread at a time (the engine thread).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace strata {
+
+namespace cpu {
+struct KernelScratch;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  // n_threads <= 0: one per physical core.
+  explicit CpuBackend(int n_threads = 0);
+  ~CpuBackend() override;
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string description() const override;
+  bool host_visible() const override { return true; }
+  ThreadPool* thread_pool() override { return pool_.get(); }
+  void synchronize() override {}
+
+  std::unique_ptr<DeviceBuffer> allocate(uint64_t bytes, MemoryUse use) override;
+  void copy_to_device(void* dst_device, const void* src_host, uint64_t bytes) override;
+  void copy_to_host(void* dst_host, const void* src_device, uint64_t bytes) override;
+
+  bool supports_matmul(GgmlType type) const override;
+  WeightMatrix upload_matrix(const WeightMatrix& host) override { return host; }
+  const float* upload_vector(const float* host, int64_t) override { return host; }
+
+  void embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) override;
+  void matmul(const WeightMatrix& w, ActView x, ActView y) override;
+  void matmul_multi(std::span<const MatmulOut> outs, ActView x) override;
+  void rms_norm(ActView x, const float* weight, ActView y, float eps) override;
+  void rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) override;
+  void silu_mul(ActView gate, ActView up) override;
+  void add(ActView y, ActView x) override;
+  void add_bias(ActView y, const float* bias) override;
+  void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) override;
+
+  void kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) override;
+  void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                       float scale, ActView out) override;
+  void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
+  void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
+                      uint8_t* v_slot) override;
+  void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;
+
+  double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<cpu::KernelScratch> scratch_;
+};
+
+}  // namespace strata

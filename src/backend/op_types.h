@@ -1,0 +1,47 @@
+// Plain parameter types of the forward-pass ops, shared by the backend interface (backend.h), every
+// backend's kernels and the model: a weight matrix, rotary-embedding parameters, one sequence of
+// an attention batch. They say nothing about which device their pointers address; the backend
+// that handed the pointers out (backend.h) is the only code that dereferences them.
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+
+#include "gguf/tensor_type.h"
+#include "kv/kv_types.h"
+
+namespace strata {
+
+// A weight matrix in any GGML type: `rows` output features, each a contiguous row of `cols` input
+// features (GGUF ne[0] = cols, ne[1] = rows). `data` is in the memory of the backend the matrix
+// was uploaded to (Backend::upload_matrix; on CPU the GGUF mapping itself).
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+struct RopeParams {
+  int32_t n_rot = 0;           // rotated dims per head (even, <= head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;     // positions are multiplied by this
+  bool neox = false;           // rotate (i, i + n_rot/2) instead of (2i, 2i+1)
+  const float* freq_factors = nullptr;  // [n_rot/2] divisors of each frequency (llama3), or null;
+                                        // backend memory (Backend::upload_vector)
+};
+
+// One sequence of a batch for attention: its new tokens are rows [q_begin, q_begin + n_q) of q
+// and out, at positions start_pos .. start_pos + n_q - 1; it attends causally to keys at
+// positions [0, start_pos + i] read through `blocks` (block j holds positions
+// [j*block_size, (j+1)*block_size)). `blocks` is host memory (the scheduler's block table).
+struct AttentionSeq {
+  int32_t q_begin = 0;
+  int32_t n_q = 0;
+  int32_t start_pos = 0;
+  const BlockId* blocks = nullptr;
+  int32_t n_blocks = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,522 @@
+// Every op of the Backend interface (backend/backend.h), on every backend this build can run
+// (available_devices(): the CPU, plus CUDA in a CUDA build on a machine with a GPU), on random
+// inputs of several shapes and weight types, against the scalar references (backend/cpu/
+// kernels_ref.h, gguf/quant.h dequantization, kv/warm_format.h codec) — as llama.cpp's
+// test-backend-ops. Inputs go to the backend and results come back through its own allocate /
+// upload / copy_to_device / copy_to_host, so a device backend runs these tests unchanged: adding
+// one to available_devices() adds it here.
+//
+// Tolerances, per op (relative to the RMS of the reference output unless said otherwise):
+//   matmul, matmul_multi: F32/F16/BF16 weights max 1e-5 (f32 sums of exactly widened weights);
+//     quantized weights RMS 1e-2 and max 6e-2 (activations are quantized to 8 bits per block of
+//     32 or 256, as ggml does; matmul_test.cpp pins the exact arithmetic of the CPU kernels).
+//     matmul_multi gives each output the same bits as matmul() on its own.
+//   embed: exact for F32/F16/BF16 tables, 1e-6 of the row's RMS for quantized ones.
+//   rms_norm: 1e-6 relative per element; rope: 2e-6 absolute on values in [-1, 1] (positions up to
+//     ~10^5, llama3 frequency factors, linear scaling); silu_mul: 1e-6 relative.
+//   add, add_bias, gather_rows, kv_store (rounding to f16/bf16 as core/fp16.h), kv_copy_block,
+//     host<->device copies: exact.
+//   paged_attention: 2e-5 absolute (outputs are convex combinations of values in [-1, 1]), over
+//     hot blocks of f32/f16/bf16 and tables mixing hot and warm (int8/fp8/int4) ids.
+//   kv_warm_encode: the reference encoder's bytes; kv_warm_decode: the reference decoder's values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels_ref.h"
+#include "backend/kernel_test_util.h"
+#include "core/error.h"
+#include "gguf/quant.h"
+#include "kv/warm_format.h"
+
+namespace strata {
+namespace {
+
+using cpu::test::max_abs_diff;
+using cpu::test::random_floats;
+using cpu::test::random_matrix;
+using cpu::test::rms;
+using cpu::test::rms_diff;
+
+constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                                  GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
+                                  GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+bool is_float(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
+
+// Host data copied into backend memory, and back.
+struct DevArray {
+  std::unique_ptr<DeviceBuffer> buf;
+  ActView view;
+};
+
+DevArray upload(Backend& be, const std::vector<float>& host, int64_t rows, int64_t cols) {
+  EXPECT_EQ(static_cast<int64_t>(host.size()), rows * cols);
+  DevArray a;
+  a.buf = be.allocate(host.size() * sizeof(float), MemoryUse::kActivations);
+  be.copy_to_device(a.buf->data(), host.data(), host.size() * sizeof(float));
+  a.view = {reinterpret_cast<float*>(a.buf->data()), rows, cols};
+  return a;
+}
+
+DevArray alloc(Backend& be, int64_t rows, int64_t cols) { return upload(be, std::vector<float>(rows * cols, NAN), rows, cols); }
+
+std::vector<float> download(Backend& be, ActView v) {
+  std::vector<float> out(static_cast<size_t>(v.size()));
+  be.copy_to_host(out.data(), v.data, out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<uint8_t> download_bytes(Backend& be, const uint8_t* p, size_t n) {
+  std::vector<uint8_t> out(n);
+  be.copy_to_host(out.data(), p, n);
+  return out;
+}
+
+// A small vector (norm weights, biases, rope factors) as the backend holds it; `v` must outlive
+// its use (the CPU backend keeps pointing at it).
+const float* upload_vector(Backend& be, const std::vector<float>& v) { return be.upload_vector(v.data(), static_cast<int64_t>(v.size())); }
+
+// One layer's KV arenas (hot, and warm when `warm` is set) on the host and the same bytes in
+// backend memory; `host` reads the former (references), `dev` the latter (the backend).
+struct KvLayer {
+  KvLayerView host, dev;
+  std::vector<uint8_t> hk, hv, hwk, hwv;
+  std::unique_ptr<DeviceBuffer> dk, dv, dwk, dwv;
+
+  KvLayer(KvDtype dtype, int32_t block_size, int32_t n_kv, int32_t head_dim, int32_t n_hot, WarmFormat warm = WarmFormat::kNone,
+          int32_t warm_slots = 0) {
+    host.dtype = dtype;
+    host.block_size = block_size;
+    host.n_kv_heads = n_kv;
+    host.head_dim = head_dim;
+    hk.assign(static_cast<size_t>(host.block_stride_bytes() * n_hot), 0);
+    hv = hk;
+    host.k = hk.data();
+    host.v = hv.data();
+    if (warm != WarmFormat::kNone) {
+      host.n_hot_blocks = n_hot;
+      host.warm_format = warm;
+      host.warm_span = warm_span(warm, block_size);
+      host.warm_k_slot_bytes = warm_slot_bytes(warm, false, block_size, n_kv, head_dim);
+      host.warm_v_slot_bytes = warm_slot_bytes(warm, true, block_size, n_kv, head_dim);
+      hwk.assign(static_cast<size_t>(host.warm_k_slot_bytes * warm_slots), 0);
+      hwv.assign(static_cast<size_t>(host.warm_v_slot_bytes * warm_slots), 0);
+      host.warm_k = hwk.data();
+      host.warm_v = hwv.data();
+    }
+  }
+
+  // Allocates the backend's copy (checking it comes zeroed) and copies the host bytes into it.
+  void upload(Backend& be) {
+    auto put = [&](std::unique_ptr<DeviceBuffer>& d, const std::vector<uint8_t>& h) -> uint8_t* {
+      if (h.empty()) return nullptr;
+      d = be.allocate(h.size(), MemoryUse::kKvCache);
+      EXPECT_GE(d->bytes(), h.size());
+      const auto zero = download_bytes(be, d->data(), h.size());
+      EXPECT_TRUE(std::all_of(zero.begin(), zero.end(), [](uint8_t b) { return b == 0; })) << "KV memory not zeroed";
+      be.copy_to_device(d->data(), h.data(), h.size());
+      return d->data();
+    };
+    dev = host;
+    dev.k = put(dk, hk);
+    dev.v = put(dv, hv);
+    dev.warm_k = put(dwk, hwk);
+    dev.warm_v = put(dwv, hwv);
+  }
+};
+
+class BackendOps : public ::testing::TestWithParam<DeviceKind> {
+ protected:
+  void SetUp() override { be_ = make_backend(BackendOptions{GetParam(), 3}); }
+  Backend& be() { return *be_; }
+  std::unique_ptr<Backend> be_;
+};
+
+std::string device_param_name(const ::testing::TestParamInfo<DeviceKind>& info) {
+  return std::string(device_kind_name(info.param));
+}
+
+void expect_matmul_close(GgmlType type, const std::vector<float>& got, const std::vector<float>& ref) {
+  const double scale = rms(ref);
+  if (is_float(type)) {
+    EXPECT_LE(max_abs_diff(got, ref), 1e-5 * scale);
+  } else {
+    EXPECT_LE(rms_diff(got, ref), 1e-2 * scale);
+    EXPECT_LE(max_abs_diff(got, ref), 6e-2 * scale);
+  }
+}
+
+TEST_P(BackendOps, MatmulEveryWeightType) {
+  std::mt19937 rng(11);
+  for (GgmlType type : kAllTypes) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{17, 256}, {64, 512}}) {
+      ASSERT_TRUE(be().supports_matmul(type)) << ggml_type_name(type);
+      const auto m = random_matrix(type, rows, cols, rng);
+      const WeightMatrix w = be().upload_matrix(m.w);
+      for (int64_t n : {1, 5, 33}) {
+        SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " [" << rows << "][" << cols << "] n " << n);
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+        std::vector<float> ref(static_cast<size_t>(n * rows));
+        cpu::ref::matmul(m.w, x.data(), n, ref.data());
+        const DevArray dx = upload(be(), x, n, cols);
+        const DevArray dy = alloc(be(), n, rows);
+        be().matmul(w, dx.view, dy.view);
+        expect_matmul_close(type, download(be(), dy.view), ref);
+      }
+    }
+  }
+}
+
+TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
+  std::mt19937 rng(12);
+  const int64_t cols = 512;
+  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kF16, GgmlType::kQ8_0};
+  const int64_t rows[] = {48, 16, 31};
+  std::vector<cpu::test::TestMatrix> ms;
+  std::vector<WeightMatrix> ws;
+  for (int i = 0; i < 3; ++i) {
+    ms.push_back(random_matrix(types[i], rows[i], cols, rng));
+    ws.push_back(be().upload_matrix(ms.back().w));
+  }
+  for (int64_t n : {1, 7, 40}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+    const DevArray dx = upload(be(), x, n, cols);
+    std::vector<DevArray> ys;
+    std::vector<MatmulOut> outs;
+    for (int i = 0; i < 3; ++i) {
+      ys.push_back(alloc(be(), n, rows[i]));
+      outs.push_back({&ws[static_cast<size_t>(i)], ys.back().view});
+    }
+    be().matmul_multi(outs, dx.view);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> ref(static_cast<size_t>(n * rows[i]));
+      cpu::ref::matmul(ms[static_cast<size_t>(i)].w, x.data(), n, ref.data());
+      const auto got = download(be(), ys[static_cast<size_t>(i)].view);
+      expect_matmul_close(types[i], got, ref);
+      const DevArray alone = alloc(be(), n, rows[i]);
+      be().matmul(ws[static_cast<size_t>(i)], dx.view, alone.view);
+      EXPECT_EQ(download(be(), alone.view), got) << ggml_type_name(types[i]) << ": matmul_multi differs from matmul";
+    }
+  }
+}
+
+TEST_P(BackendOps, EmbedEveryTableType) {
+  std::mt19937 rng(13);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const int64_t rows = 50, cols = 256;
+    const auto m = random_matrix(type, rows, cols, rng);
+    const WeightMatrix w = be().upload_matrix(m.w);
+    const std::vector<TokenId> tokens = {0, 49, 7, 7, 23};
+    std::vector<float> ref(tokens.size() * cols);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      dequantize_row(type, m.w.data + static_cast<uint64_t>(tokens[t]) * m.w.row_bytes, ref.data() + t * cols, cols);
+    }
+    const DevArray out = alloc(be(), static_cast<int64_t>(tokens.size()), cols);
+    be().embed(w, tokens, out.view);
+    const auto got = download(be(), out.view);
+    if (is_float(type)) EXPECT_EQ(got, ref);
+    else EXPECT_LE(max_abs_diff(got, ref), 1e-6 * rms(ref));
+  }
+}
+
+TEST_P(BackendOps, RmsNorm) {
+  std::mt19937 rng(14);
+  for (int64_t dim : {1, 7, 64, 768}) {
+    SCOPED_TRACE(::testing::Message() << "dim " << dim);
+    const int64_t rows = 5;
+    const auto x = random_floats(static_cast<size_t>(rows * dim), rng, -3.0f, 3.0f);
+    const auto wt = random_floats(static_cast<size_t>(dim), rng);
+    std::vector<float> ref(x.size());
+    cpu::ref::rms_norm(x.data(), wt.data(), ref.data(), rows, dim, 1e-5f);
+    const float* dw = upload_vector(be(), wt);
+    const DevArray dx = upload(be(), x, rows, dim);
+    const DevArray dy = alloc(be(), rows, dim);
+    be().rms_norm(dx.view, dw, dy.view, 1e-5f);
+    be().rms_norm(dx.view, dw, dx.view, 1e-5f);  // in place, as the output norm runs
+    const auto got = download(be(), dy.view);
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-6 * (std::abs(ref[i]) + 1e-3)) << i;
+    EXPECT_EQ(download(be(), dx.view), got) << "in place differs";
+  }
+}
+
+TEST_P(BackendOps, RopeNormalNeoxLlama3Factors) {
+  std::mt19937 rng(15);
+  const std::vector<float> factors = random_floats(64, rng, 1.0f, 8.0f);
+  const float* dfactors = upload_vector(be(), factors);
+  for (bool neox : {false, true}) {
+    for (bool use_factors : {false, true}) {
+      for (auto [head_dim, n_rot] : {std::pair<int32_t, int32_t>{64, 64}, {128, 64}, {10, 6}}) {
+        SCOPED_TRACE(::testing::Message() << "neox " << neox << " factors " << use_factors << " head_dim " << head_dim
+                                          << " n_rot " << n_rot);
+        RopeParams p;
+        p.n_rot = n_rot;
+        p.freq_base = 500000.0f;
+        p.freq_scale = 0.5f;
+        p.neox = neox;
+        RopeParams host_p = p;
+        host_p.freq_factors = use_factors ? factors.data() : nullptr;
+        p.freq_factors = use_factors ? dfactors : nullptr;
+        const std::vector<int32_t> pos = {0, 1, 5, 77, 4095, 99999, 3};
+        const int32_t heads = 3;
+        const auto x = random_floats(pos.size() * heads * static_cast<size_t>(head_dim), rng);
+        auto ref = x;
+        cpu::ref::rope(ref.data(), pos.data(), static_cast<int64_t>(pos.size()), heads, head_dim, host_p);
+        const DevArray dx = upload(be(), x, static_cast<int64_t>(pos.size()), int64_t{heads} * head_dim);
+        be().rope(dx.view, pos, heads, head_dim, p);
+        EXPECT_LE(max_abs_diff(download(be(), dx.view), ref), 2e-6);
+      }
+    }
+  }
+}
+
+TEST_P(BackendOps, SiluMulAddAddBiasGatherRows) {
+  std::mt19937 rng(16);
+  const int64_t rows = 9, cols = 100;
+  const size_t n = static_cast<size_t>(rows * cols);
+  auto gate = random_floats(n, rng, -20.0f, 20.0f);
+  gate[0] = -200.0f;  // exp overflows in f32: still a finite result
+  gate[1] = 150.0f;
+  const auto up = random_floats(n, rng);
+  auto ref = gate;
+  cpu::ref::silu_mul(ref.data(), up.data(), static_cast<int64_t>(n));
+  const DevArray dg = upload(be(), gate, rows, cols), du = upload(be(), up, rows, cols);
+  be().silu_mul(dg.view, du.view);
+  const auto got = download(be(), dg.view);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], ref[i], 1e-6 * std::abs(ref[i]) + 1e-30) << "silu_mul " << i;
+
+  const auto y = random_floats(n, rng), x = random_floats(n, rng), bias = random_floats(static_cast<size_t>(cols), rng);
+  std::vector<float> sum(n), biased(n);
+  for (size_t i = 0; i < n; ++i) {
+    sum[i] = y[i] + x[i];
+    biased[i] = y[i] + bias[i % static_cast<size_t>(cols)];
+  }
+  const DevArray dy = upload(be(), y, rows, cols), dx = upload(be(), x, rows, cols), dy2 = upload(be(), y, rows, cols);
+  be().add(dy.view, dx.view);
+  EXPECT_EQ(download(be(), dy.view), sum) << "add";
+  be().add_bias(dy2.view, upload_vector(be(), bias));
+  EXPECT_EQ(download(be(), dy2.view), biased) << "add_bias";
+
+  // Runs, repeats and single rows, in any order.
+  const std::vector<int32_t> pick = {2, 3, 4, 8, 0, 0, 5};
+  std::vector<float> gathered;
+  for (int32_t r : pick) gathered.insert(gathered.end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);
+  const DevArray dout = alloc(be(), static_cast<int64_t>(pick.size()), cols);
+  be().gather_rows(dx.view, pick, dout.view);
+  EXPECT_EQ(download(be(), dout.view), gathered) << "gather_rows";
+}
+
+TEST_P(BackendOps, HostDeviceTransfersRoundTrip) {
+  std::mt19937 rng(17);
+  std::vector<uint8_t> bytes(100000);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  for (MemoryUse use : {MemoryUse::kActivations, MemoryUse::kKvCache}) {
+    auto buf = be().allocate(bytes.size(), use);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->data()) % 64, 0u);
+    be().copy_to_device(buf->data() + 1, bytes.data(), bytes.size() - 1);
+    std::vector<uint8_t> back(bytes.size() - 1);
+    be().copy_to_host(back.data(), buf->data() + 1, back.size());
+    EXPECT_TRUE(std::equal(back.begin(), back.end(), bytes.begin()));
+  }
+}
+
+// Random K/V for `n_pos` positions of every block in `ids`, written by the reference kv_store
+// into the host arenas.
+void fill_blocks(KvLayer& kv, const std::vector<BlockId>& ids, std::mt19937& rng) {
+  const int32_t bs = kv.host.block_size, width = kv.host.n_kv_heads * kv.host.head_dim;
+  const int32_t n = static_cast<int32_t>(ids.size()) * bs;
+  const auto k = random_floats(static_cast<size_t>(n * width), rng), v = random_floats(static_cast<size_t>(n * width), rng);
+  std::vector<int32_t> slots;
+  for (int32_t p = 0; p < n; ++p) slots.push_back(ids[static_cast<size_t>(p / bs)] * bs + p % bs);
+  cpu::ref::kv_store(kv.host, k.data(), v.data(), slots.data(), n);
+}
+
+TEST_P(BackendOps, KvStoreEveryDtype) {
+  std::mt19937 rng(18);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16}) {
+    for (int32_t bs : {16, 7}) {
+      SCOPED_TRACE(::testing::Message() << kv_dtype_name(dtype) << " block " << bs);
+      const int32_t n_kv = 2, head_dim = 64, n_blocks = 6, T = 20;
+      KvLayer kv(dtype, bs, n_kv, head_dim, n_blocks);
+      kv.upload(be());
+      auto k = random_floats(static_cast<size_t>(T * n_kv * head_dim), rng, -70000.0f, 70000.0f);
+      auto v = random_floats(k.size(), rng);
+      k[0] = NAN;
+      k[1] = 1e-40f;  // subnormal in f32, zero in f16
+      std::vector<int32_t> slots(static_cast<size_t>(n_blocks * bs));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), rng);
+      slots.resize(T);
+      cpu::ref::kv_store(kv.host, k.data(), v.data(), slots.data(), T);
+      const DevArray dk = upload(be(), k, T, n_kv * head_dim), dv = upload(be(), v, T, n_kv * head_dim);
+      be().kv_store(kv.dev, dk.view, dv.view, slots);
+      EXPECT_EQ(download_bytes(be(), kv.dev.k, kv.hk.size()), kv.hk);
+      EXPECT_EQ(download_bytes(be(), kv.dev.v, kv.hv.size()), kv.hv);
+    }
+  }
+}
+
+TEST_P(BackendOps, KvCopyBlock) {
+  std::mt19937 rng(19);
+  KvLayer kv(KvDtype::kF16, 16, 2, 32, 5);
+  fill_blocks(kv, {0, 1, 2, 3, 4}, rng);
+  kv.upload(be());
+  be().kv_copy_block(kv.dev, 3, 1);
+  const int64_t bs = kv.host.block_stride_bytes();
+  std::memcpy(kv.hk.data() + 1 * bs, kv.hk.data() + 3 * bs, static_cast<size_t>(bs));
+  std::memcpy(kv.hv.data() + 1 * bs, kv.hv.data() + 3 * bs, static_cast<size_t>(bs));
+  EXPECT_EQ(download_bytes(be(), kv.dev.k, kv.hk.size()), kv.hk);
+  EXPECT_EQ(download_bytes(be(), kv.dev.v, kv.hv.size()), kv.hv);
+}
+
+TEST_P(BackendOps, KvWarmEncodeAndDecodeEveryFormat) {
+  std::mt19937 rng(20);
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    for (int32_t bs : {16, 7}) {
+      SCOPED_TRACE(::testing::Message() << warm_format_name(f) << " block " << bs);
+      const int32_t n_kv = 2, head_dim = 64, span = warm_span(f, bs), n_hot = 2 * span, slots = 2;
+      KvLayer kv(KvDtype::kF16, bs, n_kv, head_dim, n_hot, f, slots);
+      std::vector<BlockId> hot(static_cast<size_t>(n_hot));
+      std::iota(hot.begin(), hot.end(), 0);
+      std::shuffle(hot.begin(), hot.end(), rng);
+      fill_blocks(kv, hot, rng);
+      kv.upload(be());
+      // Slot 1 from the first span of blocks, slot 0 from the second.
+      for (int32_t s = 0; s < slots; ++s) {
+        const std::span<const BlockId> group(hot.data() + s * span, static_cast<size_t>(span));
+        const int32_t slot = slots - 1 - s;
+        warm_encode(f, kv.host, group.data(), span, kv.hwk.data() + slot * kv.host.warm_k_slot_bytes,
+                    kv.hwv.data() + slot * kv.host.warm_v_slot_bytes);
+        be().kv_warm_encode(f, kv.dev, group, kv.dev.warm_k + slot * kv.dev.warm_k_slot_bytes,
+                            kv.dev.warm_v + slot * kv.dev.warm_v_slot_bytes);
+      }
+      EXPECT_EQ(download_bytes(be(), kv.dev.warm_k, kv.hwk.size()), kv.hwk);
+      EXPECT_EQ(download_bytes(be(), kv.dev.warm_v, kv.hwv.size()), kv.hwv);
+      // Every warm sub-block decodes to the reference decoder's rows.
+      const int32_t width = n_kv * head_dim;
+      const DevArray dk = alloc(be(), bs, width), dv = alloc(be(), bs, width);
+      for (BlockId id = n_hot; id < n_hot + slots * span; ++id) {
+        be().kv_warm_decode(kv.dev, id, dk.view, dv.view);
+        std::vector<float> rk(static_cast<size_t>(bs * width)), rv(rk.size());
+        for (int32_t s = 0; s < bs; ++s) {
+          for (int32_t h = 0; h < n_kv; ++h) {
+            cpu::ref::kv_row(kv.host, false, id, s, h, rk.data() + s * width + h * head_dim);
+            cpu::ref::kv_row(kv.host, true, id, s, h, rv.data() + s * width + h * head_dim);
+          }
+        }
+        EXPECT_EQ(download(be(), dk.view), rk) << "K of warm id " << id;
+        EXPECT_EQ(download(be(), dv.view), rv) << "V of warm id " << id;
+      }
+    }
+  }
+}
+
+struct SeqSpec {
+  int32_t start_pos;
+  int32_t n_q;
+};
+
+// Sequences of mixed lengths (prompt chunks and decode steps) with shuffled block tables; with a
+// warm format, each sequence's oldest whole groups of warm_span blocks (never the one holding its
+// last position) are re-encoded into warm slots and its table points at them.
+void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int32_t n_kv, int32_t head_dim,
+                    const std::vector<SeqSpec>& specs, WarmFormat warm, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << kv_dtype_name(dtype) << " block " << bs << " heads " << n_head << "/" << n_kv
+                                    << " head_dim " << head_dim << " warm " << warm_format_name(warm));
+  const int32_t span = warm == WarmFormat::kNone ? 1 : warm_span(warm, bs);
+  int32_t total = 0, warm_groups = 0;
+  for (const auto& s : specs) {
+    const int32_t nb = (s.start_pos + s.n_q + bs - 1) / bs;
+    total += nb;
+    if (warm != WarmFormat::kNone) warm_groups += (nb - 1) / span;
+  }
+  std::vector<BlockId> ids(static_cast<size_t>(total));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  KvLayer kv(dtype, bs, n_kv, head_dim, total, warm, warm_groups);
+  fill_blocks(kv, ids, rng);
+  std::vector<std::vector<BlockId>> tables;
+  std::vector<AttentionSeq> seqs;
+  int32_t used = 0, q_rows = 0, slot = 0;
+  for (const auto& s : specs) {
+    const int32_t nb = (s.start_pos + s.n_q + bs - 1) / bs;
+    std::vector<BlockId> table(ids.begin() + used, ids.begin() + used + nb);
+    used += nb;
+    if (warm != WarmFormat::kNone) {
+      for (int32_t g = 0; g < (nb - 1) / span; ++g, ++slot) {
+        warm_encode(warm, kv.host, table.data() + g * span, span, kv.hwk.data() + slot * kv.host.warm_k_slot_bytes,
+                    kv.hwv.data() + slot * kv.host.warm_v_slot_bytes);
+        for (int32_t j = 0; j < span; ++j) table[static_cast<size_t>(g * span + j)] = total + slot * span + j;
+      }
+    }
+    tables.push_back(std::move(table));
+    seqs.push_back({q_rows, s.n_q, s.start_pos, nullptr, nb});
+    q_rows += s.n_q;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i].blocks = tables[i].data();
+  kv.upload(be);
+  const auto q = random_floats(static_cast<size_t>(q_rows * n_head * head_dim), rng, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> ref(q.size());
+  cpu::ref::paged_attention(q.data(), kv.host, seqs, n_head, scale, ref.data());
+  const DevArray dq = upload(be, q, q_rows, n_head * head_dim), dout = alloc(be, q_rows, n_head * head_dim);
+  be.paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
+  EXPECT_LE(max_abs_diff(download(be, dout.view), ref), 2e-5);
+}
+
+TEST_P(BackendOps, PagedAttentionHot) {
+  std::mt19937 rng(21);
+  const std::vector<SeqSpec> mixed = {{0, 1}, {0, 37}, {50, 1}, {16, 16}, {100, 5}};
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16}) {
+    attention_case(be(), dtype, 16, 8, 2, 64, mixed, WarmFormat::kNone, rng);
+    attention_case(be(), dtype, 7, 4, 4, 32, mixed, WarmFormat::kNone, rng);
+  }
+  attention_case(be(), KvDtype::kF16, 16, 8, 1, 128, {{0, 300}, {700, 1}}, WarmFormat::kNone, rng);
+}
+
+TEST_P(BackendOps, PagedAttentionWarm) {
+  std::mt19937 rng(22);
+  const std::vector<SeqSpec> mixed = {{0, 40}, {70, 1}, {200, 3}, {33, 16}};
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    attention_case(be(), KvDtype::kF16, 16, 8, 2, 64, mixed, f, rng);
+    attention_case(be(), KvDtype::kF32, 7, 4, 2, 32, mixed, f, rng);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, BackendOps, ::testing::ValuesIn(available_devices()), device_param_name);
+
+TEST(BackendChoice, CpuIsAlwaysThereAndAutoResolvesToAnAvailableDevice) {
+  const auto devs = available_devices();
+  ASSERT_FALSE(devs.empty());
+  EXPECT_EQ(devs[0], DeviceKind::kCpu);
+  EXPECT_NE(std::find(devs.begin(), devs.end(), resolve_device(DeviceKind::kAuto)), devs.end());
+  EXPECT_EQ(make_backend(BackendOptions{DeviceKind::kCpu, 2})->thread_pool() != nullptr, true);
+  for (DeviceKind d : {DeviceKind::kAuto, DeviceKind::kCpu, DeviceKind::kCuda}) {
+    EXPECT_EQ(device_kind_from_name(device_kind_name(d)), d);
+  }
+  EXPECT_EQ(device_kind_from_name("gpu"), std::nullopt);
+}
+
+#ifndef STRATA_HAVE_CUDA
+TEST(BackendChoice, CudaWithoutCudaBuildFailsClearly) {
+  EXPECT_EQ(resolve_device(DeviceKind::kAuto), DeviceKind::kCpu);
+  try {
+    make_backend(BackendOptions{DeviceKind::kCuda, 1});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("built without CUDA"), std::string::npos) << e.what();
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace strata
