@@ -259,6 +259,37 @@ void Engine::finish_seq(SeqId id, FinishReason reason) {
   }
 }
 
+void Engine::fail_request(RequestId id, const std::string& message) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::kError;
+  e.error = message;
+  emit(it->second, std::move(e));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.requests_failed;
+  }
+  for (SeqId s : sched_->sequences_of(id)) finish_seq(s, FinishReason::kAbort);
+}
+
+void Engine::handle_lost_kv(SchedulerOutput& out) {
+  const std::vector<SeqId> lost = kv_->take_lost_sequences();
+  if (lost.empty()) return;
+  sched_->on_kv_lost(out, lost);
+  for (SeqId id : lost) {
+    if (!sched_->has(id)) continue;  // its request failed already (a sibling sample)
+    const Sequence& s = sched_->seq(id);
+    if (s.kv_losses > cfg_.max_kv_losses) {
+      fail_request(s.request, fmt::format("the KV cache of this request could not be read back from the cold tier "
+                                          "({} times); giving up",
+                                          s.kv_losses));
+    }
+  }
+  // Samples of a failed request may still be in the batch.
+  std::erase_if(out.seqs, [&](const ScheduledSeq& sc) { return !sched_->has(sc.id); });
+}
+
 void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
   Sequence& s = sched_->seq(id);
   SeqRuntime& rt = runtimes_.at(id);
@@ -291,6 +322,10 @@ void Engine::step() {
   SchedulerOutput out = sched_->schedule();
   if (out.empty()) return;
   kv_->apply();
+  handle_lost_kv(out);
+  if (out.empty()) return;
+  max_batch_seqs_ = std::max(max_batch_seqs_, static_cast<int32_t>(out.seqs.size()));
+  batched_steps_ += out.seqs.size() > 1;
   ForwardBatch batch;
   for (const ScheduledSeq& sc : out.seqs) {
     const Sequence& s = sched_->seq(sc.id);
@@ -335,6 +370,8 @@ void Engine::publish_stats() {
   stats_.kv_usage_peak = std::max(stats_.kv_usage_peak, kv.usage_ratio());
   stats_.preemptions = sched_->total_preemptions();
   stats_.queued = static_cast<int64_t>(pending_.size());
+  stats_.max_batch_seqs = max_batch_seqs_;
+  stats_.batched_steps = batched_steps_;
 }
 
 void Engine::loop() {

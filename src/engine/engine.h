@@ -59,6 +59,10 @@ struct EngineConfig {
   SchedulerConfig sched;
   KvConfig kv;
   int32_t n_ctx = 0;  // context per sequence; 0 = the model's training context
+  // A sequence whose KV cannot be read back from the cold tier is recomputed; one that loses its
+  // KV more often than this fails instead (kError to its request, then kDone), so a failing disk
+  // cannot keep a request going round forever. The engine keeps serving the others.
+  int32_t max_kv_losses = 3;
 };
 
 struct EngineStats {
@@ -74,6 +78,10 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t queued = 0;             // submitted, not yet seen by the engine thread
+  int64_t requests_failed = 0;    // ended with kError (also counted in requests_finished)
+  // Batching: the most sequences one forward pass ran, and how many passes ran more than one.
+  int32_t max_batch_seqs = 0;
+  int64_t batched_steps = 0;
 };
 
 class Engine {
@@ -128,6 +136,10 @@ class Engine {
   void step();
   void sample_and_emit(SeqId id, std::span<const float> logits);
   void finish_seq(SeqId id, FinishReason reason);
+  // Ends a request with kError (then kFinish "abort" per sample and kDone).
+  void fail_request(RequestId id, const std::string& message);
+  // Sequences whose KV the last apply() lost: recompute them, or fail their requests.
+  void handle_lost_kv(SchedulerOutput& out);
   void emit(RequestState& rs, EngineEvent e);
   void publish_stats();
 
@@ -144,6 +156,8 @@ class Engine {
   std::map<SeqId, SeqRuntime> runtimes_;
   std::vector<float> row_;
   uint64_t arrival_counter_ = 0;
+  int32_t max_batch_seqs_ = 0;
+  int64_t batched_steps_ = 0;
 
   // Shared with other threads.
   mutable std::mutex mutex_;

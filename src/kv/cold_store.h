@@ -28,7 +28,9 @@ class ColdStore {
   // slot see that write.
   virtual uint64_t read(int64_t slot, uint64_t n) = 0;
 
-  // Waits for a read and returns its bytes. Throws strata::Error on an I/O failure.
+  // Waits for a read and returns its bytes. Throws strata::Error (naming the slot) when that read
+  // failed, or when the last write to its slot failed; errors belong to one read: the store keeps
+  // serving the others. Callers treat a failed read as lost content (KvManager recomputes it).
   virtual std::vector<uint8_t> wait(uint64_t ticket) = 0;
 
   // Waits until every queued operation is done (for tests and shutdown).

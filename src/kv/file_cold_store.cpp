@@ -71,12 +71,12 @@ uint64_t FileColdStore::read(int64_t slot, uint64_t n) {
 
 std::vector<uint8_t> FileColdStore::wait(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return finished_.count(ticket) > 0 || !error_.empty(); });
-  if (!error_.empty()) fail("KV spill file: {}", error_);
+  done_cv_.wait(lock, [&] { return finished_.count(ticket) > 0; });
   auto it = finished_.find(ticket);
-  std::vector<uint8_t> out = std::move(it->second);
+  Done done = std::move(it->second);
   finished_.erase(it);
-  return out;
+  if (!done.error.empty()) fail("KV spill file in {}: {}", dir_, done.error);
+  return std::move(done.bytes);
 }
 
 void FileColdStore::drain() {
@@ -113,6 +113,10 @@ void FileColdStore::io_loop() {
         }
         done += static_cast<size_t>(w);
       }
+      if (err.empty()) failed_writes_.erase(op.slot);
+      else failed_writes_[op.slot] = err;
+    } else if (auto fw = failed_writes_.find(op.slot); fw != failed_writes_.end()) {
+      err = fmt::format("read of slot {}: its last write failed ({})", op.slot, fw->second);
     } else {
       op.bytes.resize(op.n);
       size_t done = 0;
@@ -128,8 +132,7 @@ void FileColdStore::io_loop() {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!err.empty() && error_.empty()) error_ = err;
-      if (!op.is_write) finished_[op.ticket] = std::move(op.bytes);
+      if (!op.is_write) finished_[op.ticket] = Done{std::move(op.bytes), std::move(err)};
       --in_flight_;
     }
     done_cv_.notify_all();

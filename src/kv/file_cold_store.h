@@ -51,9 +51,13 @@ class FileColdStore : public ColdStore {
   std::mutex mutex_;
   std::condition_variable cv_;       // new work / stop
   std::condition_variable done_cv_;  // completions
+  struct Done {
+    std::vector<uint8_t> bytes;
+    std::string error;  // empty: the read succeeded
+  };
   std::deque<Op> queue_;
-  std::map<uint64_t, std::vector<uint8_t>> finished_;
-  std::string error_;  // first I/O error, reported by wait()
+  std::map<uint64_t, Done> finished_;                 // completed reads by ticket
+  std::map<int64_t, std::string> failed_writes_;      // I/O thread only: slots whose last write failed
   uint64_t next_ticket_ = 1;
   uint64_t in_flight_ = 0;
   bool stop_ = false;

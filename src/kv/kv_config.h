@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "kv/cold_store.h"
 
 #include "kv/kv_arena.h"
 #include "kv/kv_types.h"
@@ -26,6 +30,10 @@ struct KvConfig {
   double warm_fraction = 0.75;           // share of the KV memory given to the warm pool when on
   std::string spill_dir;                 // cold tier directory; empty = no cold tier
   uint64_t spill_bytes = 0;              // cold tier size
+  // Test hook: when set, the cold tier is the store this returns (given the bytes one slot must
+  // hold) instead of a FileColdStore in spill_dir; spill_dir and spill_bytes are then unused.
+  // Tests inject stores that fail on demand through it (tests/engine/engine_cold_failure_test.cpp).
+  std::function<std::unique_ptr<ColdStore>(uint64_t slot_bytes)> cold_store_factory;
 
   // Number of blocks for a model of the given geometry: --kv-blocks, else --kv-memory divided by
   // the bytes of one block, else kDefaultKvMemoryBytes worth. Throws strata::Error when the result

@@ -10,6 +10,9 @@
 #include "core/thread_pool.h"
 #include "kv/file_cold_store.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace strata {
 
 namespace {
@@ -59,12 +62,16 @@ KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, uint64_t finger
                    std::vector<std::vector<TokenId>>(static_cast<size_t>(warm_span_))};
   }
 
-  if (!cfg.spill_dir.empty()) {
-    const uint64_t slot = std::max(slot_bytes(Tier::kHot), cfg.warm_format != WarmFormat::kNone ? slot_bytes(Tier::kWarm) : 0);
-    cold_store_ = std::make_unique<FileColdStore>(cfg.spill_dir, cfg.spill_bytes, slot);
+  if (!cfg.spill_dir.empty() || cfg.cold_store_factory) {
+    const uint64_t slot = kColdHeaderBytes + std::max(slot_bytes(Tier::kHot), cfg.warm_format != WarmFormat::kNone ? slot_bytes(Tier::kWarm) : 0);
+    if (cfg.cold_store_factory) cold_store_ = cfg.cold_store_factory(slot);
+    else cold_store_ = std::make_unique<FileColdStore>(cfg.spill_dir, cfg.spill_bytes, slot);
+    STRATA_CHECK(cold_store_ != nullptr && cold_store_->slot_bytes() >= slot, "cold store slots too small");
     const auto n = static_cast<int32_t>(std::min<int64_t>(cold_store_->num_slots(), int64_t{1} << 30));
     cold_pool_ = BlockPool(n);
     cold_info_.resize(static_cast<size_t>(n));
+    cold_gen_.assign(static_cast<size_t>(n), 0);
+    cold_bad_.assign(static_cast<size_t>(n), 0);
     cold_hashes_.resize(static_cast<size_t>(n));
     for (auto& h : cold_hashes_) {
       h = SlotHashes{std::vector<BlockHash>(static_cast<size_t>(warm_span_)), std::vector<BlockHash>(static_cast<size_t>(warm_span_)),
@@ -291,7 +298,7 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
           const Loc cold{Tier::kCold, l.slot, 0};
           const Loc to{content, *ram, 0};
           Op op{Op::Kind::kFetch, cold, to, {}, 0};
-          if (!cold_write_pending(l.slot)) op.ticket = cold_store_->read(l.slot, slot_bytes(content));
+          if (!cold_write_pending(l.slot)) op.ticket = cold_store_->read(l.slot, cold_frame_bytes(content));
           ops_.push_back(std::move(op));
           move_slot_hashes(cold, to);
           f = fetched.emplace(l.slot, *ram).first;
@@ -503,7 +510,7 @@ bool KvManager::swap_in(SeqId s) {
     const Loc from{Tier::kCold, cold, 0};
     const Loc to{content, ram, 0};
     Op op{Op::Kind::kFetch, from, to, {}, 0};
-    if (!cold_write_pending(cold)) op.ticket = cold_store_->read(cold, slot_bytes(content));
+    if (!cold_write_pending(cold)) op.ticket = cold_store_->read(cold, cold_frame_bytes(content));
     ops_.push_back(std::move(op));
     move_slot_hashes(from, to);
     for (int32_t i = 1; i < n; ++i) pool(content).incref(ram);
@@ -533,9 +540,8 @@ bool KvManager::cold_write_pending(int32_t cold_slot) const {
 
 bool KvManager::has_pending_ops() const { return !ops_.empty(); }
 
-std::vector<uint8_t> KvManager::capture(const Loc& l) const {
-  std::vector<uint8_t> out;
-  out.reserve(static_cast<size_t>(slot_bytes(l.tier)));
+void KvManager::capture(const Loc& l, std::vector<uint8_t>& out) const {
+  out.reserve(out.size() + static_cast<size_t>(slot_bytes(l.tier)));
   for (int32_t layer = 0; layer < geo_.n_layer; ++layer) {
     const KvLayerView& v = views_[static_cast<size_t>(layer)];
     if (l.tier == Tier::kHot) {
@@ -547,12 +553,10 @@ std::vector<uint8_t> KvManager::capture(const Loc& l) const {
       out.insert(out.end(), v.warm_v + l.slot * warm_v_slot_bytes_, v.warm_v + (l.slot + 1) * warm_v_slot_bytes_);
     }
   }
-  return out;
 }
 
-void KvManager::restore(const Loc& l, const std::vector<uint8_t>& bytes) {
-  STRATA_CHECK(bytes.size() == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", bytes.size(), slot_bytes(l.tier));
-  const uint8_t* p = bytes.data();
+void KvManager::restore(const Loc& l, const uint8_t* p, size_t n) {
+  STRATA_CHECK(n == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", n, slot_bytes(l.tier));
   for (int32_t layer = 0; layer < geo_.n_layer; ++layer) {
     const KvLayerView& v = views_[static_cast<size_t>(layer)];
     if (l.tier == Tier::kHot) {
@@ -567,6 +571,25 @@ void KvManager::restore(const Loc& l, const std::vector<uint8_t>& bytes) {
       p += warm_v_slot_bytes_;
     }
   }
+}
+
+uint64_t KvManager::cold_checksum(int32_t cold_slot, const uint8_t* payload, size_t n) const {
+  const uint64_t seed = (static_cast<uint64_t>(cold_slot) << 32) | cold_gen_[static_cast<size_t>(cold_slot)];
+  return XXH3_64bits_withSeed(payload, n, seed);
+}
+
+bool KvManager::read_cold(Op& op, std::vector<uint8_t>& bytes) {
+  const int32_t cold = op.src.slot;
+  if (op.ticket == 0) op.ticket = cold_store_->read(cold, cold_frame_bytes(op.dst.tier));
+  try {
+    bytes = cold_store_->wait(op.ticket);
+  } catch (const Error&) {
+    return false;  // an I/O error of this read: the content is lost, the store goes on
+  }
+  if (cold_bad_[static_cast<size_t>(cold)] || bytes.size() != cold_frame_bytes(op.dst.tier)) return false;
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data(), kColdHeaderBytes);
+  return stored == cold_checksum(cold, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
 }
 
 void KvManager::reencode(const Op& op) {
@@ -585,32 +608,74 @@ void KvManager::reencode(const Op& op) {
 }
 
 void KvManager::apply() {
+  // RAM slots whose content is lost in this apply: failed fetches, and what was derived from them.
+  std::set<std::pair<Tier, int32_t>> lost;
+  auto is_lost = [&](const Loc& l) { return lost.count({l.tier, l.slot}) > 0; };
   for (Op& op : ops_) {
     switch (op.kind) {
       case Op::Kind::kCopy:
         hot_arena_->copy_block(op.src.slot, op.dst.slot);
+        if (is_lost(op.src)) lost.insert({op.dst.tier, op.dst.slot});
         ++counters_.cow_copies;
         break;
-      case Op::Kind::kReencode:
+      case Op::Kind::kReencode: {
         reencode(op);
+        bool from_lost = false;
+        for (BlockId b : op.hot) from_lost = from_lost || is_lost(Loc{Tier::kHot, b, 0});
+        if (from_lost) {
+          lost.insert({op.dst.tier, op.dst.slot});
+          forget_slot_hashes(op.dst);
+        }
         counters_.reencoded_blocks += static_cast<int64_t>(op.hot.size());
         break;
+      }
       case Op::Kind::kSpill: {
-        std::vector<uint8_t> bytes = capture(op.src);
-        counters_.spill_bytes_out += bytes.size();
+        const size_t cold = static_cast<size_t>(op.dst.slot);
+        if (is_lost(op.src)) {
+          // Nothing worth writing: the cold copy is lost too.
+          cold_bad_[cold] = 1;
+          forget_slot_hashes(op.dst);
+          break;
+        }
+        std::vector<uint8_t> bytes(kColdHeaderBytes);
+        capture(op.src, bytes);
+        cold_bad_[cold] = 0;
+        ++cold_gen_[cold];
+        const uint64_t sum = cold_checksum(op.dst.slot, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
+        std::memcpy(bytes.data(), &sum, kColdHeaderBytes);
+        counters_.spill_bytes_out += bytes.size() - kColdHeaderBytes;
         cold_store_->write(op.dst.slot, std::move(bytes));
         break;
       }
       case Op::Kind::kFetch: {
-        if (op.ticket == 0) op.ticket = cold_store_->read(op.src.slot, slot_bytes(op.dst.tier));
-        const std::vector<uint8_t> bytes = cold_store_->wait(op.ticket);
-        counters_.spill_bytes_in += bytes.size();
-        restore(op.dst, bytes);
+        std::vector<uint8_t> bytes;
+        if (read_cold(op, bytes)) {
+          counters_.spill_bytes_in += bytes.size() - kColdHeaderBytes;
+          restore(op.dst, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
+        } else {
+          ++counters_.cold_read_failures;
+          lost.insert({op.dst.tier, op.dst.slot});
+          forget_slot_hashes(op.dst);  // never a prefix hit again
+        }
         break;
       }
     }
   }
   ops_.clear();
+  if (lost.empty()) return;
+  for (const auto& [id, q] : seqs_) {
+    bool hit = false;
+    for (const Loc& l : q.table) {
+      hit = hit || (l.tier == Tier::kCold ? cold_bad_[static_cast<size_t>(l.slot)] != 0 : is_lost(l));
+    }
+    if (hit && std::find(lost_.begin(), lost_.end(), id) == lost_.end()) lost_.push_back(id);
+  }
+}
+
+std::vector<SeqId> KvManager::take_lost_sequences() {
+  std::vector<SeqId> out;
+  out.swap(lost_);
+  return out;
 }
 
 void KvManager::drain_io() {

@@ -110,8 +110,18 @@ class KvManager {
   // --- data ------------------------------------------------------------------------------
 
   // Performs the queued data movement (see the class comment). Call before each forward pass.
+  // A cold-tier read that fails (the store reports an error, or the bytes are short or fail their
+  // checksum) never throws: the RAM slot it was meant to fill is lost, counted in
+  // KvStats::cold_read_failures, dropped from the prefix cache, and every sequence that references
+  // it (or data derived from it in the same apply) is reported by take_lost_sequences().
   void apply();
   bool has_pending_ops() const;
+
+  // Sequences whose KV could not be restored by the last apply() (a swapped-in sequence, or one
+  // whose prefix hit came from the cold tier), each once, in no particular order. Their tables are
+  // unchanged: the caller must free_sequence() them (and may add them again to recompute) before
+  // any of them runs a forward pass.
+  std::vector<SeqId> take_lost_sequences();
 
   std::span<const KvLayerView> layer_views() const { return views_; }
 
@@ -186,8 +196,16 @@ class KvManager {
   int32_t cow_needed(const Seq& q, int32_t n_tokens) const;
   void plan_reencode(SeqId id, Seq& q);
   uint64_t slot_bytes(Tier content) const;
-  std::vector<uint8_t> capture(const Loc& slot_loc) const;
-  void restore(const Loc& slot_loc, const std::vector<uint8_t>& bytes);
+  // Bytes of one slot of the given content (header + payload) in the cold tier. Each cold slot
+  // starts with a checksum of its payload seeded with the slot and its write generation, so torn,
+  // garbage or stale (older generation) content is detected on the way back.
+  uint64_t cold_frame_bytes(Tier content) const { return kColdHeaderBytes + slot_bytes(content); }
+  uint64_t cold_checksum(int32_t cold_slot, const uint8_t* payload, size_t n) const;
+  // Appends the slot's bytes to `out`.
+  void capture(const Loc& slot_loc, std::vector<uint8_t>& out) const;
+  void restore(const Loc& slot_loc, const uint8_t* bytes, size_t n);
+  // The payload of a finished cold read, or false when the read failed or its frame is bad.
+  bool read_cold(Op& op, std::vector<uint8_t>& bytes);
   void reencode(const Op& op);
   bool cold_write_pending(int32_t cold_slot) const;
 
@@ -205,6 +223,10 @@ class KvManager {
   std::unique_ptr<ColdStore> cold_store_;
   BlockPool cold_pool_;
   std::vector<ColdInfo> cold_info_;
+  static constexpr uint64_t kColdHeaderBytes = 8;
+  std::vector<uint32_t> cold_gen_;  // per cold slot: writes so far (part of the checksum seed)
+  std::vector<uint8_t> cold_bad_;   // per cold slot: its content was lost before it was written
+  std::vector<SeqId> lost_;         // see take_lost_sequences()
 
   std::vector<SlotHashes> hot_hashes_, warm_hashes_, cold_hashes_;
   std::unordered_map<BlockHash, Loc, BlockHashHasher> cache_;

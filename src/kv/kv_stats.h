@@ -36,6 +36,9 @@ struct KvStats {
   uint64_t spill_bytes_in = 0;
   int64_t swap_outs = 0;             // sequences swapped out
   int64_t swap_ins = 0;
+  // Cold-tier reads that failed (I/O error, short read, checksum mismatch): the blocks were
+  // treated as lost and their sequences recompute them.
+  int64_t cold_read_failures = 0;
 
   // Share of the RAM tiers that sequences hold, by bytes. Prefix-cached slots that no sequence
   // holds are evictable, so they count as available (as vLLM's KV usage does); `cached` and

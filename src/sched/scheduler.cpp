@@ -188,7 +188,7 @@ SchedulerOutput Scheduler::schedule() {
       STRATA_CHECK(ok, "blocks_needed said it fits");
       s->num_computed = hit;
       s->status = SeqStatus::kRunning;
-      if (s->preemptions > 0) {
+      if (s->preemptions > 0 || s->kv_losses > 0) {
         s->protected_from_preemption = true;
         s->progress_mark = s->n_generated();
       }
@@ -202,6 +202,26 @@ SchedulerOutput Scheduler::schedule() {
     }
   }
   return out;
+}
+
+void Scheduler::on_kv_lost(SchedulerOutput& out, std::span<const SeqId> lost) {
+  for (SeqId id : lost) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) continue;
+    Sequence& s = *it->second;
+    for (auto sc = out.seqs.begin(); sc != out.seqs.end(); ++sc) {
+      if (sc->id == id) {
+        out.n_tokens -= sc->n_new;
+        out.seqs.erase(sc);
+        break;
+      }
+    }
+    kv_.free_sequence(id);
+    kv_.add_sequence(id);
+    s.num_computed = 0;
+    s.status = SeqStatus::kWaiting;
+    ++s.kv_losses;
+  }
 }
 
 void Scheduler::on_step_done(const SchedulerOutput& out) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ class Scheduler {
 
   // The forward pass of `out` ran: advances num_computed and commits the KV.
   void on_step_done(const SchedulerOutput& out);
+
+  // After KvManager::apply(): sequences whose KV was lost (KvManager::take_lost_sequences()) leave
+  // this step's batch and go back to waiting with their KV freed, to recompute every token they
+  // hold, as a recompute preemption does (kv_losses counts it; protected from preemption until
+  // they make progress again).
+  void on_kv_lost(SchedulerOutput& out, std::span<const SeqId> lost);
 
   // Forks the n_fork_children of a sequence whose prompt is done; returns their ids (running,
   // sharing the parent's blocks).

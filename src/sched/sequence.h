@@ -42,6 +42,7 @@ struct Sequence {
   int32_t n_fork_children = 0;    // n - 1 for the first sequence of a request until the prompt is done
 
   int32_t preemptions = 0;
+  int32_t kv_losses = 0;          // times its KV could not be read back from the cold tier
   bool protected_from_preemption = false;  // resumed and has not made progress since
   int32_t progress_mark = 0;      // num_computed when it was resumed
 

@@ -443,11 +443,18 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
   std::filesystem::remove_all(dir);
 }
 
+// Warm tolerances: half a quantization step for values in [-2, 2] (expected_value), so a codec
+// that truncates instead of rounding, or is off by one level, fails:
+//   int8: scale = max|x| / 127 <= 2/127 (f16-rounded, relative 2^-11): half = 0.00788;
+//   fp8:  scale = max|x| / 448; the widest e4m3 step is 32 (values in [256, 448]): half = 16 * 2/448
+//         = 0.0714;
+//   int4: scale <= 4/15 (f16-rounded); the top level may also carry the scale's rounding
+//         (15 * 2^-11 of a step): 0.2668 * (0.5 + 0.0073) = 0.1354.
 INSTANTIATE_TEST_SUITE_P(
     Configs, KvProperty,
     ::testing::Values(PropertyParams{WarmFormat::kNone, false, 4, 0}, PropertyParams{WarmFormat::kNone, true, 4, 0},
-                      PropertyParams{WarmFormat::kInt8, true, 4, 0.02f}, PropertyParams{WarmFormat::kFp8, false, 8, 0.13f},
-                      PropertyParams{WarmFormat::kInt4, true, 16, 0.3f}, PropertyParams{WarmFormat::kInt4, false, 5, 0.3f}));
+                      PropertyParams{WarmFormat::kInt8, true, 4, 0.0079f}, PropertyParams{WarmFormat::kFp8, false, 8, 0.0715f},
+                      PropertyParams{WarmFormat::kInt4, true, 16, 0.1354f}, PropertyParams{WarmFormat::kInt4, false, 5, 0.1354f}));
 
 }  // namespace
 }  // namespace strata
