@@ -115,10 +115,11 @@ TEST(BenchCli, OfflineCountsEveryTokenAndBatchesTheRequests) {
   EXPECT_EQ(j["prefix_hit_rate"], 0.0) << "random prompts share no block";
   EXPECT_GT(j["kv_peak_usage"].get<double>(), 0.0);
   EXPECT_LE(j["kv_peak_usage"].get<double>(), 1.0);
-  // All submitted at once: they ran together, so there were fewer steps than generated tokens
-  // (one step makes at most one token per sequence).
-  EXPECT_GE(j["steps"].get<int>(), 10);
-  EXPECT_LT(j["steps"].get<int>(), 60);
+  // All submitted at once: they ran together, so there were far fewer steps than generated
+  // tokens (one step makes at most one token per sequence; one at a time would take 60 steps).
+  // The report may be read before the step that finished the last request is counted.
+  EXPECT_GE(j["steps"].get<int>(), 9);
+  EXPECT_LE(j["steps"].get<int>(), 30);
 
   // One sequence at a time: a step per generated token (the report may be read before the last
   // step is counted: the step that finishes the last request).

@@ -126,6 +126,8 @@ TEST(EvalCli, KvBytesPerTokenFollowTheDtypeAndBlockSize) {
 // the all-hot f16 run over the whole text at the model's context. Measured there: int8 -0.02% /
 // 99.69%, fp8 -0.26% / 98.0%, int4 +0.59% / 95.5%; fp8 and int4 are held to the bounds below
 // (a little slack around the measured numbers, which are deterministic for one thread count).
+// The acceptance alone would miss a codec that rounds toward zero (int8 then gives -0.25% and
+// 99.49%), so int8 is also held to 0.1%, five times its measured -0.02%.
 struct WarmBound {
   std::string dtype;
   std::string hot_tokens;
@@ -137,8 +139,8 @@ TEST(EvalCli, WarmTierMeetsItsFidelityBoundsAndReallyReencodes) {
   const Geometry g = geometry();
   const int64_t tokens = token_count(kText);
   const std::vector<WarmBound> bounds = {
-      {"int8", "64", 0.5, 0.99},
-      {"int8", "16", 0.5, 0.99},
+      {"int8", "64", 0.1, 0.99},
+      {"int8", "16", 0.1, 0.99},
       {"fp8", "64", 0.5, 0.97},
       {"int4", "64", 1.0, 0.94},
   };

@@ -5,6 +5,7 @@
 // tier with a small hot window) give the llama.cpp greedy references of stories260K.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -118,18 +119,38 @@ ServerProcess::Options kv_options(std::vector<std::string> args) {
   return o;
 }
 
+// Hot blocks in the pool (/metrics), and the bytes of one block of `elt`-byte elements from the
+// model's own metadata: the pool of --kv-memory must be made of blocks of the dtype asked for.
+double hot_blocks(ServerProcess& s) {
+  const auto m = idle_metrics(s);
+  return m.at("strata_kv_blocks_free{tier=\"hot\"}") + m.at("strata_kv_blocks_used{tier=\"hot\"}") +
+         m.at("strata_kv_blocks_cached{tier=\"hot\"}");
+}
+double block_bytes(int elt) {
+  auto r = test::run_command({test::strata_bin(), "gguf", "info", "--json", test::shared_path("models/stories260K.gguf")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const Json m = Json::parse(r.out)["metadata"];
+  const double n_head = m["llama.attention.head_count"].get<double>();
+  const double head_dim = m["llama.embedding_length"].get<double>() / n_head;
+  return 16.0 * 2 * m["llama.block_count"].get<double>() * m["llama.attention.head_count_kv"].get<double>() * head_dim * elt;
+}
+constexpr double kPoolBytes = 64.0 * 1024 * 1024;  // ServerProcess::default_args' --kv-memory
+
 TEST(ServerKv, F16HotBlocksGiveTheReferences) {
   ServerProcess s(kv_options({"--kv-dtype", "f16"}));
   expect_references(s, 64);
+  EXPECT_EQ(hot_blocks(s), std::floor(kPoolBytes / block_bytes(2)));
 }
 
 TEST(ServerKv, F32AndBf16HotBlocksGiveTheReferences) {
   {
     ServerProcess s(kv_options({"--kv-dtype", "f32"}));
     expect_references(s, 64);
+    EXPECT_EQ(hot_blocks(s), std::floor(kPoolBytes / block_bytes(4)));
   }
   ServerProcess s(kv_options({"--kv-dtype", "bf16"}));
   expect_references(s, 64);
+  EXPECT_EQ(hot_blocks(s), std::floor(kPoolBytes / block_bytes(2)));
 }
 
 TEST(ServerKv, Int8WarmTierWithASmallHotWindowGivesTheReferences) {
