@@ -217,8 +217,14 @@ TEST_F(GenerateCli, APromptAsLongAsTheContextIsRefused) {
   std::string long_prompt;
   for (int i = 0; i < 400; ++i) long_prompt += "Once upon a time ";
   auto r = run_command(generate_argv({"-p", long_prompt, "-n", "4", "--ctx", "64"}));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("context is 64 tokens"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("strata: error: the prompt has "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("but the context is 64 tokens"), std::string::npos) << r.err;
+  // The same prompt file line by line: the line's prompt is refused the same way.
+  test::write_file(dir_ + "/long.jsonl", Json{{"prompt", long_prompt}}.dump() + "\n");
+  r = run_command(generate_argv({"--prompts-file", dir_ + "/long.jsonl", "-n", "4", "--ctx", "64"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("but the context is 64 tokens"), std::string::npos) << r.err;
 }
 
 }  // namespace
