@@ -91,10 +91,15 @@ class BenchKv {
 };
 
 int run_bench_model(const BenchModelOptions& o) {
+  // Flags first: a usage error is reported before the model loads.
+  const KvConfig kvc = o.kv.to_config();
+  if (o.pp < 0) fail("--pp must be >= 0 (0: skip), got {}", o.pp);
+  if (o.tg < 0) fail("--tg must be >= 0 (0: skip), got {}", o.tg);
+  if (o.pp == 0 && o.tg == 0) fail("--pp and --tg are both 0: nothing to measure");
+  if (o.batch < 1) fail("--batch must be >= 1, got {}", o.batch);
+  if (o.reps < 1) fail("--reps must be >= 1, got {}", o.reps);
   auto model = Model::load(o.model.model, o.model.backend_options());
   const ModelConfig& mc = model->config();
-  const KvConfig kvc = o.kv.to_config();
-  if (o.pp < 0 || o.tg < 0 || o.batch < 1 || o.reps < 1) fail("--pp, --tg >= 0, --batch, --reps >= 1");
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
   const int32_t per_seq_blocks = (std::max(o.pp, o.tg + 1) + kvc.block_size - 1) / kvc.block_size;
   const int32_t needed = per_seq_blocks * std::max(1, o.batch);
@@ -239,8 +244,11 @@ Dist distribution(std::vector<double> v) {
 }
 
 int run_bench_offline(const BenchOfflineOptions& o) {
-  if (o.num_prompts < 1 || o.output_len < 1 || o.input_len < 1) fail("--num-prompts, --input-len and --output-len must be >= 1");
-  if (o.shared_prefix < 0 || o.shared_prefix >= o.input_len) fail("--shared-prefix must be in [0, --input-len)");
+  if (o.num_prompts < 1) fail("--num-prompts must be >= 1, got {}", o.num_prompts);
+  if (o.input_len < 1) fail("--input-len must be >= 1, got {}", o.input_len);
+  if (o.output_len < 1) fail("--output-len must be >= 1, got {}", o.output_len);
+  if (o.shared_prefix < 0 || o.shared_prefix >= o.input_len)
+    fail("--shared-prefix must be in [0, --input-len {}), got {}", o.input_len, o.shared_prefix);
   double rate = 0;  // requests per second; 0 = all at once
   if (o.request_rate != "inf") {
     try {

@@ -33,6 +33,7 @@ struct PplRun {
   int64_t scored = 0;          // positions scored
   std::vector<TokenId> top1;   // argmax at each scored position
   double kv_bytes_per_token = 0;
+  int64_t reencoded_blocks = 0;  // hot blocks re-encoded into the warm tier, all windows
 };
 
 // Feeds each window chunk by chunk, so that blocks leave the hot window (and are re-encoded)
@@ -80,6 +81,7 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
       }
     }
     const KvStats st = kv.stats();
+    run.reencoded_blocks += st.reencoded_blocks;
     bytes_sum += static_cast<double>(st.hot.bytes_used + st.warm.bytes_used) / static_cast<double>(n - 1);
     ++bytes_windows;
   }
@@ -93,6 +95,8 @@ int run_eval_ppl(const EvalOptions& o) {
   std::stringstream ss;
   ss << in.rdbuf();
   const KvConfig kvc = o.kv.to_config();
+  if (o.ctx < 0) fail("--ctx must be >= 0 (0: the model's context), got {}", o.ctx);
+  if (o.chunk < 0) fail("--chunk must be >= 0 (0: the KV block size), got {}", o.chunk);
   auto model = Model::load(o.model.model, o.model.backend_options());
   auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<TokenId> tokens = tokenizer->encode(ss.str(), true, false);
@@ -128,6 +132,7 @@ int run_eval_ppl(const EvalOptions& o) {
     j["top1_agreement"] = agreement;
     j["kv_bytes_per_token"] = run.kv_bytes_per_token;
     j["kv_bytes_per_token_ref"] = ref.kv_bytes_per_token;
+    j["reencoded_blocks"] = run.reencoded_blocks;
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
@@ -137,6 +142,7 @@ int run_eval_ppl(const EvalOptions& o) {
   fmt::print("top-1 agreement {:.2f}%\n", 100 * agreement);
   fmt::print("KV bytes per token {:.1f} vs {:.1f} ({:.3f}x)\n", run.kv_bytes_per_token, ref.kv_bytes_per_token,
              run.kv_bytes_per_token / ref.kv_bytes_per_token);
+  fmt::print("blocks re-encoded into the warm tier: {}\n", run.reencoded_blocks);
   return kExitOk;
 }
 

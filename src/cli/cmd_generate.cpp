@@ -88,46 +88,47 @@ Outcome drain(RequestHandle& h, Outcome o, bool stream) {
 }
 
 template <typename T>
-T field(const nlohmann::json& j, const char* key, T fallback, size_t line) {
+T field(const nlohmann::json& j, const char* key, T fallback, const std::string& path, size_t line) {
   if (!j.contains(key)) return fallback;
   try {
     return j.at(key).get<T>();
   } catch (const std::exception&) {
-    fail("--prompts-file line {}: field '{}' has the wrong type", line, key);
+    fail("{}:{}: field '{}' has the wrong type", path, line, key);
   }
 }
 
-Request request_from_line(const nlohmann::json& j, size_t line, const SamplingParams& defaults, const Tokenizer& tok,
+// Errors name the line as PATH:LINE, as read_jsonl does.
+Request request_from_line(const nlohmann::json& j, const std::string& path, size_t line, const SamplingParams& defaults, const Tokenizer& tok,
                           bool parse_special) {
   static const std::set<std::string> kKnown = {"prompt", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
                                                "stop", "ignore_eos", "presence_penalty", "frequency_penalty",
                                                "repetition_penalty", "priority", "tenant"};
-  if (!j.is_object()) fail("--prompts-file line {}: not a JSON object", line);
+  if (!j.is_object()) fail("{}:{}: not a JSON object", path, line);
   for (const auto& [k, v] : j.items()) {
-    if (!kKnown.count(k)) fail("--prompts-file line {}: unknown field '{}'", line, k);
+    if (!kKnown.count(k)) fail("{}:{}: unknown field '{}'", path, line, k);
   }
-  if (!j.contains("prompt") || !j["prompt"].is_string()) fail("--prompts-file line {}: needs a string field 'prompt'", line);
+  if (!j.contains("prompt") || !j["prompt"].is_string()) fail("{}:{}: needs a string field 'prompt'", path, line);
   Request r;
   r.prompt = tok.encode(j["prompt"].get<std::string>(), true, parse_special);
   SamplingParams p = defaults;
-  if (j.contains("max_tokens")) p.max_tokens = field<int32_t>(j, "max_tokens", 0, line);
-  p.temperature = field<float>(j, "temperature", p.temperature, line);
-  p.top_k = field<int32_t>(j, "top_k", p.top_k, line);
-  p.top_p = field<float>(j, "top_p", p.top_p, line);
-  p.min_p = field<float>(j, "min_p", p.min_p, line);
-  if (j.contains("seed")) p.seed = field<uint64_t>(j, "seed", 0, line);
+  if (j.contains("max_tokens")) p.max_tokens = field<int32_t>(j, "max_tokens", 0, path, line);
+  p.temperature = field<float>(j, "temperature", p.temperature, path, line);
+  p.top_k = field<int32_t>(j, "top_k", p.top_k, path, line);
+  p.top_p = field<float>(j, "top_p", p.top_p, path, line);
+  p.min_p = field<float>(j, "min_p", p.min_p, path, line);
+  if (j.contains("seed")) p.seed = field<uint64_t>(j, "seed", 0, path, line);
   if (j.contains("stop")) {
     p.stop = j["stop"].is_string() ? std::vector<std::string>{j["stop"].get<std::string>()}
-                                   : field<std::vector<std::string>>(j, "stop", {}, line);
+                                   : field<std::vector<std::string>>(j, "stop", {}, path, line);
   }
-  p.ignore_eos = field<bool>(j, "ignore_eos", p.ignore_eos, line);
-  p.presence_penalty = field<float>(j, "presence_penalty", p.presence_penalty, line);
-  p.frequency_penalty = field<float>(j, "frequency_penalty", p.frequency_penalty, line);
-  p.repetition_penalty = field<float>(j, "repetition_penalty", p.repetition_penalty, line);
-  if (auto err = p.validate(tok.n_vocab())) fail("--prompts-file line {}: {}", line, *err);
+  p.ignore_eos = field<bool>(j, "ignore_eos", p.ignore_eos, path, line);
+  p.presence_penalty = field<float>(j, "presence_penalty", p.presence_penalty, path, line);
+  p.frequency_penalty = field<float>(j, "frequency_penalty", p.frequency_penalty, path, line);
+  p.repetition_penalty = field<float>(j, "repetition_penalty", p.repetition_penalty, path, line);
+  if (auto err = p.validate(tok.n_vocab())) fail("{}:{}: {}", path, line, *err);
   r.params = p;
-  r.priority = field<int32_t>(j, "priority", 0, line);
-  r.tenant = field<std::string>(j, "tenant", "", line);
+  r.priority = field<int32_t>(j, "priority", 0, path, line);
+  r.tenant = field<std::string>(j, "tenant", "", path, line);
   return r;
 }
 
@@ -149,7 +150,7 @@ int run_generate(const GenerateOptions& o) {
     requests.push_back(std::move(r));
   } else {
     read_jsonl(o.prompts_file, [&](const nlohmann::json& j, size_t n) {
-      requests.push_back(request_from_line(j, n, defaults, *tokenizer, !o.no_special));
+      requests.push_back(request_from_line(j, o.prompts_file, n, defaults, *tokenizer, !o.no_special));
       return true;
     });
     if (requests.empty()) fail("--prompts-file '{}' holds no prompts", o.prompts_file);

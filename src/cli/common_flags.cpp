@@ -1,9 +1,47 @@
 #include "cli/common_flags.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
 #include "core/error.h"
 #include "core/units.h"
 
 namespace strata::cli {
+namespace {
+
+// The cold tier creates its file when the engine starts, which `serve` does on its loader thread
+// after the port is open: check now that a file can be created in `dir`, so that a bad directory
+// is a usage error before anything starts.
+void check_spill_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    fail("--kv-spill-dir '{}' is not a directory{}", dir, std::filesystem::exists(dir, ec) ? "" : " (it does not exist)");
+  }
+  std::string probe = dir + "/.strata-spill-probe-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) fail("--kv-spill-dir '{}': cannot create a file there: {}", dir, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// "NAME=WEIGHT" with a non-empty name and a finite WEIGHT > 0, or nullopt.
+std::optional<std::pair<std::string, double>> parse_tenant_weight(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) return std::nullopt;
+  const std::string number = text.substr(eq + 1);
+  char* end = nullptr;
+  errno = 0;
+  const double w = std::strtod(number.c_str(), &end);
+  if (errno != 0 || end != number.c_str() + number.size() || !std::isfinite(w) || !(w > 0)) return std::nullopt;
+  return std::make_pair(text.substr(0, eq), w);
+}
+
+}  // namespace
 
 void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
   auto* opt = cmd->add_option("-m,--model", f.model, "GGUF model file");
@@ -67,6 +105,7 @@ KvConfig KvFlags::to_config() const {
   if (!spill_dir.empty()) {
     auto bytes = parse_bytes(spill_size);
     if (!bytes || *bytes == 0) fail("--kv-spill-size '{}' is not a size (examples: 8GiB, 512M)", spill_size);
+    check_spill_dir(spill_dir);
     c.spill_dir = spill_dir;
     c.spill_bytes = *bytes;
   }
@@ -103,22 +142,16 @@ EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
   auto s = scheduling_policy_from_name(scheduling);
   if (!s) fail("--scheduling '{}' is not one of fcfs, priority, fair", scheduling);
   c.sched.policy = *s;
-  if (!(batch_wait_ms >= 0 && batch_wait_ms <= 10000)) fail("--batch-wait-ms must be in [0, 10000]");
+  if (!(batch_wait_ms >= 0 && batch_wait_ms <= 10000)) fail("--batch-wait-ms must be in [0, 10000], got {}", batch_wait_ms);
   c.sched.batch_wait_ms = batch_wait_ms;
-  if (!(watermark >= 0 && watermark < 1)) fail("--kv-watermark must be in [0, 1)");
+  if (!(watermark >= 0 && watermark < 1)) fail("--kv-watermark must be in [0, 1), got {}", watermark);
   c.sched.watermark = watermark;
-  if (ctx < 0) fail("--ctx must be >= 0");
+  if (ctx < 0) fail("--ctx must be >= 0 (0: the model's context), got {}", ctx);
   c.n_ctx = ctx;
   for (const auto& tw : tenant_weights) {
-    const auto eq = tw.find('=');
-    double w = 0;
-    try {
-      w = eq == std::string::npos ? 0 : std::stod(tw.substr(eq + 1));
-    } catch (const std::exception&) {
-      w = 0;
-    }
-    if (eq == std::string::npos || !(w > 0)) fail("--tenant-weight '{}' is not NAME=WEIGHT with WEIGHT > 0", tw);
-    c.sched.tenant_weights[tw.substr(0, eq)] = w;
+    const auto parsed = parse_tenant_weight(tw);
+    if (!parsed) fail("--tenant-weight '{}' is not NAME=WEIGHT with a non-empty NAME and a finite WEIGHT > 0", tw);
+    c.sched.tenant_weights[parsed->first] = parsed->second;
   }
   return c;
 }
@@ -151,7 +184,7 @@ SamplingParams SamplingFlags::to_params(int32_t vocab_size) const {
   p.seed = seed;
   p.ignore_eos = ignore_eos;
   p.stop = stop;
-  if (max_tokens && *max_tokens < 0) fail("--max-tokens must be >= 0, got {}", *max_tokens);
+  if (max_tokens && *max_tokens < 1) fail("--max-tokens must be >= 1, got {}", *max_tokens);
   if (auto err = p.validate(vocab_size)) fail("invalid sampling flag: {}", *err);
   return p;
 }

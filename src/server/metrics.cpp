@@ -157,6 +157,13 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
          st.preemptions);
   single(out, "strata_kv_spill_out_bytes_total", "counter", "KV bytes written to the cold tier.", st.kv.spill_bytes_out);
   single(out, "strata_kv_spill_in_bytes_total", "counter", "KV bytes read back from the cold tier.", st.kv.spill_bytes_in);
+  single(out, "strata_kv_reencoded_blocks_total", "counter", "Hot KV blocks re-encoded into the warm tier (--kv-warm-dtype).",
+         st.kv.reencoded_blocks);
+  single(out, "strata_engine_requests_submitted_total", "counter",
+         "Requests the engine accepted, in the order it queues them (a request counted here is ordered before any later one).",
+         st.requests_submitted);
+  single(out, "strata_engine_steps_total", "counter",
+         "Engine steps (one batched forward pass each); generated tokens beyond one per step were batched.", st.steps);
   single(out, "strata_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", st.prompt_tokens);
   single(out, "strata_generation_tokens_total", "counter", "Generated tokens of finished requests.", st.generated_tokens);
 
