@@ -51,8 +51,9 @@ struct List {
 // String-keyed lookups use a hash index once the dict is large enough for it to pay off.
 class Dict {
  public:
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
+  // Defined below Value: clang instantiates vector<pair<Value, Value>>::size() here otherwise.
+  size_t size() const;
+  bool empty() const;
   const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
 
   const Value* find(const Value& key) const;
@@ -173,6 +174,9 @@ class Value {
   };
   std::shared_ptr<void> ptr_;  // string, List, Dict, Object, Callable or the undefined hint
 };
+
+inline size_t Dict::size() const { return entries_.size(); }
+inline bool Dict::empty() const { return entries_.empty(); }
 
 // Python ==, with 1 == 1.0 == True and structural comparison of lists and dicts.
 bool equals(const Value& a, const Value& b);

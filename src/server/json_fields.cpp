@@ -94,9 +94,13 @@ int64_t as_int(const Json& v, std::string_view name, int64_t lo, int64_t hi) {
     const double d = v.get<double>();
     if (!std::isfinite(d) || d != std::floor(d))
       throw bad_request(fmt::format("'{}' must be an integer, got {}", name, v.dump()), param);
-    // Compare as doubles: converting an out-of-range double to int64 is undefined.
-    if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) throw out_of_range();
-    return static_cast<int64_t>(d);
+    // Converting a double outside int64's range to int64 is undefined, and the bounds cannot be
+    // compared as doubles: double(INT64_MAX) rounds up to 2^63. int64 holds exactly [-2^63, 2^63);
+    // inside it the conversion is exact (d is integral), and the range check is an integer one.
+    if (d < -0x1p63 || d >= 0x1p63) throw out_of_range();
+    const int64_t i = static_cast<int64_t>(d);
+    if (i < lo || i > hi) throw out_of_range();
+    return i;
   }
   throw bad_request(fmt::format("'{}' must be an integer, got {}", name, json_type_name(v)), param);
 }

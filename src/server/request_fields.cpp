@@ -67,7 +67,9 @@ void parse_common_fields(const Json& body, GenerationRequest& out) {
   if (auto v = get_float(body, "frequency_penalty")) p.frequency_penalty = *v;
   if (auto v = get_float(body, "repetition_penalty")) p.repetition_penalty = *v;
   if (auto v = get_int(body, "n", kInt32Min, kInt32Max)) p.n = static_cast<int32_t>(*v);
-  // OpenAI documents seeds as 64-bit integers; negative ones are taken modulo 2^64.
+  // OpenAI documents seeds as 64-bit integers; negative ones are taken modulo 2^64. Integer
+  // literals up to 2^64 - 1 are taken as they are; anything else (negative, integral floats such as
+  // 5.0) must fit int64, so 9223372036854775808.0 = 2^63 is a 400 rather than an overflowing cast.
   if (const Json* v = find_field(body, "seed")) {
     if (v->is_number_unsigned()) p.seed = v->get<uint64_t>();
     else p.seed = static_cast<uint64_t>(as_int(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
