@@ -159,6 +159,14 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   single(out, "strata_kv_spill_in_bytes_total", "counter", "KV bytes read back from the cold tier.", st.kv.spill_bytes_in);
   single(out, "strata_kv_reencoded_blocks_total", "counter", "Hot KV blocks re-encoded into the warm tier (--kv-warm-dtype).",
          st.kv.reencoded_blocks);
+  single(out, "strata_kv_cold_read_failures_total", "counter",
+         "Cold-tier reads that failed or returned damaged bytes (checksum); each one is recomputed, never served.",
+         st.kv.cold_read_failures);
+  single(out, "strata_requests_failed_total", "counter",
+         "Requests ended by an engine error (KV lost more often than the engine retries).", st.requests_failed);
+  single(out, "strata_engine_batched_steps_total", "counter", "Engine steps that ran more than one sequence.",
+         st.batched_steps);
+  single(out, "strata_engine_max_batch_seqs", "gauge", "Most sequences one engine step has run.", st.max_batch_seqs);
   single(out, "strata_engine_requests_submitted_total", "counter",
          "Requests the engine accepted, in the order it queues them (a request counted here is ordered before any later one).",
          st.requests_submitted);

@@ -1,0 +1,100 @@
+// The cold tier under a running server: prefix-cached blocks evicted from RAM go to the spill file
+// and come back as prefix hits; when the file is damaged behind the server's back (overwritten
+// through /proc, as a failing disk would), every damaged block is a counted miss that is
+// recomputed: the same text, no crash, and the server keeps serving.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "server/server_process.h"
+
+namespace strata {
+namespace {
+
+using test::Json;
+using test::ServerProcess;
+
+std::map<std::string, double> metrics(ServerProcess& s) {
+  auto r = s.client()->Get("/metrics");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? test::parse_prometheus(r->body) : std::map<std::string, double>{};
+}
+
+std::string complete(ServerProcess& s, const std::string& prompt, int max_tokens) {
+  const Json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  auto r = s.client()->Post("/v1/completions", body.dump(), "application/json");
+  if (!r || r->status != 200) return "<failed: " + (r ? r->body : std::string("no answer")) + ">";
+  return Json::parse(r->body)["choices"][0]["text"];
+}
+
+// Overwrites every byte of the server's (unlinked) spill file with garbage; returns the bytes
+// written.
+int64_t damage_spill_file(pid_t pid) {
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  int64_t written = 0;
+  for (const auto& e : std::filesystem::directory_iterator(fd_dir)) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (ec || target.find("strata-kv-spill-") == std::string::npos) continue;
+    const int fd = ::open(e.path().c_str(), O_WRONLY);
+    if (fd < 0) continue;
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    std::string junk(static_cast<size_t>(size), '\xab');
+    for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(i * 31);
+    if (::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size())) written += size;
+    ::close(fd);
+  }
+  return written;
+}
+
+TEST(ServerColdTier, PrefixHitsComeBackFromTheSpillFileAndDamageIsRecomputed) {
+  const std::string spill = test::make_temp_dir("strata-cold-serve");
+  ServerProcess::Options o;
+  // 12 blocks of 16 tokens in RAM: each request below needs about 8, so every new prompt evicts
+  // the previous one's cached blocks into the spill file.
+  o.args = {"--kv-blocks", "12", "--kv-block-size", "16", "--kv-spill-dir", spill, "--kv-spill-size", "8MiB"};
+  ServerProcess s(o);
+
+  const std::string story =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her "
+      "friend Tom. One day, they found a big red ball in the park and played with it all day long. ";
+  const std::vector<std::string> others = {"The little dog ran to the tree and barked at the cat who sat on a branch. ",
+                                           "Tom had a red car. He liked to drive it around the house every morning. ",
+                                           "Anna liked to read books about the sea, the fish and the big blue whales. "};
+  auto flood = [&] {
+    for (const auto& p : others) ASSERT_NE(complete(s, p + p + p, 16).rfind("<failed", 0), 0u);
+  };
+
+  const std::string first = complete(s, story, 16);
+  ASSERT_EQ(first.rfind("<failed", 0), std::string::npos) << first;
+  flood();
+  auto m = metrics(s);
+  ASSERT_GT(m["strata_kv_spill_out_bytes_total"], 0) << "the story's blocks should have been spilled";
+
+  // Undamaged: the story's prefix comes back from the file, same text.
+  const double hits0 = m["strata_prefix_cache_hit_tokens_total"], in0 = m["strata_kv_spill_in_bytes_total"];
+  EXPECT_EQ(complete(s, story, 16), first);
+  m = metrics(s);
+  EXPECT_GT(m["strata_kv_spill_in_bytes_total"], in0);
+  EXPECT_GT(m["strata_prefix_cache_hit_tokens_total"], hits0);
+  EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
+
+  // Damaged: evict again, overwrite the file, ask again.
+  flood();
+  ASSERT_GT(damage_spill_file(s.pid()), 0) << "no spill file found among the server's open files";
+  EXPECT_EQ(complete(s, story, 16), first);
+  m = metrics(s);
+  EXPECT_GT(m["strata_kv_cold_read_failures_total"], 0);
+  EXPECT_EQ(m["strata_requests_failed_total"], 0);
+  // Still serving, and a fresh request is exact too.
+  EXPECT_EQ(s.client()->Get("/health")->status, 200);
+  EXPECT_EQ(complete(s, story, 16), first);
+  std::filesystem::remove_all(spill);
+}
+
+}  // namespace
+}  // namespace strata
