@@ -9,7 +9,9 @@
 // CPU supports is picked at load time (GCC function multiversioning): about 2.3x faster on AVX2
 // than SSE2. Each lane does the same IEEE operations and every sum is grouped the same way in all
 // versions, with FMA contraction off (src/sample/CMakeLists.txt), so they return identical bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: GCC instruments the ifunc resolvers, which the dynamic loader runs
+// before the TSan runtime is up (a crash at start-up).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(STRATA_TSAN)
 #define STRATA_VOCAB_LOOP __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define STRATA_VOCAB_LOOP
