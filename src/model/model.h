@@ -28,6 +28,10 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   ThreadPool& pool() { return pool_; }
 
+  // Identifies the weights and the tokenization, computed once at load: KV caches (the prefix
+  // cache, the cold tier) are keyed by it so they never mix models.
+  uint64_t fingerprint() const { return fingerprint_; }
+
   // Bytes of weight matrices streamed by one decode step (for bandwidth accounting).
   uint64_t step_weight_bytes() const { return weights_.matrix_bytes; }
 
@@ -44,6 +48,7 @@ class Model {
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  uint64_t fingerprint_ = 0;
   ThreadPool pool_;
   cpu::KernelScratch scratch_;
   cpu::RopeParams rope_;
