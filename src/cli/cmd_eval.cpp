@@ -50,7 +50,7 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     const size_t w1 = std::min(tokens.size(), w0 + static_cast<size_t>(ctx));
     std::vector<TokenId> window(tokens.begin() + static_cast<long>(w0), tokens.begin() + static_cast<long>(w1));
     if (window.size() < 2) break;
-    KvManager kv(geo, kvc, 1, model.backend().thread_pool());
+    KvManager kv(geo, kvc, model.fingerprint(), model.backend().thread_pool());
     kv.add_sequence(1);
     const int32_t n = static_cast<int32_t>(window.size());
     for (int32_t pos = 0; pos < n - 1; pos += chunk) {

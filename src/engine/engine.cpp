@@ -63,27 +63,12 @@ void RequestHandle::detach() {
 
 // --- Engine ------------------------------------------------------------------------------------
 
-namespace {
-
-uint64_t model_fingerprint(const Model& m) {
-  // Same file, same weights: the cache keys include this so caches never mix models.
-  const auto& f = m.file();
-  uint64_t h = 1469598103934665603ull ^ f.file_size();
-  for (const auto& t : f.tensors()) {
-    for (unsigned char c : t.name) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ t.offset) * 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
-
 Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg)
     : model_(model), tokenizer_(tokenizer), cfg_(cfg) {
   const ModelConfig& mc = model.config();
   n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, cfg.kv.block_size, cfg.kv.dtype};
-  kv_ = std::make_unique<KvManager>(geo, cfg.kv, model_fingerprint(model), model.backend().thread_pool());
+  kv_ = std::make_unique<KvManager>(geo, cfg.kv, model.fingerprint(), model.backend().thread_pool());
   const KvStats st = kv_->stats();
   capacity_tokens_ = (st.hot.slots + st.warm.slots * warm_span(cfg.kv.warm_format, cfg.kv.block_size)) * cfg.kv.block_size;
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);

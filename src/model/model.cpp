@@ -1,11 +1,40 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
+
+#define XXH_STATIC_LINKING_ONLY  // for XXH3_state_t on the stack
+#include <xxhash.h>
 
 #include "core/check.h"
 #include "core/error.h"
 
 namespace strata {
+namespace {
+
+// Bytes hashed from the start of every tensor's data.
+constexpr uint64_t kFingerprintSampleBytes = 4096;
+
+// XXH3-64 of the GGUF header (every metadata value: hyper-parameters, vocabulary, merges, special
+// ids, chat template; and the tensor table: names, types, shapes, offsets) and of the first 4 KiB
+// of every tensor. The header alone would give two fine-tunes of one base (same metadata, same
+// shapes) one fingerprint; hashing all weight bytes would read gigabytes at load. The samples touch
+// one page per tensor, and a fine-tune changes nearly every tensor.
+uint64_t model_fingerprint(const GgufFile& f) {
+  const auto& tensors = f.tensors();
+  STRATA_CHECK(!tensors.empty());
+  XXH3_state_t st;
+  XXH3_64bits_reset(&st);
+  // The header is the file's bytes before the data section; tensor data are views into the same bytes.
+  const uint8_t* file_start = tensors.front().data - tensors.front().offset - f.data_offset();
+  XXH3_64bits_update(&st, file_start, f.data_offset());
+  for (const GgufTensorInfo& t : tensors) {
+    XXH3_64bits_update(&st, t.data, std::min(t.n_bytes, kFingerprintSampleBytes));
+  }
+  return XXH3_64bits_digest(&st);
+}
+
+}  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Backend> backend) {
   STRATA_CHECK(backend != nullptr);
@@ -25,7 +54,8 @@ Model::Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend)
     : backend_(std::move(backend)),
       file_(std::move(file)),
       config_(ModelConfig::from_gguf(*file_)),
-      weights_(ModelWeights::load(*file_, config_, *backend_)) {
+      weights_(ModelWeights::load(*file_, config_, *backend_)),
+      fingerprint_(model_fingerprint(*file_)) {
   rope_.n_rot = config_.n_rot;
   rope_.freq_base = config_.rope_freq_base;
   rope_.freq_scale = config_.rope_freq_scale;

@@ -34,6 +34,10 @@ class Model {
   // The backend the model runs on; its thread_pool() is what the KV manager borrows.
   Backend& backend() { return *backend_; }
 
+  // Identifies the weights and the tokenization, computed once at load: KV caches (the prefix
+  // cache, the cold tier) are keyed by it so they never mix models.
+  uint64_t fingerprint() const { return fingerprint_; }
+
   // Bytes of weight matrices streamed by one decode step (for bandwidth accounting).
   uint64_t step_weight_bytes() const { return weights_.matrix_bytes; }
 
@@ -54,6 +58,7 @@ class Model {
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  uint64_t fingerprint_ = 0;
   RopeParams rope_;
 
   // Activations in backend memory, [capacity][width] each; grown on demand, never shrunk.

@@ -99,109 +99,118 @@ void Scheduler::charge(const Sequence& s, int32_t n_new) {
   done = end;
 }
 
-SchedulerOutput Scheduler::schedule() {
-  SchedulerOutput out;
-  int32_t budget = cfg_.max_batched_tokens;
-  int32_t seq_budget = cfg_.max_seqs;
-  auto ordered = [&](SeqStatus st, bool admission) {
-    std::vector<Sequence*> v;
-    for (auto& [id, s] : seqs_) {
-      if (s->status == st) v.push_back(s.get());
-    }
-    std::sort(v.begin(), v.end(), [&](const Sequence* a, const Sequence* b) {
-      return admission ? admits_before(*a, *b) : queue_before(*a, *b);
-    });
-    return v;
-  };
+std::vector<Sequence*> Scheduler::in_order(SeqStatus st, bool admission) {
+  std::vector<Sequence*> v;
+  for (auto& [id, s] : seqs_) {
+    if (s->status == st) v.push_back(s.get());
+  }
+  std::sort(v.begin(), v.end(), [&](const Sequence* a, const Sequence* b) {
+    return admission ? admits_before(*a, *b) : queue_before(*a, *b);
+  });
+  return v;
+}
 
-  // 1. Swapped sequences come back first, in queue order.
-  for (Sequence* s : ordered(SeqStatus::kSwapped, false)) {
-    if (seq_budget <= 0) break;
+void Scheduler::add_to_step(StepPlan& plan, Sequence& s, int32_t n_new) {
+  const int32_t start = s.num_computed;
+  plan.out.seqs.push_back({s.id, start, n_new, start + n_new == static_cast<int32_t>(s.tokens.size())});
+  plan.out.n_tokens += n_new;
+  plan.scheduled.insert(s.id);
+  plan.budget -= n_new;
+  --plan.seq_budget;
+  charge(s, n_new);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  StepPlan plan;
+  plan.budget = cfg_.max_batched_tokens;
+  plan.seq_budget = cfg_.max_seqs;
+  swap_in(plan);
+  schedule_running(plan);
+  // Admitting while the running ones are short of blocks would only preempt them again.
+  if (!plan.preempted_any) admit_waiting(plan);
+  return std::move(plan.out);
+}
+
+void Scheduler::swap_in(StepPlan& plan) {
+  for (Sequence* s : in_order(SeqStatus::kSwapped, false)) {
+    if (plan.seq_budget <= 0) break;
     if (kv_.blocks_to_swap_in(s->id) + watermark_blocks() > kv_.num_available_blocks() || !kv_.swap_in(s->id)) break;
     s->status = SeqStatus::kRunning;
     s->protected_from_preemption = true;
     s->progress_mark = s->n_generated();
-    out.resumed.push_back(s->id);
+    plan.out.resumed.push_back(s->id);
   }
+}
 
-  // 2. Running sequences get their next tokens; preempt when the pool cannot grow.
-  std::set<SeqId> scheduled;
-  bool preempted_any = false;
+void Scheduler::schedule_running(StepPlan& plan) {
   for (bool allow_protected : {false, true}) {
-    for (Sequence* s : ordered(SeqStatus::kRunning, false)) {
-      if (s->status != SeqStatus::kRunning || scheduled.count(s->id)) continue;
-      if (seq_budget <= 0 || budget <= 0) break;
-      const int32_t n = std::min(s->n_uncomputed(), budget);
+    for (Sequence* s : in_order(SeqStatus::kRunning, false)) {
+      // An earlier sequence's allocation may have preempted this one.
+      if (s->status != SeqStatus::kRunning || plan.scheduled.count(s->id)) continue;
+      if (plan.seq_budget <= 0 || plan.budget <= 0) break;
+      const int32_t n = std::min(s->n_uncomputed(), plan.budget);
       if (n <= 0) continue;
-      bool ok = false;
-      while (s->status == SeqStatus::kRunning) {
-        if (kv_.allocate(s->id, s->tokens, s->num_computed + n)) {
-          ok = true;
-          break;
-        }
-        const SeqId victim = pick_victim(scheduled, allow_protected);
-        if (victim == kNoSeq) break;  // nobody to take blocks from: wait for a later step
-        preempt(victim, out);
-        preempted_any = true;
-      }
-      if (!ok) continue;
-      out.seqs.push_back({s->id, s->num_computed, n, s->num_computed + n == static_cast<int32_t>(s->tokens.size())});
-      out.n_tokens += n;
-      scheduled.insert(s->id);
-      budget -= n;
-      --seq_budget;
-      charge(*s, n);
+      if (grow_running(plan, *s, n, allow_protected)) add_to_step(plan, *s, n);
     }
     // Every running sequence may be freshly resumed and blocked: then protection must give way,
     // or nothing would ever make progress.
     bool any_running = false;
     for (const auto& [id, s] : seqs_) any_running = any_running || s->status == SeqStatus::kRunning;
-    if (!out.seqs.empty() || !any_running) break;
+    if (!plan.out.seqs.empty() || !any_running) break;
   }
+}
 
-  // 3. Admit waiting sequences, unless this step already had to preempt.
-  if (!preempted_any) {
-    for (Sequence* s : ordered(SeqStatus::kWaiting, true)) {
-      if (seq_budget <= 0 || budget <= 0) break;
-      const int32_t len = static_cast<int32_t>(s->tokens.size());
-      const int32_t cached = kv_.query_prefix(s->tokens);
-      const int32_t target = cached + std::min(len - cached, budget);
-      auto fits = [&] {
-        return kv_.blocks_needed(s->id, s->tokens, target) + watermark_blocks() <= kv_.num_available_blocks();
-      };
-      if (!fits() && cfg_.policy == SchedulingPolicy::kPriority) {
-        // A higher-priority arrival may take the blocks of lower-priority running sequences.
-        while (!fits()) {
-          const SeqId victim = pick_victim({}, false);
-          if (victim == kNoSeq || seqs_.at(victim)->priority >= s->priority) break;
-          const bool was_scheduled = scheduled.erase(victim) > 0;
-          for (const auto& sc : out.seqs) {
-            if (sc.id == victim) budget += sc.n_new;
-          }
-          if (was_scheduled) ++seq_budget;
-          preempt(victim, out);
-        }
-      }
-      if (!fits()) break;  // keep the queue order: no overtaking
-      int32_t hit = 0;
-      const bool ok = kv_.allocate(s->id, s->tokens, target, &hit);
-      STRATA_CHECK(ok, "blocks_needed said it fits");
-      s->num_computed = hit;
-      s->status = SeqStatus::kRunning;
-      if (s->preemptions > 0 || s->kv_losses > 0) {
-        s->protected_from_preemption = true;
-        s->progress_mark = s->n_generated();
-      }
-      const int32_t n_new = target - hit;
-      out.seqs.push_back({s->id, hit, n_new, target == len});
-      out.n_tokens += n_new;
-      scheduled.insert(s->id);
-      budget -= n_new;
-      --seq_budget;
-      charge(*s, n_new);
-    }
+bool Scheduler::grow_running(StepPlan& plan, Sequence& s, int32_t n, bool allow_protected) {
+  while (s.status == SeqStatus::kRunning) {
+    if (kv_.allocate(s.id, s.tokens, s.num_computed + n)) return true;
+    const SeqId victim = pick_victim(plan.scheduled, allow_protected);
+    if (victim == kNoSeq) return false;  // nobody to take blocks from: wait for a later step
+    preempt(victim, plan.out);
+    plan.preempted_any = true;
   }
-  return out;
+  return false;  // it was its own victim
+}
+
+void Scheduler::admit_waiting(StepPlan& plan) {
+  for (Sequence* s : in_order(SeqStatus::kWaiting, true)) {
+    if (plan.seq_budget <= 0 || plan.budget <= 0) break;
+    const int32_t len = static_cast<int32_t>(s->tokens.size());
+    const int32_t cached = kv_.query_prefix(s->tokens);
+    const int32_t target = cached + std::min(len - cached, plan.budget);
+    if (!admission_fits(*s, target) && cfg_.policy == SchedulingPolicy::kPriority) {
+      preempt_for_priority(plan, *s, target);
+    }
+    if (!admission_fits(*s, target)) break;  // keep the queue order: no overtaking
+    int32_t hit = 0;
+    const bool ok = kv_.allocate(s->id, s->tokens, target, &hit);
+    STRATA_CHECK(ok, "blocks_needed said it fits");
+    s->num_computed = hit;
+    s->status = SeqStatus::kRunning;
+    if (s->preemptions > 0 || s->kv_losses > 0) {
+      s->protected_from_preemption = true;
+      s->progress_mark = s->n_generated();
+    }
+    add_to_step(plan, *s, target - hit);
+  }
+}
+
+bool Scheduler::admission_fits(const Sequence& s, int32_t target) const {
+  return kv_.blocks_needed(s.id, s.tokens, target) + watermark_blocks() <= kv_.num_available_blocks();
+}
+
+void Scheduler::preempt_for_priority(StepPlan& plan, const Sequence& s, int32_t target) {
+  while (!admission_fits(s, target)) {
+    const SeqId victim = pick_victim({}, false);
+    if (victim == kNoSeq || seqs_.at(victim)->priority >= s.priority) break;
+    // Its tokens and its batch slot, if it was scheduled this step, go back to the budgets;
+    // preempt() takes it out of the batch.
+    const bool was_scheduled = plan.scheduled.erase(victim) > 0;
+    for (const auto& sc : plan.out.seqs) {
+      if (sc.id == victim) plan.budget += sc.n_new;
+    }
+    if (was_scheduled) ++plan.seq_budget;
+    preempt(victim, plan.out);
+  }
 }
 
 void Scheduler::on_kv_lost(SchedulerOutput& out, std::span<const SeqId> lost) {
@@ -284,7 +293,6 @@ SchedulerCounts Scheduler::counts() const {
       case SeqStatus::kWaiting: ++c.waiting; break;
       case SeqStatus::kRunning: ++c.running; break;
       case SeqStatus::kSwapped: ++c.swapped; break;
-      case SeqStatus::kFinished: break;
     }
   }
   return c;

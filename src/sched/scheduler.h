@@ -95,10 +95,34 @@ class Scheduler {
   int64_t total_preemptions() const { return total_preemptions_; }
   const VirtualTokenCounter& fairness() const { return vtc_; }
 
-  // Admission ordering key of a waiting sequence (lower first), exposed for tests.
-  bool admits_before(const Sequence& a, const Sequence& b) const;
-
  private:
+  // What one schedule() call has left to give and has given so far.
+  struct StepPlan {
+    SchedulerOutput out;
+    int32_t budget = 0;      // tokens
+    int32_t seq_budget = 0;  // sequences
+    std::set<SeqId> scheduled;
+    bool preempted_any = false;  // by a running sequence that needed blocks
+  };
+
+  // The steps of schedule(), in order (the numbers of the comment at the top of this file).
+  void swap_in(StepPlan& plan);           // 1
+  void schedule_running(StepPlan& plan);  // 2
+  // Allocates n more tokens for running sequence s, preempting others (protected ones only when
+  // allow_protected) until it fits; false when nobody is left to preempt or s itself was.
+  bool grow_running(StepPlan& plan, Sequence& s, int32_t n, bool allow_protected);
+  void admit_waiting(StepPlan& plan);  // 3
+  // Priority preemption within 3: preempts lower-priority running sequences until waiting
+  // sequence s fits with `target` tokens, or none is left.
+  void preempt_for_priority(StepPlan& plan, const Sequence& s, int32_t target);
+  bool admission_fits(const Sequence& s, int32_t target) const;
+  // Puts the next n_new tokens of s (from num_computed) into the step and charges them.
+  void add_to_step(StepPlan& plan, Sequence& s, int32_t n_new);
+  // Sequences with status st, in queue order (running/swapped) or admission order (waiting).
+  std::vector<Sequence*> in_order(SeqStatus st, bool admission);
+
+  // Admission ordering key of a waiting sequence (lower first).
+  bool admits_before(const Sequence& a, const Sequence& b) const;
   bool preempt(SeqId id, SchedulerOutput& out);  // returns true when swapped, false when recomputed
   // The running, unprotected sequence to preempt (lowest priority, latest arrival), excluding
   // `except`; kNoSeq when none.

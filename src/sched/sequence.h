@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "core/types.h"
@@ -21,9 +20,7 @@ enum class SeqStatus : uint8_t {
   kWaiting,   // not admitted yet, or preempted by recompute (KV freed)
   kRunning,   // admitted: has KV in RAM and is scheduled every step it can be
   kSwapped,   // preempted by swap: KV in the cold tier
-  kFinished,  // done; removed after the step
 };
-std::string_view seq_status_name(SeqStatus s);
 
 struct Sequence {
   SeqId id = 0;

@@ -67,212 +67,270 @@ HWY_INLINE void Sum4(D d, const hn::Vec<D>* a, float* out) {
   }
 }
 
-// One work item: rows [i0, i1) of sequence s, kv head kvh, query heads kvh·group .. + group - 1.
-// D's lane count divides head_dim.
+// What the steps of one work item share: its tile of query vectors and, per KV block, how many of
+// the block's keys each vector may see. Vector j is row i0 + j / group, head kvh·group + j % group.
+struct ItemTile {
+  const float* q;      // [n_tokens][n_head][head_dim]
+  int32_t q_begin;     // the sequence's first row in q
+  int32_t start_pos;   // position of the sequence's first query row
+  int32_t i0;          // first row of the tile
+  int32_t nvec;        // query vectors: rows × group
+  int32_t group;       // query heads per kv head
+  int32_t kvh;
+  int32_t n_head;
+  int32_t hd;          // head_dim
+  int32_t bs_groups;   // keys reduced four at a time: block_size rounded down to a multiple of 4
+  int32_t p0 = 0;      // position of the current block's first key
+  int32_t np_all = 0;  // keys of the current block up to the tile's last row
+
+  HWY_INLINE const float* qvec(int32_t j) const {
+    const int32_t i = i0 + j / group, h = kvh * group + j % group;
+    return q + (int64_t{q_begin + i} * n_head + h) * hd;
+  }
+  // Causal: a vector sees the keys at or before its own position; 0 past the tile's end, so steps
+  // that go two vectors at a time need no special case for a lone last one.
+  HWY_INLINE int32_t visible(int32_t j) const {
+    return j < nvec ? std::clamp(start_pos + i0 + j / group + 1 - p0, 0, np_all) : 0;
+  }
+};
+
+// Empty softmax state: m = -inf makes the first block's rescale factor exp(-inf) = 0.
+HWY_INLINE void ResetState(const ItemTile& t, const AttnItemState& st) {
+  for (int32_t j = 0; j < t.nvec; ++j) {
+    st.m[j] = -INFINITY;
+    st.l[j] = 0.0f;
+    std::fill(st.o + int64_t{j} * t.hd, st.o + int64_t{j + 1} * t.hd, 0.0f);
+  }
+}
+
+// Raw scores q·k of the block's visible keys, two query vectors at a time sharing each key load.
+// Keys go in groups of four (one 4-way lane reduction) up to the last whole group of the block,
+// whether or not all four are visible: which reduction a key's score gets then depends only on its
+// slot, not on the other queries of the tile, so results never depend on tiling. Scores of keys
+// not visible are never used.
+template <class D, class Src>
+HWY_INLINE void BlockScores(D d, const Src& src, const ItemTile& t, const AttnItemState& st) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const size_t nv = static_cast<size_t>(t.hd) / N;
+  for (int32_t j = 0; j < t.nvec; j += 2) {
+    const int32_t na = t.visible(j), nb = t.visible(j + 1);
+    const int32_t nmax = std::max(na, nb);
+    if (nmax == 0) continue;
+    const float* qa = t.qvec(j);
+    const float* qb = nb > 0 ? t.qvec(j + 1) : qa;
+    float* sa = st.s + int64_t{j} * st.s_stride;
+    float* sb = nb > 0 ? sa + st.s_stride : sa;
+    int32_t p = 0;
+    for (; p < nmax && p + 4 <= t.bs_groups; p += 4) {
+      const auto kr0 = src.KeyRow(p), kr1 = src.KeyRow(p + 1), kr2 = src.KeyRow(p + 2), kr3 = src.KeyRow(p + 3);
+      V a[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+      V b[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+      for (size_t v = 0; v < nv; ++v) {
+        const V xa = hn::LoadU(d, qa + v * N), xb = hn::LoadU(d, qb + v * N);
+        const V k[4] = {src.K(d, kr0, v * N), src.K(d, kr1, v * N), src.K(d, kr2, v * N), src.K(d, kr3, v * N)};
+        for (int c = 0; c < 4; ++c) {
+          a[c] = hn::MulAdd(xa, k[c], a[c]);
+          b[c] = hn::MulAdd(xb, k[c], b[c]);
+        }
+      }
+      Sum4(d, a, sa + p);
+      Sum4(d, b, sb + p);  // for a lone vector b == a and this rewrites the same values
+    }
+    for (; p < nmax; ++p) {
+      const auto kr = src.KeyRow(p);
+      V a = hn::Zero(d), b = hn::Zero(d);
+      for (size_t v = 0; v < nv; ++v) {
+        const V k = src.K(d, kr, v * N);
+        a = hn::MulAdd(hn::LoadU(d, qa + v * N), k, a);
+        b = hn::MulAdd(hn::LoadU(d, qb + v * N), k, b);
+      }
+      sa[p] = hn::GetLane(hn::SumOfLanes(d, a));
+      sb[p] = hn::GetLane(hn::SumOfLanes(d, b));
+    }
+  }
+}
+
+// Online softmax over the block: scale (times the keys' own scales for int8/fp8), new running max,
+// weights exp(s - m') in place of the scores, and corr = exp(m - m') for the old state. Per-key
+// value scales are folded into the stored weights after the sum l has taken them unscaled, so the
+// value step needs no per-format case.
+template <class D>
+HWY_INLINE void SoftmaxUpdate(D d, const float* kscale, const float* vscale, float scale, const ItemTile& t,
+                              const AttnItemState& st) {
+  using V = hn::Vec<D>;
+  const auto N = static_cast<int32_t>(hn::Lanes(d));
+  for (int32_t j = 0; j < t.nvec; ++j) {
+    const int32_t np = t.visible(j);
+    st.corr[j] = 1.0f;
+    if (np == 0) continue;
+    float* sc = st.s + int64_t{j} * st.s_stride;
+    const V vscale_all = hn::Set(d, scale), vneg = hn::Set(d, -INFINITY);
+    V vmax = vneg;
+    for (int32_t p = 0; p < np; p += N) {
+      const V f = kscale ? hn::Mul(vscale_all, hn::LoadU(d, kscale + p)) : vscale_all;
+      const V x = hn::Mul(hn::LoadU(d, sc + p), f);
+      hn::StoreU(x, d, sc + p);
+      vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(np - p)), x, vneg));
+    }
+    const float m_new = std::max(st.m[j], hn::GetLane(hn::MaxOfLanes(d, vmax)));
+    st.corr[j] = std::exp(st.m[j] - m_new);  // 0 for the first block (m = -inf)
+    st.m[j] = m_new;
+    const V vm = hn::Set(d, m_new);
+    V vsum = hn::Zero(d);
+    for (int32_t p = 0; p < np; p += N) {
+      V e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(np - p)), hn::Exp(d, hn::Sub(hn::LoadU(d, sc + p), vm)));
+      vsum = hn::Add(vsum, e);
+      if (vscale) e = hn::Mul(e, hn::LoadU(d, vscale + p));
+      hn::StoreU(e, d, sc + p);
+    }
+    const float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
+    st.l[j] = st.l[j] * st.corr[j] + sum;
+  }
+}
+
+// o = o·corr + Σ_p w_p·v_p, two query vectors at a time sharing each value load, four head_dim
+// vectors of each in registers so o goes through memory once per block.
+template <class D, class Src>
+HWY_INLINE void AccumulateValues(D d, const Src& src, const ItemTile& t, const AttnItemState& st) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const size_t nv = static_cast<size_t>(t.hd) / N;
+  for (int32_t j = 0; j < t.nvec; j += 2) {
+    const int32_t na = t.visible(j), nb = t.visible(j + 1);
+    if (na == 0 && nb == 0) continue;
+    const float* wa = st.s + int64_t{j} * st.s_stride;
+    const float* wb = wa + st.s_stride;
+    float* oa = st.o + int64_t{j} * t.hd;
+    float* ob = oa + t.hd;
+    const V ca = hn::Set(d, st.corr[j]), cb = hn::Set(d, nb > 0 ? st.corr[j + 1] : 1.0f);
+    for (size_t v0 = 0; v0 < nv; v0 += 4) {
+      const size_t cnt = std::min<size_t>(4, nv - v0);
+      V a[4], b[4];
+      for (size_t c = 0; c < cnt; ++c) {
+        a[c] = hn::Mul(hn::LoadU(d, oa + (v0 + c) * N), ca);
+        if (nb > 0) b[c] = hn::Mul(hn::LoadU(d, ob + (v0 + c) * N), cb);
+      }
+      const int32_t both = std::min(na, nb);
+      int32_t p = 0;
+      for (; p < both; ++p) {
+        const V ua = hn::Set(d, wa[p]), ub = hn::Set(d, wb[p]);
+        const auto vr = src.ValueRow(p);
+        for (size_t c = 0; c < cnt; ++c) {
+          const V x = src.V(d, vr, (v0 + c) * N);
+          a[c] = hn::MulAdd(ua, x, a[c]);
+          b[c] = hn::MulAdd(ub, x, b[c]);
+        }
+      }
+      for (int32_t e = p; e < na; ++e) {
+        const V u = hn::Set(d, wa[e]);
+        const auto vr = src.ValueRow(e);
+        for (size_t c = 0; c < cnt; ++c) a[c] = hn::MulAdd(u, src.V(d, vr, (v0 + c) * N), a[c]);
+      }
+      for (int32_t e = p; e < nb; ++e) {
+        const V u = hn::Set(d, wb[e]);
+        const auto vr = src.ValueRow(e);
+        for (size_t c = 0; c < cnt; ++c) b[c] = hn::MulAdd(u, src.V(d, vr, (v0 + c) * N), b[c]);
+      }
+      for (size_t c = 0; c < cnt; ++c) {
+        if (na > 0) hn::StoreU(a[c], d, oa + (v0 + c) * N);
+        if (nb > 0) hn::StoreU(b[c], d, ob + (v0 + c) * N);
+      }
+    }
+  }
+}
+
+// One block through one row source: the three steps are instantiated per storage format so the
+// inner loops decode rows in registers with no per-key branch on the format.
+template <class D, class Src>
+HWY_INLINE void AttendBlock(D d, const Src& src, float scale, const ItemTile& t, const AttnItemState& st) {
+  BlockScores(d, src, t, st);
+  SoftmaxUpdate(d, src.kscale, src.vscale, scale, t, st);
+  AccumulateValues(d, src, t, st);
+}
+
+// Builds the row source of block `b` (this kv head's rows, whatever its tier and format) and
+// attends to it: hot f16 is read in place, other hot dtypes widened into kbuf/vbuf, warm formats
+// get their per-block scales gathered first.
+template <class D>
+HWY_INLINE void AttendKvBlock(D d, const KvLayerView& kv, const WarmLayout& layout, const KvBlockRef& b, float scale,
+                              const ItemTile& t, const AttnItemState& st) {
+  const int32_t hd = t.hd;
+  if (!b.warm && kv.dtype == KvDtype::kF16) {
+    const int64_t stride = kv.token_stride_bytes() / 2;
+    const F16Source<D> src{reinterpret_cast<const hwy::float16_t*>(b.k), reinterpret_cast<const hwy::float16_t*>(b.v),
+                           stride};
+    AttendBlock(d, src, scale, t, st);
+    return;
+  }
+  if (!b.warm) {
+    HotSource<D> src;
+    src.k = HotRows(d, kv, b.k, t.np_all, st.kbuf, &src.ks);
+    src.v = HotRows(d, kv, b.v, t.np_all, st.vbuf, &src.vs);
+    AttendBlock(d, src, scale, t, st);
+    return;
+  }
+  const int64_t H = kv.n_kv_heads;
+  const int64_t row0 = int64_t{b.t0} * H + t.kvh;  // the block's first row of this head in the slot
+  switch (kv.warm_format) {
+    case WarmFormat::kInt8: {
+      WarmScales(kv, layout, b, t.kvh, t.np_all, st.s_stride, st.warm);
+      const Int8Source<D> src{reinterpret_cast<const int8_t*>(b.k) + row0 * hd,
+                              reinterpret_cast<const int8_t*>(b.v) + row0 * hd, H * hd, st.warm.kscale,
+                              st.warm.vscale};
+      AttendBlock(d, src, scale, t, st);
+      break;
+    }
+    case WarmFormat::kFp8: {
+      WarmScales(kv, layout, b, t.kvh, t.np_all, st.s_stride, st.warm);
+      const Fp8Source<D> src{b.k + row0 * hd, b.v + row0 * hd, H * hd, st.warm.kscale, st.warm.vscale};
+      AttendBlock(d, src, scale, t, st);
+      break;
+    }
+    case WarmFormat::kInt4: {
+      Int4Params(kv, layout, b, t.kvh, st.warm);
+      Int4Source<D> src;
+      src.k = b.k + row0 * hd / 2;
+      src.v = b.v + row0 * hd / 2;
+      src.stride = H * hd / 2;
+      src.v_groups = static_cast<int32_t>(layout.v_groups);
+      src.v_group_shift = layout.v_groups > 1 ? 5 : 31;
+      src.w = &st.warm;
+      AttendBlock(d, src, scale, t, st);
+      break;
+    }
+    case WarmFormat::kNone: break;  // locate_block() only reports warm blocks with a warm tier
+  }
+}
+
+// o / l into the output rows: normalising once at the end is what lets each block skip it.
+HWY_INLINE void WriteOutputs(const ItemTile& t, const AttnItemState& st, float* out) {
+  for (int32_t j = 0; j < t.nvec; ++j) {
+    const int32_t i = t.i0 + j / t.group, h = t.kvh * t.group + j % t.group;
+    float* dst = out + (int64_t{t.q_begin + i} * t.n_head + h) * t.hd;
+    const float inv = 1.0f / st.l[j];
+    const float* o = st.o + int64_t{j} * t.hd;
+    for (int32_t e = 0; e < t.hd; ++e) dst[e] = o[e] * inv;
+  }
+}
+
+// One work item: rows [i0, i1) of sequence s, kv head kvh, query heads kvh·group .. + group - 1,
+// walking the keys one KV block at a time. D's lane count divides head_dim.
 template <class D>
 void RunItem(D d, const float* q, const KvLayerView& kv, const AttentionSeq& s, int32_t kvh, int32_t i0, int32_t i1,
              int32_t n_head, int32_t group, float scale, float* out, const AttnItemState& st) {
-  using V = hn::Vec<D>;
-  const size_t N = hn::Lanes(d);
-  const int32_t hd = kv.head_dim;
-  const size_t nv = static_cast<size_t>(hd) / N;  // vectors per head
   const int32_t bs = kv.block_size;
-  const int32_t nvec = (i1 - i0) * group;
-  auto qvec = [&](int32_t j) {
-    const int32_t i = i0 + j / group, h = kvh * group + j % group;
-    return q + (int64_t{s.q_begin + i} * n_head + h) * hd;
-  };
-  for (int32_t j = 0; j < nvec; ++j) {
-    st.m[j] = -INFINITY;
-    st.l[j] = 0.0f;
-    std::fill(st.o + int64_t{j} * hd, st.o + int64_t{j + 1} * hd, 0.0f);
-  }
+  ItemTile t{q, s.q_begin, s.start_pos, i0, (i1 - i0) * group, group, kvh, n_head, kv.head_dim,
+             static_cast<int32_t>(bs / 4 * 4)};
+  ResetState(t, st);
+  const WarmLayout layout = kv.warm_format != WarmFormat::kNone ? WarmLayout(kv) : WarmLayout{};
   const int32_t last_key = s.start_pos + i1 - 1;
-  const auto bs_groups = static_cast<int32_t>(bs / 4 * 4);  // keys reduced four at a time
-  int32_t p0 = 0, np_all = 0;
-  // Keys of the current block each vector sees (causal: keys at or before its own position).
-  auto visible = [&](int32_t j) {
-    return j < nvec ? std::clamp(s.start_pos + i0 + j / group + 1 - p0, 0, np_all) : 0;
-  };
-
-  // The block's keys and values through one row source (kv_rows-inl.h).
-  auto attend = [&](const auto& src) {
-    // Scores, two query vectors at a time sharing each key load. Keys go in groups of four
-    // (one 4-way lane reduction) up to the last whole group of the block, whether or not all
-    // four are visible: which reduction a key's score gets then depends only on its slot, not
-    // on the other queries of the tile. Scores of keys not visible are never used.
-    for (int32_t j = 0; j < nvec; j += 2) {
-      const int32_t na = visible(j), nb = visible(j + 1);
-      const int32_t nmax = std::max(na, nb);
-      if (nmax == 0) continue;
-      const float* qa = qvec(j);
-      const float* qb = nb > 0 ? qvec(j + 1) : qa;
-      float* sa = st.s + int64_t{j} * st.s_stride;
-      float* sb = nb > 0 ? sa + st.s_stride : sa;
-      int32_t p = 0;
-      for (; p < nmax && p + 4 <= bs_groups; p += 4) {
-        const auto kr0 = src.KeyRow(p), kr1 = src.KeyRow(p + 1), kr2 = src.KeyRow(p + 2), kr3 = src.KeyRow(p + 3);
-        V a[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
-        V b[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
-        for (size_t v = 0; v < nv; ++v) {
-          const V xa = hn::LoadU(d, qa + v * N), xb = hn::LoadU(d, qb + v * N);
-          const V k[4] = {src.K(d, kr0, v * N), src.K(d, kr1, v * N), src.K(d, kr2, v * N), src.K(d, kr3, v * N)};
-          for (int c = 0; c < 4; ++c) {
-            a[c] = hn::MulAdd(xa, k[c], a[c]);
-            b[c] = hn::MulAdd(xb, k[c], b[c]);
-          }
-        }
-        Sum4(d, a, sa + p);
-        Sum4(d, b, sb + p);  // for a lone vector b == a and this rewrites the same values
-      }
-      for (; p < nmax; ++p) {
-        const auto kr = src.KeyRow(p);
-        V a = hn::Zero(d), b = hn::Zero(d);
-        for (size_t v = 0; v < nv; ++v) {
-          const V k = src.K(d, kr, v * N);
-          a = hn::MulAdd(hn::LoadU(d, qa + v * N), k, a);
-          b = hn::MulAdd(hn::LoadU(d, qb + v * N), k, b);
-        }
-        sa[p] = hn::GetLane(hn::SumOfLanes(d, a));
-        sb[p] = hn::GetLane(hn::SumOfLanes(d, b));
-      }
-    }
-    // Online softmax: scale (times the keys' own scales for int8/fp8), new running max, weights
-    // exp(s - m'), rescale factor of the old state. Per-key value scales are folded into the stored
-    // weights after the sum l has taken them unscaled.
-    const float* kscale = src.kscale;
-    const float* vscale = src.vscale;
-    for (int32_t j = 0; j < nvec; ++j) {
-      const int32_t np = visible(j);
-      st.corr[j] = 1.0f;
-      if (np == 0) continue;
-      float* sc = st.s + int64_t{j} * st.s_stride;
-      const V vscale_all = hn::Set(d, scale), vneg = hn::Set(d, -INFINITY);
-      V vmax = vneg;
-      for (int32_t p = 0; p < np; p += static_cast<int32_t>(N)) {
-        const V f = kscale ? hn::Mul(vscale_all, hn::LoadU(d, kscale + p)) : vscale_all;
-        const V x = hn::Mul(hn::LoadU(d, sc + p), f);
-        hn::StoreU(x, d, sc + p);
-        vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(np - p)), x, vneg));
-      }
-      const float m_new = std::max(st.m[j], hn::GetLane(hn::MaxOfLanes(d, vmax)));
-      st.corr[j] = std::exp(st.m[j] - m_new);  // 0 for the first block (m = -inf)
-      st.m[j] = m_new;
-      const V vm = hn::Set(d, m_new);
-      V vsum = hn::Zero(d);
-      for (int32_t p = 0; p < np; p += static_cast<int32_t>(N)) {
-        V e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(np - p)), hn::Exp(d, hn::Sub(hn::LoadU(d, sc + p), vm)));
-        vsum = hn::Add(vsum, e);
-        if (vscale) e = hn::Mul(e, hn::LoadU(d, vscale + p));
-        hn::StoreU(e, d, sc + p);
-      }
-      const float sum = hn::GetLane(hn::SumOfLanes(d, vsum));
-      st.l[j] = st.l[j] * st.corr[j] + sum;
-    }
-    // o = o·corr + Σ_p w_p·v_p for two vectors at a time, four head_dim vectors in registers.
-    for (int32_t j = 0; j < nvec; j += 2) {
-      const int32_t na = visible(j), nb = visible(j + 1);
-      if (na == 0 && nb == 0) continue;
-      const float* wa = st.s + int64_t{j} * st.s_stride;
-      const float* wb = wa + st.s_stride;
-      float* oa = st.o + int64_t{j} * hd;
-      float* ob = oa + hd;
-      const V ca = hn::Set(d, st.corr[j]), cb = hn::Set(d, nb > 0 ? st.corr[j + 1] : 1.0f);
-      for (size_t v0 = 0; v0 < nv; v0 += 4) {
-        const size_t cnt = std::min<size_t>(4, nv - v0);
-        V a[4], b[4];
-        for (size_t c = 0; c < cnt; ++c) {
-          a[c] = hn::Mul(hn::LoadU(d, oa + (v0 + c) * N), ca);
-          if (nb > 0) b[c] = hn::Mul(hn::LoadU(d, ob + (v0 + c) * N), cb);
-        }
-        const int32_t both = std::min(na, nb);
-        int32_t p = 0;
-        for (; p < both; ++p) {
-          const V ua = hn::Set(d, wa[p]), ub = hn::Set(d, wb[p]);
-          const auto vr = src.ValueRow(p);
-          for (size_t c = 0; c < cnt; ++c) {
-            const V x = src.V(d, vr, (v0 + c) * N);
-            a[c] = hn::MulAdd(ua, x, a[c]);
-            b[c] = hn::MulAdd(ub, x, b[c]);
-          }
-        }
-        for (int32_t e = p; e < na; ++e) {
-          const V u = hn::Set(d, wa[e]);
-          const auto vr = src.ValueRow(e);
-          for (size_t c = 0; c < cnt; ++c) a[c] = hn::MulAdd(u, src.V(d, vr, (v0 + c) * N), a[c]);
-        }
-        for (int32_t e = p; e < nb; ++e) {
-          const V u = hn::Set(d, wb[e]);
-          const auto vr = src.ValueRow(e);
-          for (size_t c = 0; c < cnt; ++c) b[c] = hn::MulAdd(u, src.V(d, vr, (v0 + c) * N), b[c]);
-        }
-        for (size_t c = 0; c < cnt; ++c) {
-          if (na > 0) hn::StoreU(a[c], d, oa + (v0 + c) * N);
-          if (nb > 0) hn::StoreU(b[c], d, ob + (v0 + c) * N);
-        }
-      }
-    }
-  };
-
-  const bool any_warm = kv.warm_format != WarmFormat::kNone;
-  const WarmLayout layout = any_warm ? WarmLayout(kv) : WarmLayout{};
-  const int64_t H = kv.n_kv_heads;
   for (int32_t blk = 0; blk * bs <= last_key; ++blk) {
-    p0 = blk * bs;
-    np_all = std::min(bs, last_key + 1 - p0);
-    const KvBlockRef b = locate_block(kv, s.blocks[blk], kvh);
-    if (!b.warm && kv.dtype == KvDtype::kF16) {
-      const int64_t stride = kv.token_stride_bytes() / 2;
-      const F16Source<D> src{reinterpret_cast<const hwy::float16_t*>(b.k), reinterpret_cast<const hwy::float16_t*>(b.v),
-                             stride};
-      attend(src);
-      continue;
-    }
-    if (!b.warm) {
-      HotSource<D> src;
-      src.k = HotRows(d, kv, b.k, np_all, st.kbuf, &src.ks);
-      src.v = HotRows(d, kv, b.v, np_all, st.vbuf, &src.vs);
-      attend(src);
-      continue;
-    }
-    const int64_t row0 = int64_t{b.t0} * H + kvh;  // the block's first row of this head in the slot
-    switch (kv.warm_format) {
-      case WarmFormat::kInt8: {
-        WarmScales(kv, layout, b, kvh, np_all, st.s_stride, st.warm);
-        const Int8Source<D> src{reinterpret_cast<const int8_t*>(b.k) + row0 * hd,
-                                reinterpret_cast<const int8_t*>(b.v) + row0 * hd, H * hd, st.warm.kscale,
-                                st.warm.vscale};
-        attend(src);
-        break;
-      }
-      case WarmFormat::kFp8: {
-        WarmScales(kv, layout, b, kvh, np_all, st.s_stride, st.warm);
-        const Fp8Source<D> src{b.k + row0 * hd, b.v + row0 * hd, H * hd, st.warm.kscale, st.warm.vscale};
-        attend(src);
-        break;
-      }
-      case WarmFormat::kInt4: {
-        Int4Params(kv, layout, b, kvh, st.warm);
-        Int4Source<D> src;
-        src.k = b.k + row0 * hd / 2;
-        src.v = b.v + row0 * hd / 2;
-        src.stride = H * hd / 2;
-        src.v_groups = static_cast<int32_t>(layout.v_groups);
-        src.v_group_shift = layout.v_groups > 1 ? 5 : 31;
-        src.w = &st.warm;
-        attend(src);
-        break;
-      }
-      case WarmFormat::kNone: break;  // locate_block() only reports warm blocks with a warm tier
-    }
+    t.p0 = blk * bs;
+    t.np_all = std::min(bs, last_key + 1 - t.p0);
+    AttendKvBlock(d, kv, layout, locate_block(kv, s.blocks[blk], kvh), scale, t, st);
   }
-  for (int32_t j = 0; j < nvec; ++j) {
-    const int32_t i = i0 + j / group, h = kvh * group + j % group;
-    float* dst = out + (int64_t{s.q_begin + i} * n_head + h) * hd;
-    const float inv = 1.0f / st.l[j];
-    const float* o = st.o + int64_t{j} * hd;
-    for (int32_t e = 0; e < hd; ++e) dst[e] = o[e] * inv;
-  }
+  WriteOutputs(t, st, out);
 }
 
 void AttentionItem(const float* q, const KvLayerView& kv, const AttentionSeq& s, int32_t kvh, int32_t i0, int32_t i1,
