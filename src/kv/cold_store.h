@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace strata {
+
+struct KvConfig;
 
 class ColdStore {
  public:
@@ -36,5 +39,10 @@ class ColdStore {
   // Waits until every queued operation is done (for tests and shutdown).
   virtual void drain() = 0;
 };
+
+// The cold tier a configuration asks for, with slots of at least `slot_bytes`: the test hook's
+// store when cfg.cold_store_factory is set, else a FileColdStore in cfg.spill_dir, else none
+// (nullptr). The one place that names a concrete store. Throws strata::Error as the store does.
+std::unique_ptr<ColdStore> make_cold_store(const KvConfig& cfg, uint64_t slot_bytes);
 
 }  // namespace strata

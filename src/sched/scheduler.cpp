@@ -145,7 +145,7 @@ SchedulerOutput Scheduler::schedule() {
         preempted_any = true;
       }
       if (!ok) continue;
-      out.seqs.push_back({s->id, s->num_computed, n, s->num_computed + n == static_cast<int32_t>(s->tokens.size())});
+      out.seqs.push_back({s->id, s->num_computed, n, s->num_computed + n == static_cast<int32_t>(s->tokens.size()), {}});
       out.n_tokens += n;
       scheduled.insert(s->id);
       budget -= n;
@@ -164,7 +164,7 @@ SchedulerOutput Scheduler::schedule() {
     for (Sequence* s : ordered(SeqStatus::kWaiting, true)) {
       if (seq_budget <= 0 || budget <= 0) break;
       const int32_t len = static_cast<int32_t>(s->tokens.size());
-      const int32_t cached = kv_.query_prefix(s->tokens);
+      const int32_t cached = kv_.query_prefix(s->id, s->tokens);
       const int32_t target = cached + std::min(len - cached, budget);
       auto fits = [&] {
         return kv_.blocks_needed(s->id, s->tokens, target) + watermark_blocks() <= kv_.num_available_blocks();
@@ -193,7 +193,7 @@ SchedulerOutput Scheduler::schedule() {
         s->progress_mark = s->n_generated();
       }
       const int32_t n_new = target - hit;
-      out.seqs.push_back({s->id, hit, n_new, target == len});
+      out.seqs.push_back({s->id, hit, n_new, target == len, {}});
       out.n_tokens += n_new;
       scheduled.insert(s->id);
       budget -= n_new;
@@ -201,6 +201,11 @@ SchedulerOutput Scheduler::schedule() {
       charge(*s, n_new);
     }
   }
+  for (ScheduledSeq& sc : out.seqs) {
+    const std::span<const BlockId> table = kv_.block_table(sc.id);
+    sc.block_table.assign(table.begin(), table.end());
+  }
+  out.kv_ops = kv_.take_ops();
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "engine/step_runner.h"
 #include "sched/scheduler.h"
 
 namespace strata {
@@ -22,7 +23,9 @@ const KvGeometry kGeo{1, 1, 2, 4, KvDtype::kF32};
 // function of its last token; sequences stop after max_tokens.
 class FakeEngine {
  public:
-  FakeEngine(SchedulerConfig sc, int32_t blocks) : kv_(kGeo, kv_cfg(blocks), 7), sched_(sc, kv_) {}
+  FakeEngine(SchedulerConfig sc, const KvConfig& kc)
+      : storage_(kGeo, kc), kv_(kGeo, kc, storage_.capacity(), 7), sched_(sc, kv_), runner_(sched_, kv_, storage_) {}
+  FakeEngine(SchedulerConfig sc, int32_t blocks) : FakeEngine(sc, kv_cfg(blocks)) {}
 
   SeqId add(int32_t prompt_len, int32_t max_tokens, int32_t priority = 0, std::string tenant = "",
             TokenId first = 1) {
@@ -40,10 +43,12 @@ class FakeEngine {
     return next_id_ - 1;
   }
 
+  // A dry run: the plan of the next step, nothing executed.
+  SchedulerOutput plan() { return sched_.schedule(); }
+
   SchedulerOutput step() {
-    SchedulerOutput out = sched_.schedule();
-    kv_.apply();
-    sched_.on_step_done(out);
+    SchedulerOutput out = runner_.prepare().out;
+    runner_.done(out);
     for (const auto& sc : out.seqs) {
       if (!sc.logits) continue;
       Sequence& s = sched_.seq(sc.id);
@@ -64,8 +69,10 @@ class FakeEngine {
     return out;
   }
 
+  KvStorage storage_;
   KvManager kv_;
   Scheduler sched_;
+  StepRunner runner_;
   std::map<SeqId, int> generated_;
   std::map<std::string, int64_t> served_;
   std::vector<SeqId> finished_;
@@ -297,8 +304,9 @@ TEST(Scheduler, SwapPreemptionResumesWithoutRecomputation) {
   KvConfig kc = kv_cfg(10);
   kc.spill_dir = dir;
   kc.spill_bytes = 1 << 20;
-  KvManager kv(kGeo, kc, 7);
-  Scheduler sched(sc, kv);
+  FakeEngine e(sc, kc);
+  Scheduler& sched = e.sched_;
+  KvManager& kv = e.kv_;
   for (int i = 0; i < 3; ++i) {
     Sequence s;
     s.id = i + 1;
@@ -311,9 +319,8 @@ TEST(Scheduler, SwapPreemptionResumesWithoutRecomputation) {
   }
   int64_t recomputed = 0, swaps = 0;
   for (int step = 0; step < 1000 && !sched.idle(); ++step) {
-    auto out = sched.schedule();
-    kv.apply();
-    sched.on_step_done(out);
+    auto out = e.runner_.prepare().out;
+    e.runner_.done(out);
     swaps += static_cast<int64_t>(out.resumed.size());
     for (const auto& s : out.seqs) {
       // A resumed sequence continues where it stopped: only its new token is computed.
