@@ -33,7 +33,7 @@ class ColdStore {
 
   // Waits for a read and returns its bytes. Throws strata::Error (naming the slot) when that read
   // failed, or when the last write to its slot failed; errors belong to one read: the store keeps
-  // serving the others. Callers treat a failed read as lost content (KvManager recomputes it).
+  // serving the others. KvStorage reports a failed read as a failed op (the sequence is recomputed).
   virtual std::vector<uint8_t> wait(uint64_t ticket) = 0;
 
   // Waits until every queued operation is done (for tests and shutdown).
