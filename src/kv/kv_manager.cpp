@@ -24,7 +24,7 @@ KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, const KvCapacit
       warm_pool_(cap.warm_slots),
       cold_pool_(cap.cold_slots) {
   STRATA_CHECK(geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
-  STRATA_CHECK((cap.warm_slots > 0) == (cfg.warm_format != WarmFormat::kNone) || cap.warm_slots == 0);
+  STRATA_CHECK(cap.warm_slots == 0 || cfg.warm_format != WarmFormat::kNone, "warm slots without a warm format");
   if (cfg.hot_tokens < 0) fail("--kv-hot-tokens must be >= 0, got {}", cfg.hot_tokens);
   auto slot_hashes = [](int32_t span) {
     return SlotHashes{std::vector<BlockHash>(static_cast<size_t>(span)), std::vector<BlockHash>(static_cast<size_t>(span)),
