@@ -340,6 +340,59 @@ TEST(KvManager, EvictedPrefixBlocksComeBackFromTheColdTier) {
   std::filesystem::remove_all(dir);
 }
 
+// The manager's side of a failed cold read, driven by statuses alone: the sequence that needed the
+// block is reported lost, the placement is forgotten (the prefix hit becomes a miss) and the
+// failure is counted; nothing else changes.
+TEST(KvManager, AFailedFetchStatusLosesTheSequenceAndForgetsThePlacement) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(4, 6);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 17; ++i) a.push(i + 11);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 17));
+  kv.free_sequence(1);
+  ModelSeq b;  // evicts a's cached blocks to the cold tier
+  for (int i = 0; i < 24; ++i) b.push(500 + i);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 24));
+  kv.free_sequence(2);
+  ASSERT_EQ(kv.query_prefix(a.tokens), 16);
+
+  kv.add_sequence(3);
+  int32_t cached = 0;
+  ASSERT_TRUE(kv.allocate(3, a.tokens, 17, &cached));
+  EXPECT_EQ(cached, 16);
+  const std::vector<KvOp> ops = kv.take_ops();
+  std::vector<KvOpStatus> st = hz.storage().execute(ops);
+  // The second block's fetch "fails" (as a read error or a bad checksum would report it).
+  int fetches = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ASSERT_EQ(st[i], KvOpStatus::kOk);
+    if (ops[i].kind == KvOp::Kind::kFetch && fetches++ == 1) st[i] = KvOpStatus::kReadFailed;
+  }
+  ASSERT_EQ(fetches, 4);
+  kv.complete(ops, st);
+  EXPECT_EQ(kv.take_lost_sequences(), std::vector<SeqId>{3});
+  EXPECT_TRUE(kv.take_lost_sequences().empty()) << "reported once";
+  EXPECT_EQ(kv.stats().cold_read_failures, 1);
+  EXPECT_EQ(kv.query_prefix(a.tokens), 4) << "the lost block is no prefix hit any more";
+  kv.check_invariants();
+  // The caller recomputes: the sequence starts again and hits only the first block.
+  kv.free_sequence(3);
+  kv.add_sequence(3);
+  ModelSeq c = a;
+  c.computed = 0;
+  ASSERT_TRUE(extend(hz, 3, c, 17));
+  hz.verify(3, c, 0);
+  kv.free_sequence(3);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
 struct PropertyParams {
   WarmFormat warm;
   bool cold;
