@@ -11,8 +11,8 @@
 // in interleaved rounds (a round of each in turn, 9 times); the median round is reported.
 //
 // Re-encode cost is measured twice: warm_encode alone on one thread over blocks of one layer
-// (an arena bigger than the caches, each block once per pass), and KvManager::apply() during the
-// setup above (all 12 layers of a block, spread over the thread pool as in serving; the pools'
+// (an arena bigger than the caches, each block once per pass), and KvStorage::execute() of the
+// planned re-encodes (the "apply()" columns) during the setup above (all 12 layers of a block, spread over the thread pool as in serving; the pools'
 // memory was touched by an earlier round of sequences, so page faults are not counted).
 //
 //   build/bin/attention_bench [THREADS [BATCH [CTX ...]]]     (defaults: 2, 8, 512 2048)
@@ -34,6 +34,7 @@
 #include "kv/kv_arena.h"
 #include "kv/kv_config.h"
 #include "kv/kv_manager.h"
+#include "kv/kv_storage.h"
 #include "kv/warm_format.h"
 
 namespace strata {
@@ -84,11 +85,12 @@ double bytes_per_token_layer(WarmFormat f) {
 
 // A KvManager holding `batch` sequences of `ctx` tokens at the moment of their next decode step.
 struct DecodeState {
-  std::unique_ptr<KvManager> kv;
+  std::unique_ptr<KvStorage> storage;  // the bytes
+  std::unique_ptr<KvManager> kv;       // the bookkeeping
   std::vector<std::vector<TokenId>> tokens;  // [batch][ctx]
   int64_t warm_tokens = 0;                   // over all sequences
   int64_t reencoded_blocks = 0;
-  double reencode_seconds = 0;               // apply() of the re-encodes
+  double reencode_seconds = 0;               // execute() of the re-encodes
 };
 
 DecodeState make_state(WarmFormat f, int32_t ctx, int32_t batch, ThreadPool& pool) {
@@ -112,9 +114,10 @@ DecodeState make_state(WarmFormat f, int32_t ctx, int32_t batch, ThreadPool& poo
   }
 
   DecodeState st;
-  st.kv = std::make_unique<KvManager>(kGeometry, cfg, /*fingerprint=*/134, &pool);
+  st.storage = std::make_unique<KvStorage>(kGeometry, cfg, &pool);
+  st.kv = std::make_unique<KvManager>(kGeometry, cfg, st.storage->capacity(), /*fingerprint=*/134);
   KvManager& kv = *st.kv;
-  const std::span<const KvLayerView> views = kv.layer_views();
+  const std::span<const KvLayerView> views = st.storage->views();
   Random rng(static_cast<uint64_t>(ctx) * 8 + static_cast<uint64_t>(f));
   const int64_t row = int64_t{kKvHeads} * kHeadDim;
   std::vector<float> k(static_cast<size_t>(ctx * row)), v(k.size());
@@ -146,7 +149,8 @@ DecodeState make_state(WarmFormat f, int32_t ctx, int32_t batch, ThreadPool& poo
     for (int32_t s = 0; s < batch; ++s) kv.commit(base + s, st.tokens[static_cast<size_t>(s)], ctx - 1);
     const int64_t before = kv.stats().reencoded_blocks;
     const auto t0 = Clock::now();
-    kv.apply();
+    const std::vector<KvOp> ops = kv.take_ops();
+    kv.complete(ops, st.storage->execute(ops));
     st.reencode_seconds = seconds_since(t0);
     st.reencoded_blocks = kv.stats().reencoded_blocks - before;
     if (pass == 0) {
@@ -168,7 +172,7 @@ constexpr double kRoundSeconds = 0.2;
 // drifts of the machine's speed hit them alike.
 class DecodeStep {
  public:
-  DecodeStep(const DecodeState& st, int32_t ctx, int32_t batch) : views_(st.kv->layer_views()) {
+  DecodeStep(const DecodeState& st, int32_t ctx, int32_t batch) : views_(st.storage->views()) {
     for (int32_t s = 0; s < batch; ++s) {
       const std::span<const BlockId> table = st.kv->block_table(s);
       seqs_.push_back({s, 1, ctx - 1, table.data(), static_cast<int32_t>(table.size())});

@@ -12,7 +12,9 @@
 #include "cli/cli.h"
 #include "cli/common_flags.h"
 #include "core/error.h"
+#include "engine/step_runner.h"
 #include "kv/kv_manager.h"
+#include "kv/kv_storage.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,17 +52,18 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     const size_t w1 = std::min(tokens.size(), w0 + static_cast<size_t>(ctx));
     std::vector<TokenId> window(tokens.begin() + static_cast<long>(w0), tokens.begin() + static_cast<long>(w1));
     if (window.size() < 2) break;
-    KvManager kv(geo, kvc, model.fingerprint(), model.backend().thread_pool());
+    KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
+    KvManager kv(geo, kvc, storage.capacity(), model.fingerprint());
     kv.add_sequence(1);
     const int32_t n = static_cast<int32_t>(window.size());
     for (int32_t pos = 0; pos < n - 1; pos += chunk) {
       const int32_t len = std::min(chunk, n - 1 - pos);
       if (!kv.allocate(1, window, pos + len)) fail("the KV pool is too small for --ctx {}; raise --kv-memory", ctx);
-      kv.apply();
+      if (!run_kv_ops(kv, storage, kv.take_ops()).empty()) fail("the KV cache could not be read back from the cold tier");
       ForwardBatch b;
       b.seqs.push_back({std::span<const TokenId>(window).subspan(static_cast<size_t>(pos), static_cast<size_t>(len)), pos,
                         kv.block_table(1), LogitsMode::kAll});
-      const auto logits = model.forward(b, kv.layer_views());
+      const auto logits = model.forward(b, storage.views());
       kv.commit(1, window, pos + len);
       for (int32_t i = 0; i < len; ++i) {
         const auto row = logits.subspan(static_cast<size_t>(i) * V, static_cast<size_t>(V));

@@ -68,11 +68,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   const ModelConfig& mc = model.config();
   n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, cfg.kv.block_size, cfg.kv.dtype};
-  kv_ = std::make_unique<KvManager>(geo, cfg.kv, model.fingerprint(), model.backend().thread_pool());
-  const KvStats st = kv_->stats();
-  capacity_tokens_ = (st.hot.slots + st.warm.slots * warm_span(cfg.kv.warm_format, cfg.kv.block_size)) * cfg.kv.block_size;
+  storage_ = std::make_unique<KvStorage>(geo, cfg.kv, model.backend().thread_pool(), &model.backend());
+  kv_ = std::make_unique<KvManager>(geo, cfg.kv, storage_->capacity(), model.fingerprint());
+  capacity_tokens_ = storage_->capacity().ram_tokens(cfg.kv.block_size);
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
-  stats_.kv = st;
+  runner_ = std::make_unique<StepRunner>(*sched_, *kv_, *storage_);
+  stats_.kv = kv_->stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -128,9 +129,9 @@ void Engine::shutdown(bool drain, std::chrono::milliseconds timeout) {
   }
   cv_.notify_all();
   if (drain && thread_.joinable()) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = Clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_ && std::chrono::steady_clock::now() < deadline) {
+    while (!stop_ && Clock::now() < deadline) {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       lock.lock();
@@ -156,7 +157,7 @@ EngineStats Engine::stats() const {
 }
 
 void Engine::emit(RequestState& rs, EngineEvent e) {
-  e.time = std::chrono::steady_clock::now();
+  e.time = Clock::now();
   if (rs.request.on_event) rs.request.on_event(e);
   else rs.handle->push(std::move(e));
 }
@@ -183,7 +184,7 @@ void Engine::start_request(RequestId id, Request r) {
   s.request = id;
   s.priority = r.priority;
   s.tenant = r.tenant;
-  s.arrival = std::chrono::steady_clock::now();
+  s.arrival = Clock::now();
   s.arrival_seq = arrival_counter_++;
   s.tokens = r.prompt;
   s.n_prompt = rs.n_prompt;
@@ -258,10 +259,8 @@ void Engine::fail_request(RequestId id, const std::string& message) {
   for (SeqId s : sched_->sequences_of(id)) finish_seq(s, FinishReason::kAbort);
 }
 
-void Engine::handle_lost_kv(SchedulerOutput& out) {
-  const std::vector<SeqId> lost = kv_->take_lost_sequences();
+void Engine::handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost) {
   if (lost.empty()) return;
-  sched_->on_kv_lost(out, lost);
   for (SeqId id : lost) {
     if (!sched_->has(id)) continue;  // its request failed already (a sibling sample)
     const Sequence& s = sched_->seq(id);
@@ -304,21 +303,14 @@ void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
 }
 
 void Engine::step() {
-  SchedulerOutput out = sched_->schedule();
-  if (out.empty()) return;
-  kv_->apply();
-  handle_lost_kv(out);
+  StepRunner::Prepared p = runner_->prepare();
+  SchedulerOutput& out = p.out;
+  handle_lost_kv(out, p.lost);
   if (out.empty()) return;
   max_batch_seqs_ = std::max(max_batch_seqs_, static_cast<int32_t>(out.seqs.size()));
   batched_steps_ += out.seqs.size() > 1;
-  ForwardBatch batch;
-  for (const ScheduledSeq& sc : out.seqs) {
-    const Sequence& s = sched_->seq(sc.id);
-    batch.seqs.push_back({std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(sc.start), static_cast<size_t>(sc.n_new)),
-                          sc.start, kv_->block_table(sc.id), sc.logits ? LogitsMode::kLast : LogitsMode::kNone});
-  }
-  const std::span<const float> logits = model_.forward(batch, kv_->layer_views());
-  sched_->on_step_done(out);
+  const std::span<const float> logits = runner_->forward(model_, out);
+  runner_->done(out);
   const size_t V = static_cast<size_t>(model_.config().n_vocab);
   size_t row = 0;
   for (const ScheduledSeq& sc : out.seqs) {

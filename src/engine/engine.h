@@ -1,6 +1,8 @@
-// The engine: one thread that owns the scheduler, the KV manager and the model, and runs
-//   loop { out = scheduler.schedule(); kv.apply(); logits = model.forward(batch);
-//          tokens = sample(logits); scheduler/kv update; stream events }
+// The engine: one thread that owns the scheduler, the KV manager, the KV storage and the model,
+// and runs the step protocol of engine/step_runner.h:
+//   loop { out = scheduler.schedule(); storage.execute(out.kv_ops); drop lost sequences;
+//          logits = model.forward(batch, storage.views()); tokens = sample(logits);
+//          scheduler update (commit); stream events }
 // Other threads submit requests and read their events through a RequestHandle, or cancel them;
 // a cancelled request's blocks are free within one step.
 // Thread-safety: submit/cancel/stats/shutdown may be called from any thread.
@@ -17,7 +19,9 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/step_runner.h"
 #include "kv/kv_manager.h"
+#include "kv/kv_storage.h"
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "sample/stop_matcher.h"
@@ -130,7 +134,6 @@ class Engine {
   };
 
   void loop();
-  void intake(std::vector<std::pair<RequestId, Request>>& fresh, std::vector<RequestId>& cancels);
   void start_request(RequestId id, Request r);
   void abort_request(RequestId id);
   void step();
@@ -138,8 +141,9 @@ class Engine {
   void finish_seq(SeqId id, FinishReason reason);
   // Ends a request with kError (then kFinish "abort" per sample and kDone).
   void fail_request(RequestId id, const std::string& message);
-  // Sequences whose KV the last apply() lost: recompute them, or fail their requests.
-  void handle_lost_kv(SchedulerOutput& out);
+  // Sequences whose KV this step's ops lost (already back to waiting, to recompute): fail the
+  // requests that lost it too often.
+  void handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost);
   void emit(RequestState& rs, EngineEvent e);
   void publish_stats();
 
@@ -148,8 +152,10 @@ class Engine {
   EngineConfig cfg_;
   int32_t n_ctx_;
   int64_t capacity_tokens_;
+  std::unique_ptr<KvStorage> storage_;  // declared first: outlives the manager and scheduler
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<StepRunner> runner_;
 
   // Engine-thread state.
   std::map<RequestId, RequestState> requests_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ids.h"
 #include "core/types.h"
 #include "sample/finish_reason.h"
 #include "sample/sampler.h"
@@ -51,7 +52,7 @@ struct EngineEvent {
   FinishReason finish_reason = FinishReason::kStop;
   std::string error;
   Usage usage;
-  std::chrono::steady_clock::time_point time;  // when the engine emitted it
+  Clock::time_point time;  // when the engine emitted it
 };
 
 }  // namespace strata

@@ -78,11 +78,6 @@ void BlockPool::clear_hash(BlockId id) {
   }
 }
 
-std::optional<BlockId> BlockPool::lru_head() const {
-  if (lru_head_ < 0) return std::nullopt;
-  return lru_head_;
-}
-
 void BlockPool::lru_push_back(BlockId id) {
   Meta& m = blocks_[idx(id)];
   STRATA_CHECK(!m.in_lru && !m.in_free);

@@ -50,10 +50,6 @@ class BlockPool {
   int32_t ref_count(BlockId id) const { return blocks_[idx(id)].ref_count; }
   bool is_cached(BlockId id) const { return blocks_[idx(id)].in_lru; }
 
-  // Least recently used cached block, or nullopt (the next one allocate() would evict when the
-  // free list is empty).
-  std::optional<BlockId> lru_head() const;
-
   // Aborts (STRATA_CHECK) when the free list, LRU queue and counts disagree.
   void check_invariants() const;
 

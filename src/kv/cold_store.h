@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace strata {
+
+struct KvConfig;
 
 class ColdStore {
  public:
@@ -30,11 +33,16 @@ class ColdStore {
 
   // Waits for a read and returns its bytes. Throws strata::Error (naming the slot) when that read
   // failed, or when the last write to its slot failed; errors belong to one read: the store keeps
-  // serving the others. Callers treat a failed read as lost content (KvManager recomputes it).
+  // serving the others. KvStorage reports a failed read as a failed op (the sequence is recomputed).
   virtual std::vector<uint8_t> wait(uint64_t ticket) = 0;
 
   // Waits until every queued operation is done (for tests and shutdown).
   virtual void drain() = 0;
 };
+
+// The cold tier a configuration asks for, with slots of at least `slot_bytes`: the test hook's
+// store when cfg.cold_store_factory is set, else a FileColdStore in cfg.spill_dir, else none
+// (nullptr). The one place that names a concrete store. Throws strata::Error as the store does.
+std::unique_ptr<ColdStore> make_cold_store(const KvConfig& cfg, uint64_t slot_bytes);
 
 }  // namespace strata

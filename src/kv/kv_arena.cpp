@@ -1,7 +1,5 @@
 #include "kv/kv_arena.h"
 
-#include <cstring>
-
 #include "core/check.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -34,15 +32,6 @@ std::vector<KvLayerView> KvArena::layers() const {
   std::vector<KvLayerView> out;
   for (int32_t l = 0; l < geometry_.n_layer; ++l) out.push_back(layer(l));
   return out;
-}
-
-void KvArena::copy_block(BlockId src, BlockId dst) {
-  for (int32_t l = 0; l < geometry_.n_layer; ++l) {
-    KvLayerView v = layer(l);
-    const int64_t bs = v.block_stride_bytes();
-    std::memcpy(v.k + dst * bs, v.k + src * bs, static_cast<size_t>(bs));
-    std::memcpy(v.v + dst * bs, v.v + src * bs, static_cast<size_t>(bs));
-  }
 }
 
 }  // namespace strata

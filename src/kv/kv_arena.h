@@ -42,9 +42,6 @@ class KvArena {
   KvLayerView layer(int32_t l) const;
   std::vector<KvLayerView> layers() const;
 
-  // Copies block src to block dst in every layer (copy-on-write).
-  void copy_block(BlockId src, BlockId dst);
-
  private:
   KvGeometry geometry_;
   int32_t num_blocks_;

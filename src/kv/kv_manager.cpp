@@ -7,11 +7,6 @@
 
 #include "core/check.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
-#include "kv/file_cold_store.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace strata {
 
@@ -19,70 +14,27 @@ namespace {
 int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, uint64_t fingerprint, ThreadPool* pool)
+KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, const KvCapacity& cap, uint64_t fingerprint)
     : geo_(geo),
       cfg_(cfg),
+      cap_(cap),
       fingerprint_(fingerprint ^ (static_cast<uint64_t>(geo.dtype) << 56) ^ static_cast<uint64_t>(geo.block_size)),
-      threads_(pool),
-      hot_pool_(0),
-      warm_pool_(0),
-      cold_pool_(0) {
+      warm_span_(cap.warm_span),
+      hot_pool_(cap.hot_blocks),
+      warm_pool_(cap.warm_slots),
+      cold_pool_(cap.cold_slots) {
   STRATA_CHECK(geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
+  STRATA_CHECK(cap.warm_slots == 0 || cfg.warm_format != WarmFormat::kNone, "warm slots without a warm format");
   if (cfg.hot_tokens < 0) fail("--kv-hot-tokens must be >= 0, got {}", cfg.hot_tokens);
-  const KvConfig::PoolSizes sizes = cfg.resolve_pools(geo);
-  hot_pool_ = BlockPool(sizes.hot_blocks);
-  hot_arena_ = std::make_unique<KvArena>(geo, sizes.hot_blocks);
-  hot_hashes_.resize(static_cast<size_t>(sizes.hot_blocks));
-  views_ = hot_arena_->layers();
-
-  if (cfg.warm_format != WarmFormat::kNone) {
-    warm_span_ = warm_span(cfg.warm_format, geo.block_size);
-    warm_k_slot_bytes_ = warm_slot_bytes(cfg.warm_format, false, geo.block_size, geo.n_kv_heads, geo.head_dim);
-    warm_v_slot_bytes_ = warm_slot_bytes(cfg.warm_format, true, geo.block_size, geo.n_kv_heads, geo.head_dim);
-    warm_pool_ = BlockPool(sizes.warm_slots);
-    warm_hashes_.resize(static_cast<size_t>(sizes.warm_slots));
-    const uint64_t layer_bytes = static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_) *
-                                 static_cast<uint64_t>(sizes.warm_slots);
-    warm_memory_ = AnonymousMemory(layer_bytes * static_cast<uint64_t>(geo.n_layer));
-    for (int32_t l = 0; l < geo.n_layer; ++l) {
-      uint8_t* base = warm_memory_.data() + layer_bytes * static_cast<uint64_t>(l);
-      KvLayerView& v = views_[static_cast<size_t>(l)];
-      v.n_hot_blocks = sizes.hot_blocks;
-      v.warm_format = cfg.warm_format;
-      v.warm_span = warm_span_;
-      v.warm_k = base;
-      v.warm_v = base + static_cast<uint64_t>(warm_k_slot_bytes_) * static_cast<uint64_t>(sizes.warm_slots);
-      v.warm_k_slot_bytes = warm_k_slot_bytes_;
-      v.warm_v_slot_bytes = warm_v_slot_bytes_;
-    }
-  }
-  for (auto& h : hot_hashes_) h = SlotHashes{std::vector<BlockHash>(1), std::vector<BlockHash>(1), std::vector<std::vector<TokenId>>(1)};
-  for (auto& h : warm_hashes_) {
-    h = SlotHashes{std::vector<BlockHash>(static_cast<size_t>(warm_span_)), std::vector<BlockHash>(static_cast<size_t>(warm_span_)),
-                   std::vector<std::vector<TokenId>>(static_cast<size_t>(warm_span_))};
-  }
-
-  if (!cfg.spill_dir.empty() || cfg.cold_store_factory) {
-    const uint64_t slot = kColdHeaderBytes + std::max(slot_bytes(Tier::kHot), cfg.warm_format != WarmFormat::kNone ? slot_bytes(Tier::kWarm) : 0);
-    if (cfg.cold_store_factory) cold_store_ = cfg.cold_store_factory(slot);
-    else cold_store_ = std::make_unique<FileColdStore>(cfg.spill_dir, cfg.spill_bytes, slot);
-    STRATA_CHECK(cold_store_ != nullptr && cold_store_->slot_bytes() >= slot, "cold store slots too small");
-    const auto n = static_cast<int32_t>(std::min<int64_t>(cold_store_->num_slots(), int64_t{1} << 30));
-    cold_pool_ = BlockPool(n);
-    cold_info_.resize(static_cast<size_t>(n));
-    cold_gen_.assign(static_cast<size_t>(n), 0);
-    cold_bad_.assign(static_cast<size_t>(n), 0);
-    cold_hashes_.resize(static_cast<size_t>(n));
-    for (auto& h : cold_hashes_) {
-      h = SlotHashes{std::vector<BlockHash>(static_cast<size_t>(warm_span_)), std::vector<BlockHash>(static_cast<size_t>(warm_span_)),
-                     std::vector<std::vector<TokenId>>(static_cast<size_t>(warm_span_))};
-    }
-  }
+  auto slot_hashes = [](int32_t span) {
+    return SlotHashes{std::vector<BlockHash>(static_cast<size_t>(span)), std::vector<BlockHash>(static_cast<size_t>(span)),
+                      std::vector<std::vector<TokenId>>(static_cast<size_t>(span))};
+  };
+  hot_hashes_.assign(static_cast<size_t>(cap.hot_blocks), slot_hashes(1));
+  warm_hashes_.assign(static_cast<size_t>(cap.warm_slots), slot_hashes(warm_span_));
+  cold_info_.resize(static_cast<size_t>(cap.cold_slots));
+  cold_hashes_.assign(static_cast<size_t>(cap.cold_slots), slot_hashes(warm_span_));
   counters_.block_size = geo.block_size;
-}
-
-KvManager::~KvManager() {
-  if (cold_store_) cold_store_->drain();
 }
 
 BlockPool& KvManager::pool(Tier t) { return t == Tier::kHot ? hot_pool_ : t == Tier::kWarm ? warm_pool_ : cold_pool_; }
@@ -103,11 +55,6 @@ BlockId KvManager::encode(const Loc& l) const {
   STRATA_CHECK(l.tier != Tier::kCold, "cold blocks are not addressable by attention");
   if (l.tier == Tier::kHot) return l.slot;
   return hot_pool_.num_blocks() + l.slot * warm_span_ + l.sub;
-}
-
-uint64_t KvManager::slot_bytes(Tier content) const {
-  if (content == Tier::kHot) return geo_.bytes_per_block();
-  return static_cast<uint64_t>(geo_.n_layer) * static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_);
 }
 
 void KvManager::rebuild_ids(Seq& q) const {
@@ -152,7 +99,7 @@ void KvManager::move_slot_hashes(const Loc& from, const Loc& to) {
 }
 
 std::optional<int32_t> KvManager::take_cold_slot() {
-  if (!cold_store_) return std::nullopt;
+  if (!has_cold_tier()) return std::nullopt;
   auto a = cold_pool_.allocate();
   if (!a) return std::nullopt;
   if (!a->evicted.empty()) {
@@ -172,7 +119,7 @@ std::optional<int32_t> KvManager::take_slot(Tier t) {
     std::optional<int32_t> cold = take_cold_slot();
     if (cold) {
       cold_info_[static_cast<size_t>(*cold)] = ColdInfo{t, span_of(t)};
-      ops_.push_back(Op{Op::Kind::kSpill, from, Loc{Tier::kCold, *cold, 0}, {}, 0});
+      ops_.push_back(KvOp{KvOp::Kind::kSpill, slot_of(from), KvSlot{Tier::kCold, *cold}, {}});
       move_slot_hashes(from, Loc{Tier::kCold, *cold, 0});
       cold_pool_.decref(*cold);  // held only by the cache: count 0, in the cold LRU
     } else {
@@ -199,6 +146,32 @@ int32_t KvManager::query_prefix(std::span<const TokenId> tokens) const {
   return matched * bs;
 }
 
+int32_t KvManager::query_prefix(SeqId s, std::span<const TokenId> tokens) const {
+  const Seq& q = seqs_.at(s);
+  if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0) return 0;
+  int32_t matched = 0;
+  for (const BlockHash& h : prompt_chain(q, tokens)) {
+    if (!cache_.count(h)) break;
+    ++matched;
+  }
+  return matched * geo_.block_size;
+}
+
+const std::vector<BlockHash>& KvManager::prompt_chain(const Seq& q, std::span<const TokenId> tokens) const {
+  if (q.chain_ready) return q.chain;
+  const int32_t bs = geo_.block_size;
+  const int32_t n_full = tokens.empty() ? 0 : (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  q.chain.clear();
+  q.chain.reserve(static_cast<size_t>(n_full));
+  BlockHash parent;
+  for (int32_t i = 0; i < n_full; ++i) {
+    parent = chain_block_hash(parent, tokens.subspan(static_cast<size_t>(i) * bs, bs), fingerprint_);
+    q.chain.push_back(parent);
+  }
+  q.chain_ready = true;
+  return q.chain;
+}
+
 int32_t KvManager::cow_needed(const Seq& q, int32_t n_tokens) const {
   const int32_t bs = geo_.block_size;
   if (n_tokens <= q.n_committed || q.n_committed % bs == 0) return 0;
@@ -208,18 +181,14 @@ int32_t KvManager::cow_needed(const Seq& q, int32_t n_tokens) const {
   return l.tier == Tier::kHot && hot_pool_.ref_count(l.slot) > 1 ? 1 : 0;
 }
 
-std::vector<KvManager::Hit> KvManager::find_hits(std::span<const TokenId> tokens, int32_t* hot_taken) const {
+std::vector<KvManager::Hit> KvManager::find_hits(std::span<const BlockHash> chain, int32_t* hot_taken) const {
   std::vector<Hit> hits;
   *hot_taken = 0;
-  if (!cfg_.prefix_cache || tokens.empty()) return hits;
-  const int32_t bs = geo_.block_size;
-  const int32_t n_full = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  if (!cfg_.prefix_cache || chain.empty()) return hits;
   int32_t hot_avail = hot_pool_.num_available();
   int32_t warm_avail = warm_pool_.num_available();
   std::set<std::pair<Tier, int32_t>> seen;
-  BlockHash parent;
-  for (int32_t i = 0; i < n_full; ++i) {
-    const BlockHash h = chain_block_hash(parent, tokens.subspan(static_cast<size_t>(i) * bs, bs), fingerprint_);
+  for (const BlockHash& h : chain) {
     auto it = cache_.find(h);
     if (it == cache_.end()) break;
     const Loc& l = it->second;
@@ -238,7 +207,6 @@ std::vector<KvManager::Hit> KvManager::find_hits(std::span<const TokenId> tokens
       }
     }
     hits.push_back(Hit{l, h});
-    parent = h;
   }
   return hits;
 }
@@ -249,7 +217,7 @@ int32_t KvManager::blocks_needed(SeqId s, std::span<const TokenId> tokens, int32
   const int32_t bs = geo_.block_size;
   if (q.table.empty() && q.n_tokens == 0) {
     int32_t taken = 0;
-    const auto hits = find_hits(tokens, &taken);
+    const auto hits = cfg_.prefix_cache ? find_hits(prompt_chain(q, tokens), &taken) : std::vector<Hit>{};
     return taken + std::max(0, ceil_div(n_tokens, bs) - static_cast<int32_t>(hits.size()));
   }
   return std::max(0, ceil_div(n_tokens, bs) - static_cast<int32_t>(q.table.size())) + cow_needed(q, n_tokens);
@@ -263,7 +231,6 @@ void KvManager::add_sequence(SeqId s) {
 }
 
 int32_t KvManager::num_tokens(SeqId s) const { return seqs_.at(s).n_tokens; }
-bool KvManager::is_swapped(SeqId s) const { return seqs_.at(s).swapped; }
 
 std::span<const BlockId> KvManager::block_table(SeqId s) const {
   const Seq& q = seqs_.at(s);
@@ -282,7 +249,7 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
   if (fresh && cfg_.prefix_cache) {
     counters_.prefix_queried_tokens += static_cast<int64_t>(tokens.size());
     int32_t taken = 0;
-    const std::vector<Hit> hits = find_hits(tokens, &taken);
+    const std::vector<Hit> hits = find_hits(prompt_chain(q, tokens), &taken);
     // Touch every hit first (RAM and cold), so that the slots taken below for cold hits and new
     // blocks can never evict one of them.
     for (const Hit& h : hits) pool(h.loc.tier).incref(h.loc.slot);
@@ -297,9 +264,7 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
           STRATA_CHECK(ram.has_value(), "find_hits promised a slot");
           const Loc cold{Tier::kCold, l.slot, 0};
           const Loc to{content, *ram, 0};
-          Op op{Op::Kind::kFetch, cold, to, {}, 0};
-          if (!cold_write_pending(l.slot)) op.ticket = cold_store_->read(l.slot, cold_frame_bytes(content));
-          ops_.push_back(std::move(op));
+          ops_.push_back(KvOp{KvOp::Kind::kFetch, slot_of(cold), slot_of(to), {}});
           move_slot_hashes(cold, to);
           f = fetched.emplace(l.slot, *ram).first;
         } else {
@@ -322,7 +287,7 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
     const size_t b = static_cast<size_t>(q.n_committed / bs);
     std::optional<int32_t> fresh_block = take_slot(Tier::kHot);
     STRATA_CHECK(fresh_block.has_value(), "blocks_needed promised a block");
-    ops_.push_back(Op{Op::Kind::kCopy, q.table[b], Loc{Tier::kHot, *fresh_block, 0}, {}, 0});
+    ops_.push_back(KvOp{KvOp::Kind::kCopy, slot_of(q.table[b]), KvSlot{Tier::kHot, *fresh_block}, {}});
     release_ref(q.table[b]);
     q.table[b] = Loc{Tier::kHot, *fresh_block, 0};
   }
@@ -332,6 +297,9 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
     q.table.push_back(Loc{Tier::kHot, *b, 0});
   }
   q.n_tokens = std::max(q.n_tokens, n_tokens);
+  // The prompt's hashes stay for commit, as far as they cover allocated tokens (later ones may
+  // not be the tokens that will be computed).
+  if (q.chain_ready) q.chain.resize(std::min(q.chain.size(), static_cast<size_t>(n_tokens / bs)));
   rebuild_ids(q);
   return true;
 }
@@ -347,7 +315,7 @@ void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_compu
     const size_t i = q.hashes.size();
     const BlockHash parent = i == 0 ? BlockHash{} : q.hashes[i - 1];
     const auto block_tokens = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
-    const BlockHash h = chain_block_hash(parent, block_tokens, fingerprint_);
+    const BlockHash h = i < q.chain.size() ? q.chain[i] : chain_block_hash(parent, block_tokens, fingerprint_);
     q.hashes.push_back(h);
     if (!cfg_.prefix_cache || cache_.count(h)) continue;  // the same content is cached elsewhere
     const Loc& l = q.table[i];
@@ -395,7 +363,7 @@ void KvManager::plan_reencode(SeqId, Seq& q) {
       if (!w) return;  // the warm pool is full: these blocks stay hot
       slot = *w;
       for (int32_t j = 1; j < warm_span_; ++j) warm_pool_.incref(slot);
-      Op op{Op::Kind::kReencode, {}, Loc{Tier::kWarm, slot, 0}, {}, 0};
+      KvOp op{KvOp::Kind::kReencode, {}, KvSlot{Tier::kWarm, slot}, {}};
       for (int32_t j = 0; j < warm_span_; ++j) op.hot.push_back(q.table[first + static_cast<size_t>(j)].slot);
       ops_.push_back(std::move(op));
     }
@@ -449,7 +417,7 @@ void KvManager::free_sequence(SeqId s) {
 bool KvManager::swap_out(SeqId s) {
   Seq& q = seqs_.at(s);
   STRATA_CHECK(!q.swapped, "sequence {} is already swapped", s);
-  if (!cold_store_) return false;
+  if (!has_cold_tier()) return false;
   // Slots only this sequence holds move; shared ones stay (moving them would free nothing).
   std::map<std::pair<Tier, int32_t>, int32_t> refs;
   for (const Loc& l : q.table) ++refs[{l.tier, l.slot}];
@@ -463,7 +431,7 @@ bool KvManager::swap_out(SeqId s) {
     cold_info_[static_cast<size_t>(cold)] = ColdInfo{key.first, span_of(key.first)};
     const Loc from{key.first, key.second, 0};
     const Loc to{Tier::kCold, cold, 0};
-    ops_.push_back(Op{Op::Kind::kSpill, from, to, {}, 0});
+    ops_.push_back(KvOp{KvOp::Kind::kSpill, slot_of(from), slot_of(to), {}});
     move_slot_hashes(from, to);
     for (int32_t i = 1; i < n; ++i) cold_pool_.incref(cold);
     for (int32_t i = 0; i < n; ++i) release_ref(from);
@@ -509,9 +477,7 @@ bool KvManager::swap_in(SeqId s) {
     const int32_t ram = *take_slot(content);
     const Loc from{Tier::kCold, cold, 0};
     const Loc to{content, ram, 0};
-    Op op{Op::Kind::kFetch, from, to, {}, 0};
-    if (!cold_write_pending(cold)) op.ticket = cold_store_->read(cold, cold_frame_bytes(content));
-    ops_.push_back(std::move(op));
+    ops_.push_back(KvOp{KvOp::Kind::kFetch, slot_of(from), slot_of(to), {}});
     move_slot_hashes(from, to);
     for (int32_t i = 1; i < n; ++i) pool(content).incref(ram);
     for (int32_t i = 0; i < n; ++i) cold_pool_.decref(cold);
@@ -529,145 +495,41 @@ bool KvManager::swap_in(SeqId s) {
   return true;
 }
 
-// --- data movement ----------------------------------------------------------------------------
+// --- the plan -----------------------------------------------------------------------------------
 
-bool KvManager::cold_write_pending(int32_t cold_slot) const {
-  for (const Op& op : ops_) {
-    if (op.kind == Op::Kind::kSpill && op.dst.slot == cold_slot) return true;
-  }
-  return false;
+std::vector<KvOp> KvManager::take_ops() {
+  std::vector<KvOp> out;
+  out.swap(ops_);
+  return out;
 }
 
-bool KvManager::has_pending_ops() const { return !ops_.empty(); }
-
-void KvManager::capture(const Loc& l, std::vector<uint8_t>& out) const {
-  out.reserve(out.size() + static_cast<size_t>(slot_bytes(l.tier)));
-  for (int32_t layer = 0; layer < geo_.n_layer; ++layer) {
-    const KvLayerView& v = views_[static_cast<size_t>(layer)];
-    if (l.tier == Tier::kHot) {
-      const int64_t bs = v.block_stride_bytes();
-      out.insert(out.end(), v.k + l.slot * bs, v.k + (l.slot + 1) * bs);
-      out.insert(out.end(), v.v + l.slot * bs, v.v + (l.slot + 1) * bs);
-    } else {
-      out.insert(out.end(), v.warm_k + l.slot * warm_k_slot_bytes_, v.warm_k + (l.slot + 1) * warm_k_slot_bytes_);
-      out.insert(out.end(), v.warm_v + l.slot * warm_v_slot_bytes_, v.warm_v + (l.slot + 1) * warm_v_slot_bytes_);
-    }
-  }
-}
-
-void KvManager::restore(const Loc& l, const uint8_t* p, size_t n) {
-  STRATA_CHECK(n == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", n, slot_bytes(l.tier));
-  for (int32_t layer = 0; layer < geo_.n_layer; ++layer) {
-    const KvLayerView& v = views_[static_cast<size_t>(layer)];
-    if (l.tier == Tier::kHot) {
-      const int64_t bs = v.block_stride_bytes();
-      std::memcpy(v.k + l.slot * bs, p, static_cast<size_t>(bs));
-      std::memcpy(v.v + l.slot * bs, p + bs, static_cast<size_t>(bs));
-      p += 2 * bs;
-    } else {
-      std::memcpy(v.warm_k + l.slot * warm_k_slot_bytes_, p, static_cast<size_t>(warm_k_slot_bytes_));
-      p += warm_k_slot_bytes_;
-      std::memcpy(v.warm_v + l.slot * warm_v_slot_bytes_, p, static_cast<size_t>(warm_v_slot_bytes_));
-      p += warm_v_slot_bytes_;
-    }
-  }
-}
-
-uint64_t KvManager::cold_checksum(int32_t cold_slot, const uint8_t* payload, size_t n) const {
-  const uint64_t seed = (static_cast<uint64_t>(cold_slot) << 32) | cold_gen_[static_cast<size_t>(cold_slot)];
-  return XXH3_64bits_withSeed(payload, n, seed);
-}
-
-bool KvManager::read_cold(Op& op, std::vector<uint8_t>& bytes) {
-  const int32_t cold = op.src.slot;
-  if (op.ticket == 0) op.ticket = cold_store_->read(cold, cold_frame_bytes(op.dst.tier));
-  try {
-    bytes = cold_store_->wait(op.ticket);
-  } catch (const Error&) {
-    return false;  // an I/O error of this read: the content is lost, the store goes on
-  }
-  if (cold_bad_[static_cast<size_t>(cold)] || bytes.size() != cold_frame_bytes(op.dst.tier)) return false;
-  uint64_t stored;
-  std::memcpy(&stored, bytes.data(), kColdHeaderBytes);
-  return stored == cold_checksum(cold, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
-}
-
-void KvManager::reencode(const Op& op) {
-  auto encode_layer = [&](int32_t layer) {
-    const KvLayerView& v = views_[static_cast<size_t>(layer)];
-    warm_encode(cfg_.warm_format, v, op.hot.data(), warm_span_, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
-                v.warm_v + op.dst.slot * warm_v_slot_bytes_);
-  };
-  if (threads_ != nullptr && threads_->size() > 1) {
-    threads_->parallel_for(geo_.n_layer, 1, [&](int64_t b, int64_t e) {
-      for (int64_t l = b; l < e; ++l) encode_layer(static_cast<int32_t>(l));
-    });
-  } else {
-    for (int32_t l = 0; l < geo_.n_layer; ++l) encode_layer(l);
-  }
-}
-
-void KvManager::apply() {
-  // RAM slots whose content is lost in this apply: failed fetches, and what was derived from them.
+void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> statuses) {
+  STRATA_CHECK(ops.size() == statuses.size(), "{} ops, {} statuses", ops.size(), statuses.size());
+  // Slots whose content is lost: failed ops' destinations (the storage already propagated a loss
+  // along the list: a copy, re-encode or spill of lost content fails too).
   std::set<std::pair<Tier, int32_t>> lost;
-  auto is_lost = [&](const Loc& l) { return lost.count({l.tier, l.slot}) > 0; };
-  for (Op& op : ops_) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const KvOp& op = ops[i];
+    const bool ok = statuses[i] == KvOpStatus::kOk;
     switch (op.kind) {
-      case Op::Kind::kCopy:
-        hot_arena_->copy_block(op.src.slot, op.dst.slot);
-        if (is_lost(op.src)) lost.insert({op.dst.tier, op.dst.slot});
-        ++counters_.cow_copies;
+      case KvOp::Kind::kCopy: ++counters_.cow_copies; break;
+      case KvOp::Kind::kReencode: counters_.reencoded_blocks += static_cast<int64_t>(op.hot.size()); break;
+      case KvOp::Kind::kSpill:
+        if (ok) counters_.spill_bytes_out += slot_bytes(op.src.tier);
         break;
-      case Op::Kind::kReencode: {
-        reencode(op);
-        bool from_lost = false;
-        for (BlockId b : op.hot) from_lost = from_lost || is_lost(Loc{Tier::kHot, b, 0});
-        if (from_lost) {
-          lost.insert({op.dst.tier, op.dst.slot});
-          forget_slot_hashes(op.dst);
-        }
-        counters_.reencoded_blocks += static_cast<int64_t>(op.hot.size());
+      case KvOp::Kind::kFetch:
+        if (ok) counters_.spill_bytes_in += slot_bytes(op.dst.tier);
+        else ++counters_.cold_read_failures;
         break;
-      }
-      case Op::Kind::kSpill: {
-        const size_t cold = static_cast<size_t>(op.dst.slot);
-        if (is_lost(op.src)) {
-          // Nothing worth writing: the cold copy is lost too.
-          cold_bad_[cold] = 1;
-          forget_slot_hashes(op.dst);
-          break;
-        }
-        std::vector<uint8_t> bytes(kColdHeaderBytes);
-        capture(op.src, bytes);
-        cold_bad_[cold] = 0;
-        ++cold_gen_[cold];
-        const uint64_t sum = cold_checksum(op.dst.slot, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
-        std::memcpy(bytes.data(), &sum, kColdHeaderBytes);
-        counters_.spill_bytes_out += bytes.size() - kColdHeaderBytes;
-        cold_store_->write(op.dst.slot, std::move(bytes));
-        break;
-      }
-      case Op::Kind::kFetch: {
-        std::vector<uint8_t> bytes;
-        if (read_cold(op, bytes)) {
-          counters_.spill_bytes_in += bytes.size() - kColdHeaderBytes;
-          restore(op.dst, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
-        } else {
-          ++counters_.cold_read_failures;
-          lost.insert({op.dst.tier, op.dst.slot});
-          forget_slot_hashes(op.dst);  // never a prefix hit again
-        }
-        break;
-      }
     }
+    if (ok) continue;
+    lost.insert({op.dst.tier, op.dst.slot});
+    forget_slot_hashes(Loc{op.dst.tier, op.dst.slot, 0});  // never a prefix hit again
   }
-  ops_.clear();
   if (lost.empty()) return;
   for (const auto& [id, q] : seqs_) {
     bool hit = false;
-    for (const Loc& l : q.table) {
-      hit = hit || (l.tier == Tier::kCold ? cold_bad_[static_cast<size_t>(l.slot)] != 0 : is_lost(l));
-    }
+    for (const Loc& l : q.table) hit = hit || lost.count({l.tier, l.slot}) > 0;
     if (hit && std::find(lost_.begin(), lost_.end(), id) == lost_.end()) lost_.push_back(id);
   }
 }
@@ -676,10 +538,6 @@ std::vector<SeqId> KvManager::take_lost_sequences() {
   std::vector<SeqId> out;
   out.swap(lost_);
   return out;
-}
-
-void KvManager::drain_io() {
-  if (cold_store_) cold_store_->drain();
 }
 
 // --- accounting -------------------------------------------------------------------------------
@@ -698,7 +556,7 @@ KvStats KvManager::stats() const {
   };
   st.hot = tier(hot_pool_, slot_bytes(Tier::kHot));
   if (cfg_.warm_format != WarmFormat::kNone) st.warm = tier(warm_pool_, slot_bytes(Tier::kWarm));
-  if (cold_store_) st.cold = tier(cold_pool_, cold_store_->slot_bytes());
+  if (has_cold_tier()) st.cold = tier(cold_pool_, cap_.cold_slot_bytes);
   for (const auto& [id, q] : seqs_) {
     ++st.sequences;
     if (q.swapped) {
@@ -763,9 +621,9 @@ void KvManager::check_invariants() const {
     STRATA_CHECK(chain_block_hash(sh.parent[static_cast<size_t>(l.sub)], toks, fingerprint_) == h,
                  "registered block no longer matches its hash");
   }
-  for (const Op& op : ops_) {
-    if (op.kind == Op::Kind::kCopy) STRATA_CHECK(hot_pool_.ref_count(op.dst.slot) > 0, "copy into a free block");
-    if (op.kind == Op::Kind::kReencode) STRATA_CHECK(warm_pool_.ref_count(op.dst.slot) > 0 || warm_pool_.is_cached(op.dst.slot));
+  for (const KvOp& op : ops_) {
+    if (op.kind == KvOp::Kind::kCopy) STRATA_CHECK(hot_pool_.ref_count(op.dst.slot) > 0, "copy into a free block");
+    if (op.kind == KvOp::Kind::kReencode) STRATA_CHECK(warm_pool_.ref_count(op.dst.slot) > 0 || warm_pool_.is_cached(op.dst.slot));
   }
 }
 

@@ -112,7 +112,7 @@ std::vector<Sequence*> Scheduler::in_order(SeqStatus st, bool admission) {
 
 void Scheduler::add_to_step(StepPlan& plan, Sequence& s, int32_t n_new) {
   const int32_t start = s.num_computed;
-  plan.out.seqs.push_back({s.id, start, n_new, start + n_new == static_cast<int32_t>(s.tokens.size())});
+  plan.out.seqs.push_back({s.id, start, n_new, start + n_new == static_cast<int32_t>(s.tokens.size()), {}});
   plan.out.n_tokens += n_new;
   plan.scheduled.insert(s.id);
   plan.budget -= n_new;
@@ -128,6 +128,12 @@ SchedulerOutput Scheduler::schedule() {
   schedule_running(plan);
   // Admitting while the running ones are short of blocks would only preempt them again.
   if (!plan.preempted_any) admit_waiting(plan);
+  // The plan as a value: each sequence's block table and the step's KV operations travel with it.
+  for (ScheduledSeq& sc : plan.out.seqs) {
+    const std::span<const BlockId> table = kv_.block_table(sc.id);
+    sc.block_table.assign(table.begin(), table.end());
+  }
+  plan.out.kv_ops = kv_.take_ops();
   return std::move(plan.out);
 }
 
@@ -175,7 +181,7 @@ void Scheduler::admit_waiting(StepPlan& plan) {
   for (Sequence* s : in_order(SeqStatus::kWaiting, true)) {
     if (plan.seq_budget <= 0 || plan.budget <= 0) break;
     const int32_t len = static_cast<int32_t>(s->tokens.size());
-    const int32_t cached = kv_.query_prefix(s->tokens);
+    const int32_t cached = kv_.query_prefix(s->id, s->tokens);
     const int32_t target = cached + std::min(len - cached, plan.budget);
     if (!admission_fits(*s, target) && cfg_.policy == SchedulingPolicy::kPriority) {
       preempt_for_priority(plan, *s, target);

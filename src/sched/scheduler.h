@@ -14,7 +14,9 @@
 //     ones.
 //
 // Planning mutates only bookkeeping (KV block allocations included); the KV data movement it
-// implies happens in KvManager::apply(), and the token counts advance in on_step_done().
+// implies is part of the plan (SchedulerOutput::kv_ops, for KvStorage::execute), with the block
+// table of every scheduled sequence, and the token counts advance in on_step_done(). The step
+// protocol around it is engine/step_runner.h.
 // Thread-safety: engine thread only.
 #pragma once
 
@@ -38,10 +40,15 @@ struct ScheduledSeq {
   int32_t start = 0;      // first token of this step (= num_computed before the step)
   int32_t n_new = 0;      // tokens computed this step
   bool logits = false;    // all known tokens are computed after this step: sample the next one
+  std::vector<BlockId> block_table;  // for attention this step (KvManager::block_table)
 };
 
+// The plan of one step: a plain value (a dry run is a call of schedule() and a look at this).
 struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;
+  // The KV data movement to execute before the forward pass, in order (KvStorage::execute); it
+  // includes what earlier calls (commit in on_step_done) planned since the last step.
+  std::vector<KvOp> kv_ops;
   std::vector<SeqId> preempted;  // this step (swap or recompute)
   std::vector<SeqId> resumed;    // swapped back in this step
   int32_t n_tokens = 0;
@@ -69,7 +76,7 @@ class Scheduler {
   // The forward pass of `out` ran: advances num_computed and commits the KV.
   void on_step_done(const SchedulerOutput& out);
 
-  // After KvManager::apply(): sequences whose KV was lost (KvManager::take_lost_sequences()) leave
+  // After the step's kv_ops ran: sequences whose KV was lost (KvManager::take_lost_sequences()) leave
   // this step's batch and go back to waiting with their KV freed, to recompute every token they
   // hold, as a recompute preemption does (kv_losses counts it; protected from preemption until
   // they make progress again).

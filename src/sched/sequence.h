@@ -3,18 +3,14 @@
 // that share the prompt's blocks. Thread-safety: engine thread only.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/ids.h"
 #include "core/types.h"
-#include "kv/kv_manager.h"
 
 namespace strata {
-
-using RequestId = int64_t;
-using Clock = std::chrono::steady_clock;
 
 enum class SeqStatus : uint8_t {
   kWaiting,   // not admitted yet, or preempted by recompute (KV freed)

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "kv/kv_manager.h"
+#include "kv/kv_storage.h"
 #include "support/test_support.h"
 
 namespace strata {
@@ -42,14 +43,24 @@ struct ModelSeq {
 
 class Harness {
  public:
-  Harness(const KvConfig& cfg, KvGeometry geo) : geo_(geo), kv_(geo, cfg, 1234) {}
+  Harness(const KvConfig& cfg, KvGeometry geo) : geo_(geo), storage_(geo, cfg), kv_(geo, cfg, storage_.capacity(), 1234) {}
 
   KvManager& kv() { return kv_; }
+  KvStorage& storage() { return storage_; }
+
+  // Executes the planned KV ops; every one must succeed.
+  void apply() {
+    const std::vector<KvOp> ops = kv_.take_ops();
+    const std::vector<KvOpStatus> st = storage_.execute(ops);
+    kv_.complete(ops, st);
+    for (KvOpStatus s : st) EXPECT_EQ(s, KvOpStatus::kOk);
+    EXPECT_TRUE(kv_.take_lost_sequences().empty());
+  }
 
   // The "forward pass": writes positions [from, to) of sequence s.
   void write(SeqId s, const ModelSeq& m, int32_t from, int32_t to) {
     auto table = kv_.block_table(s);
-    auto views = kv_.layer_views();
+    auto views = storage_.views();
     for (int32_t p = from; p < to; ++p) {
       const BlockId b = table[static_cast<size_t>(p / geo_.block_size)];
       ASSERT_LT(b, kv_.num_hot_blocks()) << "writes go to hot blocks";
@@ -71,7 +82,7 @@ class Harness {
   // Reads back every computed position of s through its block table.
   void verify(SeqId s, const ModelSeq& m, float warm_tol) {
     auto table = kv_.block_table(s);
-    auto views = kv_.layer_views();
+    auto views = storage_.views();
     std::vector<float> row(static_cast<size_t>(geo_.head_dim));
     for (int32_t p = 0; p < m.computed; ++p) {
       const BlockId b = table[static_cast<size_t>(p / geo_.block_size)];
@@ -108,6 +119,7 @@ class Harness {
 
  private:
   KvGeometry geo_;
+  KvStorage storage_;
   KvManager kv_;
 };
 
@@ -128,7 +140,7 @@ bool extend(Harness& hz, SeqId s, ModelSeq& m, int32_t n) {
   const int32_t target = m.computed + n;
   if (!hz.kv().allocate(s, m.tokens, target, &cached)) return false;
   if (fresh) m.computed = std::max(m.computed, cached);
-  hz.kv().apply();
+  hz.apply();
   if (target > m.computed) hz.write(s, m, m.computed, target);
   m.computed = std::max(m.computed, target);
   hz.kv().commit(s, m.tokens, m.computed);
@@ -267,7 +279,7 @@ TEST(KvManager, SwapOutAndInThroughTheColdTier) {
   kv.add_sequence(1);
   ASSERT_TRUE(extend(hz, 1, a, 14));
   ASSERT_TRUE(kv.swap_out(1));
-  kv.apply();
+  hz.apply();
   kv.check_invariants();
   EXPECT_EQ(kv.stats().hot.used, 0);
   EXPECT_EQ(kv.stats().cold.used, 4);
@@ -279,7 +291,7 @@ TEST(KvManager, SwapOutAndInThroughTheColdTier) {
   kv.free_sequence(2);
   EXPECT_EQ(kv.blocks_to_swap_in(1), 4);
   ASSERT_TRUE(kv.swap_in(1));
-  kv.apply();
+  hz.apply();
   kv.check_invariants();
   hz.verify(1, a, 0);
   const uint64_t block_bytes = small_geo(4).bytes_per_block();
@@ -313,7 +325,7 @@ TEST(KvManager, EvictedPrefixBlocksComeBackFromTheColdTier) {
   for (int i = 0; i < 24; ++i) b.push(500 + i);
   kv.add_sequence(2);
   ASSERT_TRUE(extend(hz, 2, b, 24));
-  kv.apply();
+  hz.apply();
   EXPECT_GE(kv.stats().evicted_blocks, 4);
   kv.free_sequence(2);
   ModelSeq c = a;
@@ -325,6 +337,59 @@ TEST(KvManager, EvictedPrefixBlocksComeBackFromTheColdTier) {
   hz.verify(3, c, 0);
   kv.check_invariants();
   kv.free_sequence(3);
+  std::filesystem::remove_all(dir);
+}
+
+// The manager's side of a failed cold read, driven by statuses alone: the sequence that needed the
+// block is reported lost, the placement is forgotten (the prefix hit becomes a miss) and the
+// failure is counted; nothing else changes.
+TEST(KvManager, AFailedFetchStatusLosesTheSequenceAndForgetsThePlacement) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(4, 6);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 17; ++i) a.push(i + 11);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 17));
+  kv.free_sequence(1);
+  ModelSeq b;  // evicts a's cached blocks to the cold tier
+  for (int i = 0; i < 24; ++i) b.push(500 + i);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 24));
+  kv.free_sequence(2);
+  ASSERT_EQ(kv.query_prefix(a.tokens), 16);
+
+  kv.add_sequence(3);
+  int32_t cached = 0;
+  ASSERT_TRUE(kv.allocate(3, a.tokens, 17, &cached));
+  EXPECT_EQ(cached, 16);
+  const std::vector<KvOp> ops = kv.take_ops();
+  std::vector<KvOpStatus> st = hz.storage().execute(ops);
+  // The second block's fetch "fails" (as a read error or a bad checksum would report it).
+  int fetches = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ASSERT_EQ(st[i], KvOpStatus::kOk);
+    if (ops[i].kind == KvOp::Kind::kFetch && fetches++ == 1) st[i] = KvOpStatus::kReadFailed;
+  }
+  ASSERT_EQ(fetches, 4);
+  kv.complete(ops, st);
+  EXPECT_EQ(kv.take_lost_sequences(), std::vector<SeqId>{3});
+  EXPECT_TRUE(kv.take_lost_sequences().empty()) << "reported once";
+  EXPECT_EQ(kv.stats().cold_read_failures, 1);
+  EXPECT_EQ(kv.query_prefix(a.tokens), 4) << "the lost block is no prefix hit any more";
+  kv.check_invariants();
+  // The caller recomputes: the sequence starts again and hits only the first block.
+  kv.free_sequence(3);
+  kv.add_sequence(3);
+  ModelSeq c = a;
+  c.computed = 0;
+  ASSERT_TRUE(extend(hz, 3, c, 17));
+  hz.verify(3, c, 0);
+  kv.free_sequence(3);
+  kv.check_invariants();
   std::filesystem::remove_all(dir);
 }
 
@@ -412,7 +477,7 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
         }
       }
     }
-    kv.apply();
+    hz.apply();
     kv.check_invariants();
     if (step % 7 == 0) {
       for (auto& [id, m] : seqs) {
@@ -423,8 +488,8 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
     ++ops;
   }
   for (auto& [id, m] : seqs) kv.free_sequence(id);  // swapped ones release their cold slots
-  kv.apply();
-  kv.drain_io();
+  hz.apply();
+  hz.storage().drain_io();
   kv.check_invariants();
   const KvStats st = kv.stats();
   EXPECT_EQ(st.hot.used, 0);

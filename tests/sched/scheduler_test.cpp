@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "engine/step_runner.h"
 #include "sched/scheduler.h"
 
 namespace strata {
@@ -22,7 +23,9 @@ const KvGeometry kGeo{1, 1, 2, 4, KvDtype::kF32};
 // function of its last token; sequences stop after max_tokens.
 class FakeEngine {
  public:
-  FakeEngine(SchedulerConfig sc, int32_t blocks) : kv_(kGeo, kv_cfg(blocks), 7), sched_(sc, kv_) {}
+  FakeEngine(SchedulerConfig sc, const KvConfig& kc)
+      : storage_(kGeo, kc), kv_(kGeo, kc, storage_.capacity(), 7), sched_(sc, kv_), runner_(sched_, kv_, storage_) {}
+  FakeEngine(SchedulerConfig sc, int32_t blocks) : FakeEngine(sc, kv_cfg(blocks)) {}
 
   SeqId add(int32_t prompt_len, int32_t max_tokens, int32_t priority = 0, std::string tenant = "",
             TokenId first = 1) {
@@ -40,10 +43,12 @@ class FakeEngine {
     return next_id_ - 1;
   }
 
+  // A dry run: the plan of the next step, nothing executed.
+  SchedulerOutput plan() { return sched_.schedule(); }
+
   SchedulerOutput step() {
-    SchedulerOutput out = sched_.schedule();
-    kv_.apply();
-    sched_.on_step_done(out);
+    SchedulerOutput out = runner_.prepare().out;
+    runner_.done(out);
     for (const auto& sc : out.seqs) {
       if (!sc.logits) continue;
       Sequence& s = sched_.seq(sc.id);
@@ -64,8 +69,10 @@ class FakeEngine {
     return out;
   }
 
+  KvStorage storage_;
   KvManager kv_;
   Scheduler sched_;
+  StepRunner runner_;
   std::map<SeqId, int> generated_;
   std::map<std::string, int64_t> served_;
   std::vector<SeqId> finished_;
@@ -297,8 +304,9 @@ TEST(Scheduler, SwapPreemptionResumesWithoutRecomputation) {
   KvConfig kc = kv_cfg(10);
   kc.spill_dir = dir;
   kc.spill_bytes = 1 << 20;
-  KvManager kv(kGeo, kc, 7);
-  Scheduler sched(sc, kv);
+  FakeEngine e(sc, kc);
+  Scheduler& sched = e.sched_;
+  KvManager& kv = e.kv_;
   for (int i = 0; i < 3; ++i) {
     Sequence s;
     s.id = i + 1;
@@ -311,9 +319,8 @@ TEST(Scheduler, SwapPreemptionResumesWithoutRecomputation) {
   }
   int64_t recomputed = 0, swaps = 0;
   for (int step = 0; step < 1000 && !sched.idle(); ++step) {
-    auto out = sched.schedule();
-    kv.apply();
-    sched.on_step_done(out);
+    auto out = e.runner_.prepare().out;
+    e.runner_.done(out);
     swaps += static_cast<int64_t>(out.resumed.size());
     for (const auto& s : out.seqs) {
       // A resumed sequence continues where it stopped: only its new token is computed.
@@ -330,6 +337,143 @@ TEST(Scheduler, SwapPreemptionResumesWithoutRecomputation) {
   EXPECT_EQ(recomputed, 0);
   EXPECT_EQ(kv.stats().hot.used, 0);
   EXPECT_EQ(kv.stats().cold.used, 0);
+}
+
+// --- The plan as a value: the KV ops a step plans, checked without running a model. ---
+
+const ScheduledSeq* find_seq(const SchedulerOutput& out, SeqId id) {
+  for (const ScheduledSeq& sc : out.seqs) {
+    if (sc.id == id) return &sc;
+  }
+  return nullptr;
+}
+
+std::vector<KvOp> ops_of(const SchedulerOutput& out, KvOp::Kind kind) {
+  std::vector<KvOp> v;
+  for (const KvOp& op : out.kv_ops) {
+    if (op.kind == kind) v.push_back(op);
+  }
+  return v;
+}
+
+KvConfig cold_kv_cfg(int32_t blocks, const std::string& dir) {
+  KvConfig c = kv_cfg(blocks);
+  c.spill_dir = dir;
+  c.spill_bytes = 1 << 20;
+  return c;
+}
+
+TEST(SchedulerPlan, ForkedSequencesCopyTheSharedPartialBlockOnce) {
+  FakeEngine e(SchedulerConfig{}, 64);
+  const SeqId a = e.add(6, 10);  // blocks of 4 tokens: one full, one partial
+  e.sched_.seq(a).n_fork_children = 1;
+  SchedulerOutput out = e.step();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_TRUE(out.kv_ops.empty());
+  const std::vector<BlockId> shared = out.seqs[0].block_table;
+  ASSERT_EQ(shared.size(), 2u);
+  const std::vector<SeqId> kids = e.sched_.fork_children(a);
+  ASSERT_EQ(kids.size(), 1u);
+  e.sched_.append_token(kids[0], 200);  // (the parent got its token in step())
+
+  out = e.plan();
+  ASSERT_EQ(out.seqs.size(), 2u);
+  ASSERT_EQ(out.kv_ops.size(), 1u) << "one copy: the second writer holds the block alone by then";
+  const KvOp& op = out.kv_ops[0];
+  EXPECT_EQ(op.kind, KvOp::Kind::kCopy);
+  EXPECT_EQ(op.src, (KvSlot{KvTier::kHot, shared[1]}));
+  EXPECT_EQ(op.dst.tier, KvTier::kHot);
+  EXPECT_NE(op.dst.slot, shared[1]);
+  // The first in queue order (the parent) writes first and gets the copy; the child keeps the
+  // original blocks.
+  EXPECT_EQ(find_seq(out, a)->block_table, (std::vector<BlockId>{shared[0], op.dst.slot}));
+  EXPECT_EQ(find_seq(out, kids[0])->block_table, shared);
+}
+
+TEST(SchedulerPlan, SwapOutPlansSpillsAndResumePlansFetches) {
+  const std::string dir = ::testing::TempDir();
+  SchedulerConfig sc;
+  sc.preempt = PreemptMode::kSwap;
+  sc.watermark = 0;
+  FakeEngine e(sc, cold_kv_cfg(4, dir));
+  const SeqId a = e.add(8, 3);
+  const SeqId b = e.add(7, 3, 0, "", 100);
+  SchedulerOutput out = e.step();
+  ASSERT_EQ(out.seqs.size(), 2u);
+  const std::vector<BlockId> b_blocks = find_seq(out, b)->block_table;
+  ASSERT_EQ(b_blocks.size(), 2u);
+
+  // a's next token needs a third block: b, the later arrival, is swapped out.
+  out = e.step();
+  EXPECT_EQ(out.preempted, std::vector<SeqId>{b});
+  EXPECT_NE(find_seq(out, a), nullptr);
+  const std::vector<KvOp> spills = ops_of(out, KvOp::Kind::kSpill);
+  ASSERT_EQ(spills.size(), 2u);
+  ASSERT_EQ(out.kv_ops.size(), 2u);
+  std::vector<int32_t> cold_slots;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(spills[i].src, (KvSlot{KvTier::kHot, b_blocks[i]}));
+    EXPECT_EQ(spills[i].dst.tier, KvTier::kCold);
+    cold_slots.push_back(spills[i].dst.slot);
+  }
+  EXPECT_NE(cold_slots[0], cold_slots[1]);
+  EXPECT_EQ(e.sched_.seq(b).status, SeqStatus::kSwapped);
+
+  // When a finishes, b comes back: one fetch per cold slot, into the blocks of its new table.
+  for (int guard = 0; guard < 20; ++guard) {
+    out = e.step();
+    if (!out.resumed.empty()) break;
+  }
+  ASSERT_EQ(out.resumed, std::vector<SeqId>{b});
+  const std::vector<KvOp> fetches = ops_of(out, KvOp::Kind::kFetch);
+  ASSERT_EQ(fetches.size(), 2u);
+  const ScheduledSeq* sb = find_seq(out, b);
+  ASSERT_NE(sb, nullptr);
+  EXPECT_EQ(sb->start, 7) << "resumed where it stopped";
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(fetches[i].src, (KvSlot{KvTier::kCold, cold_slots[i]}));
+    EXPECT_EQ(fetches[i].dst, (KvSlot{KvTier::kHot, sb->block_table[i]}));
+  }
+  for (int guard = 0; guard < 100 && !e.sched_.idle(); ++guard) e.step();
+  EXPECT_TRUE(e.sched_.idle());
+  EXPECT_EQ(e.kv_.stats().cold_read_failures, 0);
+}
+
+TEST(SchedulerPlan, APrefixHitInTheColdTierPlansFetches) {
+  const std::string dir = ::testing::TempDir();
+  SchedulerConfig sc;
+  sc.watermark = 0;
+  FakeEngine e(sc, cold_kv_cfg(6, dir));
+  const SeqId a = e.add(9, 1);  // two full blocks, cached when it finishes
+  SchedulerOutput out = e.step();
+  const std::vector<BlockId> a_blocks = find_seq(out, a)->block_table;
+  ASSERT_TRUE(e.sched_.idle());
+
+  // b takes every block: a's cached blocks are evicted to the cold tier (tail first: a freed its
+  // blocks tail first, so the tail is the least recently used).
+  e.add(21, 1, 0, "", 500);
+  out = e.step();
+  const std::vector<KvOp> spills = ops_of(out, KvOp::Kind::kSpill);
+  ASSERT_EQ(spills.size(), 2u);
+  EXPECT_EQ(spills[0].src, (KvSlot{KvTier::kHot, a_blocks[1]}));
+  EXPECT_EQ(spills[1].src, (KvSlot{KvTier::kHot, a_blocks[0]}));
+  ASSERT_TRUE(e.sched_.idle());
+
+  // c has a's prompt: its first two blocks come back from the cold tier, computed already.
+  const SeqId c = e.add(9, 1);
+  out = e.step();
+  const ScheduledSeq* scc = find_seq(out, c);
+  ASSERT_NE(scc, nullptr);
+  EXPECT_EQ(scc->start, 8);
+  EXPECT_EQ(scc->n_new, 1);
+  const std::vector<KvOp> fetches = ops_of(out, KvOp::Kind::kFetch);
+  ASSERT_EQ(fetches.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(fetches[i].src, (KvSlot{KvTier::kCold, spills[1 - i].dst.slot}));
+    EXPECT_EQ(fetches[i].dst, (KvSlot{KvTier::kHot, scc->block_table[i]}));
+  }
+  EXPECT_EQ(e.kv_.stats().prefix_hit_tokens, 8);
+  EXPECT_EQ(e.kv_.stats().cold_read_failures, 0);
 }
 
 }  // namespace

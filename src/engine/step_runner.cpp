@@ -1,0 +1,35 @@
+#include "engine/step_runner.h"
+
+#include "model/model.h"
+
+namespace strata {
+
+std::vector<SeqId> run_kv_ops(KvManager& kv, KvStorage& storage, std::span<const KvOp> ops) {
+  if (!ops.empty()) kv.complete(ops, storage.execute(ops));
+  return kv.take_lost_sequences();
+}
+
+StepRunner::Prepared StepRunner::prepare() {
+  Prepared p;
+  p.out = sched_.schedule();
+  p.lost = run_kv_ops(kv_, storage_, p.out.kv_ops);
+  if (!p.lost.empty()) sched_.on_kv_lost(p.out, p.lost);
+  return p;
+}
+
+ForwardBatch StepRunner::batch(const SchedulerOutput& out) const {
+  ForwardBatch b;
+  b.seqs.reserve(out.seqs.size());
+  for (const ScheduledSeq& sc : out.seqs) {
+    const Sequence& s = sched_.seq(sc.id);
+    b.seqs.push_back({std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(sc.start), static_cast<size_t>(sc.n_new)),
+                      sc.start, sc.block_table, sc.logits ? LogitsMode::kLast : LogitsMode::kNone});
+  }
+  return b;
+}
+
+std::span<const float> StepRunner::forward(Model& model, const SchedulerOutput& out) {
+  return model.forward(batch(out), storage_.views());
+}
+
+}  // namespace strata

@@ -1,0 +1,39 @@
+#include "kv/kv_ops.h"
+
+#include <ostream>
+
+namespace strata {
+
+std::string_view kv_tier_name(KvTier t) {
+  switch (t) {
+    case KvTier::kHot: return "hot";
+    case KvTier::kWarm: return "warm";
+    case KvTier::kCold: return "cold";
+  }
+  return "?";
+}
+
+std::string_view kv_op_kind_name(KvOp::Kind k) {
+  switch (k) {
+    case KvOp::Kind::kCopy: return "copy";
+    case KvOp::Kind::kReencode: return "reencode";
+    case KvOp::Kind::kSpill: return "spill";
+    case KvOp::Kind::kFetch: return "fetch";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& os, const KvSlot& s) { return os << kv_tier_name(s.tier) << ' ' << s.slot; }
+
+std::ostream& operator<<(std::ostream& os, const KvOp& op) {
+  os << kv_op_kind_name(op.kind) << ' ';
+  if (op.kind == KvOp::Kind::kReencode) {
+    os << "hot";
+    for (BlockId b : op.hot) os << ' ' << b;
+  } else {
+    os << op.src;
+  }
+  return os << " -> " << op.dst;
+}
+
+}  // namespace strata

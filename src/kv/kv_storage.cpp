@@ -1,0 +1,245 @@
+#include "kv/kv_storage.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kv/warm_format.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace strata {
+
+KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads, Backend* backend)
+    : geo_(geo), warm_format_(cfg.warm_format), threads_(threads) {
+  STRATA_CHECK(geo.n_layer > 0 && geo.block_size > 0 && geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
+  STRATA_CHECK(backend == nullptr || backend->host_visible(),
+               "the KV storage moves bytes on the host; a device backend plugs in here (kv_copy_block, "
+               "kv_warm_encode, copy_to_host/copy_to_device for the cold tier)");
+  const KvConfig::PoolSizes sizes = cfg.resolve_pools(geo);
+  cap_.hot_blocks = sizes.hot_blocks;
+  cap_.hot_block_bytes = geo.bytes_per_block();
+  auto allocate = [&](uint64_t bytes, std::unique_ptr<DeviceBuffer>& buffer, AnonymousMemory& memory) -> uint8_t* {
+    if (backend != nullptr) {
+      buffer = backend->allocate(bytes, MemoryUse::kKvCache);
+      return buffer->data();
+    }
+    memory = AnonymousMemory(bytes);
+    return memory.data();
+  };
+
+  // Hot arena: per layer K then V, each [hot_blocks][block_size][kv_heads][head_dim] (as KvArena).
+  const uint64_t hot_layer_bytes = geo.bytes_per_block() / (2 * static_cast<uint64_t>(geo.n_layer)) *
+                                   static_cast<uint64_t>(sizes.hot_blocks);
+  uint8_t* hot = allocate(geo.bytes_per_block() * static_cast<uint64_t>(sizes.hot_blocks), hot_buffer_, hot_memory_);
+  views_.resize(static_cast<size_t>(geo.n_layer));
+  for (int32_t l = 0; l < geo.n_layer; ++l) {
+    KvLayerView& v = views_[static_cast<size_t>(l)];
+    v.k = hot + static_cast<uint64_t>(l) * 2 * hot_layer_bytes;
+    v.v = v.k + hot_layer_bytes;
+    v.dtype = geo.dtype;
+    v.block_size = geo.block_size;
+    v.n_kv_heads = geo.n_kv_heads;
+    v.head_dim = geo.head_dim;
+  }
+
+  if (cfg.warm_format != WarmFormat::kNone) {
+    cap_.warm_slots = sizes.warm_slots;
+    cap_.warm_span = warm_span(cfg.warm_format, geo.block_size);
+    warm_k_slot_bytes_ = warm_slot_bytes(cfg.warm_format, false, geo.block_size, geo.n_kv_heads, geo.head_dim);
+    warm_v_slot_bytes_ = warm_slot_bytes(cfg.warm_format, true, geo.block_size, geo.n_kv_heads, geo.head_dim);
+    cap_.warm_slot_bytes = static_cast<uint64_t>(geo.n_layer) * static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_);
+    const uint64_t layer_bytes = static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_) *
+                                 static_cast<uint64_t>(sizes.warm_slots);
+    uint8_t* warm = allocate(layer_bytes * static_cast<uint64_t>(geo.n_layer), warm_buffer_, warm_memory_);
+    for (int32_t l = 0; l < geo.n_layer; ++l) {
+      uint8_t* base = warm + layer_bytes * static_cast<uint64_t>(l);
+      KvLayerView& v = views_[static_cast<size_t>(l)];
+      v.n_hot_blocks = sizes.hot_blocks;
+      v.warm_format = cfg.warm_format;
+      v.warm_span = cap_.warm_span;
+      v.warm_k = base;
+      v.warm_v = base + static_cast<uint64_t>(warm_k_slot_bytes_) * static_cast<uint64_t>(sizes.warm_slots);
+      v.warm_k_slot_bytes = warm_k_slot_bytes_;
+      v.warm_v_slot_bytes = warm_v_slot_bytes_;
+    }
+  }
+
+  const uint64_t frame = kColdHeaderBytes + std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes);
+  cold_store_ = make_cold_store(cfg, frame);
+  if (cold_store_) {
+    STRATA_CHECK(cold_store_->slot_bytes() >= frame, "cold store slots too small");
+    cap_.cold_slots = static_cast<int32_t>(std::min<int64_t>(cold_store_->num_slots(), int64_t{1} << 30));
+    cap_.cold_slot_bytes = cold_store_->slot_bytes();
+    cold_gen_.assign(static_cast<size_t>(cap_.cold_slots), 0);
+    cold_bad_.assign(static_cast<size_t>(cap_.cold_slots), 0);
+  }
+}
+
+KvStorage::~KvStorage() { drain_io(); }
+
+void KvStorage::drain_io() {
+  if (cold_store_) cold_store_->drain();
+}
+
+uint64_t KvStorage::slot_bytes(KvTier content) const {
+  STRATA_CHECK(content != KvTier::kCold);
+  return content == KvTier::kHot ? cap_.hot_block_bytes : cap_.warm_slot_bytes;
+}
+
+void KvStorage::capture(const KvSlot& l, std::vector<uint8_t>& out) const {
+  out.reserve(out.size() + static_cast<size_t>(slot_bytes(l.tier)));
+  for (const KvLayerView& v : views_) {
+    if (l.tier == KvTier::kHot) {
+      const int64_t bs = v.block_stride_bytes();
+      out.insert(out.end(), v.k + l.slot * bs, v.k + (l.slot + 1) * bs);
+      out.insert(out.end(), v.v + l.slot * bs, v.v + (l.slot + 1) * bs);
+    } else {
+      out.insert(out.end(), v.warm_k + l.slot * warm_k_slot_bytes_, v.warm_k + (l.slot + 1) * warm_k_slot_bytes_);
+      out.insert(out.end(), v.warm_v + l.slot * warm_v_slot_bytes_, v.warm_v + (l.slot + 1) * warm_v_slot_bytes_);
+    }
+  }
+}
+
+void KvStorage::restore(const KvSlot& l, const uint8_t* p, size_t n) {
+  STRATA_CHECK(n == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", n, slot_bytes(l.tier));
+  for (const KvLayerView& v : views_) {
+    if (l.tier == KvTier::kHot) {
+      const int64_t bs = v.block_stride_bytes();
+      std::memcpy(v.k + l.slot * bs, p, static_cast<size_t>(bs));
+      std::memcpy(v.v + l.slot * bs, p + bs, static_cast<size_t>(bs));
+      p += 2 * bs;
+    } else {
+      std::memcpy(v.warm_k + l.slot * warm_k_slot_bytes_, p, static_cast<size_t>(warm_k_slot_bytes_));
+      p += warm_k_slot_bytes_;
+      std::memcpy(v.warm_v + l.slot * warm_v_slot_bytes_, p, static_cast<size_t>(warm_v_slot_bytes_));
+      p += warm_v_slot_bytes_;
+    }
+  }
+}
+
+uint64_t KvStorage::cold_checksum(int32_t cold_slot, const uint8_t* payload, size_t n) const {
+  const uint64_t seed = (static_cast<uint64_t>(cold_slot) << 32) | cold_gen_[static_cast<size_t>(cold_slot)];
+  return XXH3_64bits_withSeed(payload, n, seed);
+}
+
+bool KvStorage::read_cold(int32_t cold, KvTier content, uint64_t ticket, std::vector<uint8_t>& bytes) {
+  if (ticket == 0) ticket = cold_store_->read(cold, frame_bytes(content));
+  try {
+    bytes = cold_store_->wait(ticket);
+  } catch (const Error&) {
+    return false;  // an I/O error of this read: the content is lost, the store goes on
+  }
+  if (bytes.size() != frame_bytes(content)) return false;
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data(), kColdHeaderBytes);
+  return stored == cold_checksum(cold, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
+}
+
+void KvStorage::copy_block(BlockId src, BlockId dst) {
+  for (const KvLayerView& v : views_) {
+    const int64_t bs = v.block_stride_bytes();
+    std::memcpy(v.k + dst * bs, v.k + src * bs, static_cast<size_t>(bs));
+    std::memcpy(v.v + dst * bs, v.v + src * bs, static_cast<size_t>(bs));
+  }
+}
+
+void KvStorage::reencode(const KvOp& op) {
+  STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
+  auto encode_layer = [&](int32_t layer) {
+    const KvLayerView& v = views_[static_cast<size_t>(layer)];
+    warm_encode(warm_format_, v, op.hot.data(), cap_.warm_span, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
+                v.warm_v + op.dst.slot * warm_v_slot_bytes_);
+  };
+  if (threads_ != nullptr && threads_->size() > 1) {
+    threads_->parallel_for(geo_.n_layer, 1, [&](int64_t b, int64_t e) {
+      for (int64_t l = b; l < e; ++l) encode_layer(static_cast<int32_t>(l));
+    });
+  } else {
+    for (int32_t l = 0; l < geo_.n_layer; ++l) encode_layer(l);
+  }
+}
+
+std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
+  std::vector<KvOpStatus> status(ops.size(), KvOpStatus::kOk);
+  if (ops.empty()) return status;
+  // Prefetch: issue every cold read whose slot no earlier spill of this list writes (those must
+  // wait for the write to be queued: the store keeps submission order per slot).
+  std::vector<uint64_t> tickets(ops.size(), 0);
+  if (cold_store_) {
+    std::set<int32_t> written;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const KvOp& op = ops[i];
+      if (op.kind == KvOp::Kind::kSpill) written.insert(op.dst.slot);
+      if (op.kind == KvOp::Kind::kFetch && !written.count(op.src.slot) && !cold_bad_[static_cast<size_t>(op.src.slot)]) {
+        tickets[i] = cold_store_->read(op.src.slot, frame_bytes(op.dst.tier));
+      }
+    }
+  }
+  // RAM slots whose content is lost in this list: failed fetches, and what was derived from them.
+  std::set<std::pair<KvTier, int32_t>> lost;
+  auto is_lost = [&](const KvSlot& l) { return !lost.empty() && lost.count({l.tier, l.slot}) > 0; };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const KvOp& op = ops[i];
+    switch (op.kind) {
+      case KvOp::Kind::kCopy:
+        STRATA_CHECK(op.src.tier == KvTier::kHot && op.dst.tier == KvTier::kHot, "copy of non-hot blocks");
+        copy_block(op.src.slot, op.dst.slot);
+        if (is_lost(op.src)) status[i] = KvOpStatus::kSourceLost;
+        break;
+      case KvOp::Kind::kReencode: {
+        reencode(op);
+        for (BlockId b : op.hot) {
+          if (is_lost(KvSlot{KvTier::kHot, b})) status[i] = KvOpStatus::kSourceLost;
+        }
+        break;
+      }
+      case KvOp::Kind::kSpill: {
+        STRATA_CHECK(cold_store_ && op.dst.tier == KvTier::kCold && op.src.tier != KvTier::kCold, "bad spill");
+        const size_t cold = static_cast<size_t>(op.dst.slot);
+        if (is_lost(op.src)) {
+          cold_bad_[cold] = 1;  // nothing worth writing: the cold copy is lost too
+          status[i] = KvOpStatus::kSourceLost;
+          break;
+        }
+        std::vector<uint8_t> bytes(kColdHeaderBytes);
+        capture(op.src, bytes);
+        cold_bad_[cold] = 0;
+        ++cold_gen_[cold];
+        const uint64_t sum = cold_checksum(op.dst.slot, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
+        std::memcpy(bytes.data(), &sum, kColdHeaderBytes);
+        cold_store_->write(op.dst.slot, std::move(bytes));
+        break;
+      }
+      case KvOp::Kind::kFetch: {
+        STRATA_CHECK(cold_store_ && op.src.tier == KvTier::kCold && op.dst.tier != KvTier::kCold, "bad fetch");
+        if (cold_bad_[static_cast<size_t>(op.src.slot)]) {
+          if (tickets[i] != 0) {
+            try {
+              (void)cold_store_->wait(tickets[i]);
+            } catch (const Error&) {
+            }
+          }
+          status[i] = KvOpStatus::kSourceLost;
+        } else {
+          std::vector<uint8_t> bytes;
+          if (read_cold(op.src.slot, op.dst.tier, tickets[i], bytes)) {
+            restore(op.dst, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
+          } else {
+            status[i] = KvOpStatus::kReadFailed;
+          }
+        }
+        break;
+      }
+    }
+    if (status[i] != KvOpStatus::kOk) lost.insert({op.dst.tier, op.dst.slot});
+  }
+  return status;
+}
+
+}  // namespace strata

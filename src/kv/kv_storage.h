@@ -1,0 +1,88 @@
+// The KV data plane: every KV byte. The hot arena ([blocks][block_size][kv_heads][head_dim] per
+// layer, K and V), the warm slots (kv/warm_format.h) and the cold tier below them (a ColdStore made
+// by make_cold_store), the layer views attention reads, and the execution of the KvOps a step
+// planned (kv/kv_ops.h), with one status per op. It knows nothing of sequences, reference counts
+// or the prefix cache (that is KvManager); it only moves bytes where it is told.
+//
+// Cold slots are framed: an 8-byte checksum of the payload, seeded with the slot and its write
+// generation, so torn, garbage or stale content is detected when it is fetched back.
+//
+// Thread-safety: engine thread only (the cold store does its I/O on its own thread; re-encoding is
+// spread over the thread pool's workers inside execute()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/anon_memory.h"
+#include "kv/cold_store.h"
+#include "kv/kv_arena.h"
+#include "kv/kv_config.h"
+#include "kv/kv_ops.h"
+#include "kv/kv_types.h"
+
+namespace strata {
+
+class Backend;
+class DeviceBuffer;
+class ThreadPool;
+
+class KvStorage {
+ public:
+  // Allocates the pools sized by cfg.resolve_pools(geo) and opens the cold tier (make_cold_store).
+  // Memory comes from `backend` (MemoryUse::kKvCache) when given, which must then be host-visible;
+  // else from anonymous memory. `threads` (may be null) spreads re-encoding over the layers.
+  // Throws strata::Error for impossible sizes or an unusable spill directory.
+  KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads = nullptr, Backend* backend = nullptr);
+  ~KvStorage();  // waits for the cold tier's queued I/O
+  KvStorage(const KvStorage&) = delete;
+  KvStorage& operator=(const KvStorage&) = delete;
+
+  const KvGeometry& geometry() const { return geo_; }
+  const KvCapacity& capacity() const { return cap_; }
+  bool has_cold_tier() const { return cold_store_ != nullptr; }
+
+  // What attention reads, one per layer: hot blocks by id, warm sub-blocks by id >= hot_blocks.
+  std::span<const KvLayerView> views() const { return views_; }
+
+  // Performs `ops` in order and returns one status per op (see KvOpStatus). Never throws for a
+  // failed cold read: that op's destination is lost, and so is whatever a later op of the list
+  // derives from it (a copy or re-encode of it, a spill of it: the cold slot is then marked bad,
+  // so a later fetch of it fails too). Cold reads that no earlier spill of the list writes are
+  // issued first (prefetch), so they overlap the rest. Preconditions: slots are in range; a
+  // fetch's destination tier is the tier its cold slot's content was spilled from.
+  std::vector<KvOpStatus> execute(std::span<const KvOp> ops);
+
+  // Waits until the cold tier's queued writes and reads are done (tests, shutdown).
+  void drain_io();
+
+ private:
+  uint64_t slot_bytes(KvTier content) const;
+  uint64_t frame_bytes(KvTier content) const { return kColdHeaderBytes + slot_bytes(content); }
+  uint64_t cold_checksum(int32_t cold_slot, const uint8_t* payload, size_t n) const;
+  void capture(const KvSlot& ram, std::vector<uint8_t>& out) const;  // appends the slot's bytes
+  void restore(const KvSlot& ram, const uint8_t* bytes, size_t n);
+  bool read_cold(int32_t cold_slot, KvTier content, uint64_t ticket, std::vector<uint8_t>& bytes);
+  void copy_block(BlockId src, BlockId dst);
+  void reencode(const KvOp& op);
+
+  static constexpr uint64_t kColdHeaderBytes = 8;
+  KvGeometry geo_;
+  WarmFormat warm_format_;
+  ThreadPool* threads_;
+  KvCapacity cap_;
+  int64_t warm_k_slot_bytes_ = 0, warm_v_slot_bytes_ = 0;  // one layer
+
+  // The bytes: from the backend, or anonymous memory (lazily zeroed) without one.
+  std::unique_ptr<DeviceBuffer> hot_buffer_, warm_buffer_;
+  AnonymousMemory hot_memory_, warm_memory_;
+  std::vector<KvLayerView> views_;
+
+  std::unique_ptr<ColdStore> cold_store_;
+  std::vector<uint32_t> cold_gen_;  // per cold slot: writes so far (part of the checksum seed)
+  std::vector<uint8_t> cold_bad_;   // per cold slot: its content was lost before it was written
+};
+
+}  // namespace strata

@@ -1,0 +1,263 @@
+// KvStorage (kv/kv_storage.h) on real bytes: each KvOp kind moves exactly the bytes it names (a
+// copy-on-write copy, a re-encode equal to the reference codec, spills and fetches of hot blocks
+// and warm slots through the cold tier), and a fetch that fails reports its own status, takes what
+// derives from it in the same list along, and leaves every other op done.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "kv/kv_storage.h"
+#include "kv/warm_format.h"
+#include "support/test_support.h"
+
+namespace strata {
+namespace {
+
+const KvGeometry kGeo{2, 2, 8, 4, KvDtype::kF32};
+
+KvConfig config(int32_t blocks) {
+  KvConfig c;
+  c.block_size = kGeo.block_size;
+  c.dtype = kGeo.dtype;
+  c.num_blocks = blocks;
+  return c;
+}
+
+// A cold tier in memory whose reads can be made to fail and whose slots can be damaged. A read
+// sees the slot as it was when the read was issued (as the file store's ordered queue does).
+class MemoryColdStore : public ColdStore {
+ public:
+  MemoryColdStore(int64_t slots, uint64_t slot_bytes) : n_(slots), slot_bytes_(slot_bytes) {}
+  int64_t num_slots() const override { return n_; }
+  uint64_t slot_bytes() const override { return slot_bytes_; }
+  std::string describe() const override { return "memory"; }
+  void write(int64_t slot, std::vector<uint8_t> bytes) override { slots_[slot] = std::move(bytes); }
+  uint64_t read(int64_t slot, uint64_t n) override {
+    std::vector<uint8_t> b = slots_[slot];
+    b.resize(std::min<size_t>(b.size(), n));
+    reads_[next_] = {slot, std::move(b)};
+    return next_++;
+  }
+  std::vector<uint8_t> wait(uint64_t ticket) override {
+    auto r = reads_.at(ticket);
+    reads_.erase(ticket);
+    if (failing_.count(r.first)) throw Error("read of slot failed");
+    return r.second;
+  }
+  void drain() override {}
+
+  std::map<int64_t, std::vector<uint8_t>> slots_;
+  std::set<int64_t> failing_;
+
+ private:
+  int64_t n_;
+  uint64_t slot_bytes_;
+  uint64_t next_ = 1;
+  std::map<uint64_t, std::pair<int64_t, std::vector<uint8_t>>> reads_;
+};
+
+// Storage with an in-memory cold tier of 16 slots; *store points at it.
+std::unique_ptr<KvStorage> with_memory_store(KvConfig cfg, MemoryColdStore** store) {
+  cfg.cold_store_factory = [store](uint64_t slot_bytes) {
+    auto s = std::make_unique<MemoryColdStore>(16, slot_bytes);
+    *store = s.get();
+    return s;
+  };
+  return std::make_unique<KvStorage>(kGeo, cfg);
+}
+
+// The bytes of hot block b (every layer, K then V).
+std::vector<uint8_t> hot_bytes(const KvStorage& s, BlockId b) {
+  std::vector<uint8_t> out;
+  for (const KvLayerView& v : s.views()) {
+    const int64_t bs = v.block_stride_bytes();
+    out.insert(out.end(), v.k + b * bs, v.k + (b + 1) * bs);
+    out.insert(out.end(), v.v + b * bs, v.v + (b + 1) * bs);
+  }
+  return out;
+}
+
+std::vector<uint8_t> warm_bytes(const KvStorage& s, int32_t slot) {
+  std::vector<uint8_t> out;
+  for (const KvLayerView& v : s.views()) {
+    out.insert(out.end(), v.warm_k + slot * v.warm_k_slot_bytes, v.warm_k + (slot + 1) * v.warm_k_slot_bytes);
+    out.insert(out.end(), v.warm_v + slot * v.warm_v_slot_bytes, v.warm_v + (slot + 1) * v.warm_v_slot_bytes);
+  }
+  return out;
+}
+
+// Fills hot block b with f32 values in [-2, 2) that depend on (b, seed, position).
+void fill_hot(KvStorage& s, BlockId b, uint32_t seed) {
+  for (const KvLayerView& v : s.views()) {
+    const int64_t n = v.block_stride_bytes() / 4;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t h = (static_cast<uint32_t>(b) * 2654435761u) ^ (seed * 40503u) ^ static_cast<uint32_t>(i * 97 + 13);
+      const float kf = static_cast<float>(h % 4000) / 1000.0f - 2.0f;
+      const float vf = static_cast<float>((h / 7) % 4000) / 1000.0f - 2.0f;
+      std::memcpy(v.k + b * v.block_stride_bytes() + i * 4, &kf, 4);
+      std::memcpy(v.v + b * v.block_stride_bytes() + i * 4, &vf, 4);
+    }
+  }
+}
+
+KvOp op(KvOp::Kind k, KvSlot src, KvSlot dst) { return KvOp{k, src, dst, {}}; }
+constexpr auto kCopy = KvOp::Kind::kCopy;
+constexpr auto kSpill = KvOp::Kind::kSpill;
+constexpr auto kFetch = KvOp::Kind::kFetch;
+KvSlot hot(int32_t i) { return {KvTier::kHot, i}; }
+KvSlot warm(int32_t i) { return {KvTier::kWarm, i}; }
+KvSlot cold(int32_t i) { return {KvTier::kCold, i}; }
+
+TEST(KvStorage, CapacityAndViewsFollowTheConfiguration) {
+  KvStorage s(kGeo, config(10));
+  EXPECT_EQ(s.capacity().hot_blocks, 10);
+  EXPECT_EQ(s.capacity().warm_slots, 0);
+  EXPECT_EQ(s.capacity().cold_slots, 0);
+  EXPECT_FALSE(s.has_cold_tier());
+  EXPECT_EQ(s.capacity().hot_block_bytes, kGeo.bytes_per_block());
+  ASSERT_EQ(s.views().size(), 2u);
+  EXPECT_EQ(s.views()[0].block_stride_bytes(), 4 * 2 * 8 * 4);
+  EXPECT_EQ(s.capacity().ram_tokens(kGeo.block_size), 40);
+}
+
+TEST(KvStorage, ACopyMovesOneBlockInEveryLayer) {
+  KvStorage s(kGeo, config(8));
+  for (BlockId b = 0; b < 8; ++b) fill_hot(s, b, 1);
+  const std::vector<uint8_t> src = hot_bytes(s, 2), other = hot_bytes(s, 6);
+  EXPECT_EQ(s.execute(std::vector<KvOp>{op(kCopy, hot(2), hot(5))}), std::vector<KvOpStatus>{KvOpStatus::kOk});
+  EXPECT_EQ(hot_bytes(s, 5), src);
+  EXPECT_EQ(hot_bytes(s, 2), src);
+  EXPECT_EQ(hot_bytes(s, 6), other);
+}
+
+TEST(KvStorage, AReencodeWritesWhatTheReferenceCodecWrites) {
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    KvConfig cfg = config(0);
+    cfg.num_blocks.reset();
+    cfg.memory_bytes = kGeo.bytes_per_block() * 48;
+    cfg.warm_format = f;
+    cfg.warm_fraction = 0.5;
+    KvStorage s(kGeo, cfg);
+    const int32_t span = s.capacity().warm_span;
+    ASSERT_GT(s.capacity().warm_slots, 1);
+    ASSERT_GE(s.capacity().hot_blocks, 2 * span);
+    std::vector<BlockId> blocks;
+    for (int32_t j = 0; j < span; ++j) {
+      blocks.push_back(2 * j + 1);
+      fill_hot(s, 2 * j + 1, 7);
+    }
+    // The reference: warm_encode of the same blocks, layer by layer.
+    std::vector<uint8_t> expected;
+    for (const KvLayerView& v : s.views()) {
+      std::vector<uint8_t> k(static_cast<size_t>(v.warm_k_slot_bytes)), vv(static_cast<size_t>(v.warm_v_slot_bytes));
+      warm_encode(f, v, blocks.data(), span, k.data(), vv.data());
+      expected.insert(expected.end(), k.begin(), k.end());
+      expected.insert(expected.end(), vv.begin(), vv.end());
+    }
+    const KvOp re{KvOp::Kind::kReencode, {}, warm(1), blocks};
+    EXPECT_EQ(s.execute(std::vector<KvOp>{re}), std::vector<KvOpStatus>{KvOpStatus::kOk});
+    EXPECT_EQ(warm_bytes(s, 1), expected) << warm_format_name(f);
+  }
+}
+
+TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
+  const std::string dir = test::make_temp_dir("strata-kvs");
+  KvConfig cfg = config(0);
+  cfg.num_blocks.reset();
+  cfg.memory_bytes = kGeo.bytes_per_block() * 24;
+  cfg.warm_format = WarmFormat::kInt8;
+  cfg.warm_fraction = 0.5;
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  {
+    KvStorage s(kGeo, cfg);
+    ASSERT_TRUE(s.has_cold_tier());
+    EXPECT_GE(s.capacity().cold_slot_bytes, s.capacity().hot_block_bytes + 8);
+    EXPECT_GE(s.capacity().cold_slot_bytes, s.capacity().warm_slot_bytes + 8);
+    const int32_t span = s.capacity().warm_span;
+    std::vector<BlockId> group;
+    for (int32_t j = 0; j < span; ++j) {
+      group.push_back(4 + j);
+      fill_hot(s, 4 + j, 3);
+    }
+    fill_hot(s, 1, 9);
+    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group}})[0], KvOpStatus::kOk);
+    const std::vector<uint8_t> h1 = hot_bytes(s, 1), w0 = warm_bytes(s, 0);
+    // Out, then the RAM slots are reused by something else, then back into other slots.
+    EXPECT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(1), cold(3)), op(kSpill, warm(0), cold(7))}),
+              (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+    fill_hot(s, 1, 10);
+    EXPECT_NE(hot_bytes(s, 1), h1);
+    EXPECT_EQ(s.execute(std::vector<KvOp>{op(kFetch, cold(3), hot(2)), op(kFetch, cold(7), warm(1))}),
+              (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+    EXPECT_EQ(hot_bytes(s, 2), h1);
+    EXPECT_EQ(warm_bytes(s, 1), w0);
+    // A fetch of a slot written earlier in the same list reads that write.
+    fill_hot(s, 0, 11);
+    const std::vector<uint8_t> h0 = hot_bytes(s, 0);
+    EXPECT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(0), cold(3)), op(kFetch, cold(3), hot(6))}),
+              (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+    EXPECT_EQ(hot_bytes(s, 6), h0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvStorage, AFailedFetchFailsItsOwnOpAndWhatDerivesFromItOnly) {
+  MemoryColdStore* store = nullptr;
+  auto s = with_memory_store(config(12), &store);
+  ASSERT_NE(store, nullptr);
+  for (BlockId b = 0; b < 12; ++b) fill_hot(*s, b, 5);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(1), cold(2)), op(kSpill, hot(8), cold(9))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+  const std::vector<uint8_t> h0 = hot_bytes(*s, 0), h8 = hot_bytes(*s, 8);
+  store->failing_.insert(2);
+  const std::vector<KvOp> ops = {
+      op(kCopy, hot(0), hot(10)),   // ok
+      op(kFetch, cold(2), hot(3)),  // the store fails this read
+      op(kCopy, hot(3), hot(4)),    // copies lost content
+      op(kSpill, hot(3), cold(5)),  // nothing worth writing: cold slot 5 is lost too
+      op(kFetch, cold(5), hot(6)),  // so this fetch fails as well
+      op(kFetch, cold(9), hot(7)),  // ok
+      op(kSpill, hot(0), cold(11)), // ok
+  };
+  const std::vector<KvOpStatus> st = s->execute(ops);
+  EXPECT_EQ(st, (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kReadFailed, KvOpStatus::kSourceLost,
+                                         KvOpStatus::kSourceLost, KvOpStatus::kSourceLost, KvOpStatus::kOk,
+                                         KvOpStatus::kOk}));
+  EXPECT_EQ(hot_bytes(*s, 10), h0);
+  EXPECT_EQ(hot_bytes(*s, 7), h8);
+  EXPECT_FALSE(store->slots_.count(5)) << "a lost block is not written";
+  ASSERT_TRUE(store->slots_.count(11));
+  // A later list fetches the good slot; the lost one stays lost until written again.
+  EXPECT_EQ(s->execute(std::vector<KvOp>{op(kFetch, cold(11), hot(2)), op(kFetch, cold(5), hot(3))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kSourceLost}));
+  EXPECT_EQ(hot_bytes(*s, 2), h0);
+}
+
+TEST(KvStorage, DamagedOrStaleColdSlotsFailTheirChecksum) {
+  MemoryColdStore* store = nullptr;
+  auto s = with_memory_store(config(6), &store);
+  fill_hot(*s, 0, 1);
+  fill_hot(*s, 1, 2);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(0), cold(0)), op(kSpill, hot(1), cold(1))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+  store->slots_[0][20] ^= 0x40;                 // a flipped bit
+  store->slots_[1].resize(store->slots_[1].size() / 2);  // a torn write
+  EXPECT_EQ(s->execute(std::vector<KvOp>{op(kFetch, cold(0), hot(2)), op(kFetch, cold(1), hot(3))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kReadFailed, KvOpStatus::kReadFailed}));
+  // Stale content: slot 1's first generation put back after a second write.
+  fill_hot(*s, 1, 3);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(1), cold(4))})[0], KvOpStatus::kOk);
+  const std::vector<uint8_t> gen1 = store->slots_[4];
+  fill_hot(*s, 1, 4);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(1), cold(4))})[0], KvOpStatus::kOk);
+  store->slots_[4] = gen1;
+  EXPECT_EQ(s->execute(std::vector<KvOp>{op(kFetch, cold(4), hot(5))})[0], KvOpStatus::kReadFailed);
+}
+
+}  // namespace
+}  // namespace strata
