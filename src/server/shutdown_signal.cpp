@@ -1,6 +1,7 @@
 #include "server/shutdown_signal.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,14 +40,25 @@ ShutdownSignal::ShutdownSignal() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  // No SA_RESTART: the read in wait() must return (EINTR) after the handler ran. ThreadSanitizer
+  // defers a handler until the interrupted call returns, and a restarted read never does.
+  sa.sa_flags = SA_RESETHAND;
   ::sigaction(SIGINT, &sa, &g_old_int);
   ::sigaction(SIGTERM, &sa, &g_old_term);
+  // Threads started from now on inherit a mask that blocks both signals, so the kernel delivers
+  // them to the thread in wait(), the only one that unblocks them. Under ThreadSanitizer this
+  // matters: a handler that lands on a thread asleep in a futex runs only when that thread wakes.
+  sigset_t both;
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &both, &old_mask_);
 }
 
 ShutdownSignal::~ShutdownSignal() {
   ::sigaction(SIGINT, &g_old_int, nullptr);
   ::sigaction(SIGTERM, &g_old_term, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   g_signal_fd.store(-1);
   ::close(read_fd_);
   ::close(write_fd_);
@@ -58,6 +70,11 @@ void ShutdownSignal::notify() {
 }
 
 int ShutdownSignal::wait() {
+  sigset_t both;
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGTERM);
+  ::pthread_sigmask(SIG_UNBLOCK, &both, nullptr);  // pending ones are delivered here, now
   unsigned char byte = 0;
   for (;;) {
     const ssize_t n = ::read(read_fd_, &byte, 1);
