@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/stories_model.h"
 #include "support/test_support.h"
 
 namespace strata {
@@ -64,29 +65,9 @@ class FlakyColdStore : public ColdStore {
   uint64_t next_ticket_ = 1;
 };
 
-struct Shared {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-};
+test::StoriesModel& shared() { return test::stories(); }
 
-Shared& shared() {
-  static Shared s = [] {
-    Shared x;
-    x.model = Model::load(test::shared_path("models/stories260K.gguf"), 2);
-    x.tok = Tokenizer::from_gguf(x.model->file());
-    return x;
-  }();
-  return s;
-}
-
-const std::vector<std::string> kPrompts = {
-    "Once upon a time",
-    "Lily and Tom went to the park",
-    "The little dog",
-    "One day, a big bear found a red ball in the forest. He wanted to play with it, so he",
-    "Sam",
-    "The sun was shining and the birds were singing. Mia took her kite and ran to the hill where her friends",
-};
+const std::vector<std::string> kPrompts(test::story_prompts().begin(), test::story_prompts().begin() + 6);
 constexpr int32_t kMaxTokens = 24;
 
 Request greedy(const std::string& prompt) {

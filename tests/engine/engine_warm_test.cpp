@@ -13,25 +13,13 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/stories_model.h"
 #include "support/test_support.h"
 
 namespace strata {
 namespace {
 
-struct Shared {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-};
-
-Shared& shared() {
-  static Shared s = [] {
-    Shared x;
-    x.model = Model::load(test::shared_path("models/stories260K.gguf"), 2);
-    x.tok = Tokenizer::from_gguf(x.model->file());
-    return x;
-  }();
-  return s;
-}
+test::StoriesModel& shared() { return test::stories(); }
 
 struct RefCase {
   std::vector<TokenId> prompt;

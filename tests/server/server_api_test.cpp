@@ -39,11 +39,7 @@ test::SseEvents post_stream(ServerProcess& s, const std::string& path, const Jso
 
 constexpr const char* kHotUsed = "strata_kv_blocks_used{tier=\"hot\"}";
 
-std::map<std::string, double> metrics(ServerProcess& s) {
-  auto r = s.client()->Get("/metrics");
-  EXPECT_TRUE(r && r->status == 200);
-  return r ? test::parse_prometheus(r->body) : std::map<std::string, double>{};
-}
+using test::metrics;
 
 // Greedy completion of `prompt` (a string or token ids), non-streamed.
 Json greedy(ServerProcess& s, const Json& prompt, int max_tokens, Json extra = Json::object()) {

@@ -18,11 +18,7 @@ namespace {
 using test::Json;
 using test::ServerProcess;
 
-std::map<std::string, double> metrics(ServerProcess& s) {
-  auto r = s.client()->Get("/metrics");
-  EXPECT_TRUE(r && r->status == 200);
-  return r ? test::parse_prometheus(r->body) : std::map<std::string, double>{};
-}
+using test::metrics;
 
 // /metrics once the engine is idle and its last step is counted (stats are published after it).
 std::map<std::string, double> idle_metrics(ServerProcess& s) {

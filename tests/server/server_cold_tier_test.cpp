@@ -18,11 +18,7 @@ namespace {
 using test::Json;
 using test::ServerProcess;
 
-std::map<std::string, double> metrics(ServerProcess& s) {
-  auto r = s.client()->Get("/metrics");
-  EXPECT_TRUE(r && r->status == 200);
-  return r ? test::parse_prometheus(r->body) : std::map<std::string, double>{};
-}
+using test::metrics;
 
 std::string complete(ServerProcess& s, const std::string& prompt, int max_tokens) {
   const Json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};

@@ -14,7 +14,7 @@ namespace {
 using test::Json;
 using test::ServerProcess;
 
-std::map<std::string, double> metrics(ServerProcess& s) {
+std::map<std::string, double> metrics_if_up(ServerProcess& s) {  // {} once the server is gone
   auto r = s.client()->Get("/metrics");
   if (!r || r->status != 200) return {};
   return test::parse_prometheus(r->body);
@@ -25,10 +25,10 @@ std::map<std::string, double> metrics(ServerProcess& s) {
 template <typename Pred>
 std::map<std::string, double> poll_metrics(ServerProcess& s, Pred done, double timeout_s = 120.0) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  std::map<std::string, double> m = metrics(s);
+  std::map<std::string, double> m = metrics_if_up(s);
   while (!done(m) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    m = metrics(s);
+    m = metrics_if_up(s);
   }
   return m;
 }

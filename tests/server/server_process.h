@@ -188,6 +188,9 @@ class ServerProcess {
   int exit_code_ = -1;
 };
 
+// The server's /metrics page as series -> value (a failed fetch is a test failure and an empty map).
+inline std::map<std::string, double> metrics(ServerProcess& s);
+
 // One HTTP/1.1 exchange over a plain socket, read as far as the test wants: for hanging up in the
 // middle of a stream, which httplib::Client cannot do on purpose.
 class RawConnection {
@@ -276,6 +279,12 @@ inline std::map<std::string, double> parse_prometheus(const std::string& text) {
     out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
   }
   return out;
+}
+
+inline std::map<std::string, double> metrics(ServerProcess& s) {
+  auto r = s.client()->Get("/metrics");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? parse_prometheus(r->body) : std::map<std::string, double>{};
 }
 
 // The reference greedy continuations of stories260K (../shared/reference).
