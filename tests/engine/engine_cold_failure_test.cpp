@@ -7,7 +7,6 @@
 // serving the other requests and new ones.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -208,25 +207,6 @@ TEST(ColdFailure, PrefixHitsThatCannotBeReadBecomeMisses) {
   EXPECT_EQ(st.spill_bytes_in, 0u);
 }
 
-// The store's file is unlinked at once; this finds it through /proc/self/fd.
-int reopen_spill_file() {
-  DIR* d = ::opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  int found = -1;
-  while (dirent* ent = ::readdir(d)) {
-    const std::string link = std::string("/proc/self/fd/") + ent->d_name;
-    char target[4096];
-    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    target[n] = 0;
-    if (std::string(target).find("strata-kv-spill-") != std::string::npos) {
-      found = ::open(link.c_str(), O_RDWR);
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
-}
 
 TEST(ColdFailure, AHostileSpillFileIsACountedMissNeverAWrongToken) {
   const std::string dir = test::make_temp_dir("strata-engine-hostile");
@@ -236,7 +216,7 @@ TEST(ColdFailure, AHostileSpillFileIsACountedMissNeverAWrongToken) {
   int64_t garbage_failures = 0;
   {
     Engine e(*shared().model, *shared().tok, cfg);
-    const int fd = reopen_spill_file();
+    const int fd = test::reopen_open_file(0, "strata-kv-spill-");
     ASSERT_GE(fd, 0);
     // In the second round, before each request (the engine is idle then), overwrite the whole
     // file with garbage.

@@ -4,7 +4,6 @@
 // working for the others.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -25,26 +24,6 @@ std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   return b;
 }
 
-// The store's file is unlinked at once; this finds it through /proc/self/fd (one store at a time)
-// and opens it again for writing, so a test can damage it behind the store's back.
-int reopen_spill_file() {
-  DIR* d = ::opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  int found = -1;
-  while (dirent* e = ::readdir(d)) {
-    const std::string link = std::string("/proc/self/fd/") + e->d_name;
-    char target[4096];
-    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    target[n] = 0;
-    if (std::string(target).find("strata-kv-spill-") != std::string::npos) {
-      found = ::open(link.c_str(), O_RDWR);
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
-}
 
 class ColdStoreTest : public ::testing::Test {
  protected:
@@ -117,7 +96,7 @@ TEST_F(ColdStoreTest, AFailedReadIsReportedForThatReadOnly) {
   FileColdStore store(dir_, 8 * 256, 256);
   for (int64_t s = 0; s < 8; ++s) store.write(s, pattern(256, static_cast<uint8_t>(s)));
   store.drain();
-  const int fd = reopen_spill_file();
+  const int fd = test::reopen_open_file(0, "strata-kv-spill-");
   ASSERT_GE(fd, 0) << "spill file not found in /proc/self/fd";
   // Cut the file after slot 3: reads of slots 4.. hit the end of the file.
   ASSERT_EQ(::ftruncate(fd, 4 * 256), 0);

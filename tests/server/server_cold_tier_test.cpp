@@ -30,21 +30,14 @@ std::string complete(ServerProcess& s, const std::string& prompt, int max_tokens
 // Overwrites every byte of the server's (unlinked) spill file with garbage; returns the bytes
 // written.
 int64_t damage_spill_file(pid_t pid) {
-  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
-  int64_t written = 0;
-  for (const auto& e : std::filesystem::directory_iterator(fd_dir)) {
-    std::error_code ec;
-    const auto target = std::filesystem::read_symlink(e.path(), ec).string();
-    if (ec || target.find("strata-kv-spill-") == std::string::npos) continue;
-    const int fd = ::open(e.path().c_str(), O_WRONLY);
-    if (fd < 0) continue;
-    const off_t size = ::lseek(fd, 0, SEEK_END);
-    std::string junk(static_cast<size_t>(size), '\xab');
-    for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(i * 31);
-    if (::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size())) written += size;
-    ::close(fd);
-  }
-  return written;
+  const int fd = test::reopen_open_file(pid, "strata-kv-spill-");
+  if (fd < 0) return 0;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  std::string junk(static_cast<size_t>(size), '\xab');
+  for (size_t i = 0; i < junk.size(); i += 7) junk[i] = static_cast<char>(i * 31);
+  const bool ok = ::pwrite(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size());
+  ::close(fd);
+  return ok ? size : 0;
 }
 
 TEST(ServerColdTier, PrefixHitsComeBackFromTheSpillFileAndDamageIsRecomputed) {

@@ -96,4 +96,18 @@ void write_file(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+int reopen_open_file(int pid, const std::string& name_part) {
+  const std::string dir = "/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/fd";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), link_ec).string();
+    if (!link_ec && target.find(name_part) != std::string::npos) {
+      const int fd = ::open(e.path().c_str(), O_RDWR);
+      if (fd >= 0) return fd;
+    }
+  }
+  return -1;
+}
+
 }  // namespace strata::test

@@ -31,4 +31,9 @@ CommandResult run_command(const std::vector<std::string>& argv, double timeout_s
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
 
+// Opens for reading and writing the first file that process `pid` (0: this process) holds open
+// whose path contains `name_part`, through /proc/PID/fd: the way to reach a KV spill file, which
+// the cold store unlinks at once, and damage it behind the store's back. -1 when none is found.
+int reopen_open_file(int pid, const std::string& name_part);
+
 }  // namespace strata::test
