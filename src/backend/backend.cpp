@@ -4,6 +4,9 @@
 #include "backend/backend.h"
 
 #include "backend/cpu/cpu_backend.h"
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "core/error.h"
 
 namespace strata {
@@ -29,13 +32,30 @@ namespace {
 // Whether this build can run on a CUDA GPU of this machine.
 bool cuda_usable() {
 #ifdef STRATA_HAVE_CUDA
-#error "STRATA_HAVE_CUDA: add the CUDA backend's device probe here"
+  static const bool usable = CudaBackend::usable();  // the driver's answer does not change in a process
+  return usable;
 #else
   return false;
 #endif
 }
 
+#ifdef STRATA_HAVE_CUDA
+std::string cuda_unusable_reason() {
+  std::string why;
+  (void)CudaBackend::usable(&why);
+  return why;
+}
+#endif
+
 }  // namespace
+
+bool built_with_cuda() {
+#ifdef STRATA_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
 
 DeviceKind resolve_device(DeviceKind d) {
   switch (d) {
@@ -46,7 +66,7 @@ DeviceKind resolve_device(DeviceKind d) {
       fail("--device cuda: this strata was built without CUDA (rebuild with a CUDA toolkit and -DSTRATA_CUDA=ON, "
            "or use --device cpu)");
 #else
-      if (!cuda_usable()) fail("--device cuda: no usable CUDA device (use --device cpu)");
+      if (!cuda_usable()) fail("--device cuda: no usable CUDA device: {} (use --device cpu)", cuda_unusable_reason());
       return DeviceKind::kCuda;
 #endif
   }
@@ -62,6 +82,9 @@ std::vector<DeviceKind> available_devices() {
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   switch (resolve_device(o.device)) {
     case DeviceKind::kCpu: return std::make_unique<CpuBackend>(o.n_threads);
+#ifdef STRATA_HAVE_CUDA
+    case DeviceKind::kCuda: return std::make_unique<CudaBackend>(0);
+#endif
     default: break;
   }
   fail("--device {}: no backend for it in this build", device_kind_name(o.device));

@@ -64,6 +64,9 @@ struct BackendOptions {
 // without CUDA", "no usable CUDA device").
 DeviceKind resolve_device(DeviceKind d);
 
+// Whether this build has the CUDA backend (CMake STRATA_CUDA).
+bool built_with_cuda();
+
 // The devices this build can run on this machine, CPU first (the op tests run on each).
 std::vector<DeviceKind> available_devices();
 
@@ -183,6 +186,28 @@ class Backend {
   // Decodes warm sub-block `id` (>= kv.n_hot_blocks) of one layer to f32 K and V rows:
   // k, v: [block_size][n_kv_heads * head_dim] (the values attention reads).
   virtual void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) = 0;
+
+  // --- Replayable steps (CUDA graphs on a GPU) ---
+  //
+  // A forward pass whose shape repeats (decode steps) may be recorded once and replayed: the model
+  // calls begin_replay(shape) before its ops and end_replay() after them (before copying results
+  // back). When begin_replay returns true, the ops between must be called exactly as for any other
+  // pass of the same shape (same ops, same sizes, same device buffers: the key says which), and the
+  // backend may then only stage their host arrays and replay what it recorded; their results are
+  // the same. Host arrays of attention are laid out padded to `max_blocks` per sequence. Backends
+  // without the facility return false and run every op as it comes (the CPU).
+  struct ReplayShape {
+    uint64_t key = 0;        // everything that must match: sizes, buffer addresses, KV arenas
+    int32_t n_tokens = 0;
+    int32_t n_seqs = 0;
+    int32_t max_blocks = 0;  // block-table length each sequence's table is padded to
+  };
+  virtual bool begin_replay(const ReplayShape&) { return false; }
+  virtual void end_replay() {}
+
+  // Bytes of device memory free now, for sizing the KV cache by default; nullopt on the CPU (whose
+  // KV cache has a fixed default size, kv/kv_config.h).
+  virtual std::optional<uint64_t> free_memory_bytes() { return std::nullopt; }
 
   // Read bandwidth of the device's memory in GB/s (the decode-speed limit `bench model` reports),
   // measured over a buffer of `bytes`, best of `reps`.

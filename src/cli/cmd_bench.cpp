@@ -19,7 +19,7 @@
 #include "core/thread_pool.h"
 #include "core/units.h"
 #include "kv/block_pool.h"
-#include "kv/kv_arena.h"
+#include "kv/kv_storage.h"
 #include "model/model.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -59,17 +59,21 @@ struct BenchModelOptions {
   bool no_bandwidth = false;
 };
 
-// Sequences with their own block tables over one arena; released between repetitions.
+// Sequences with their own block tables over one KV storage in the backend's memory (device memory
+// on a GPU); released between repetitions.
 class BenchKv {
  public:
-  BenchKv(const KvGeometry& g, int32_t n_blocks) : arena_(g, n_blocks), pool_(n_blocks), views_(arena_.layers()) {}
+  BenchKv(const KvGeometry& g, const KvConfig& base, int32_t n_blocks, Backend& backend)
+      : storage_(g, hot_only(base, n_blocks), backend.thread_pool(), &backend),
+        pool_(storage_.capacity().hot_blocks),
+        block_size_(g.block_size) {}
   std::vector<BlockId>& table(size_t i) {
     if (tables_.size() <= i) tables_.resize(i + 1);
     return tables_[i];
   }
   void reserve(size_t seq, int32_t n_tokens) {
     auto& t = table(seq);
-    while (static_cast<int32_t>(t.size()) * arena_.geometry().block_size < n_tokens) {
+    while (static_cast<int32_t>(t.size()) * block_size_ < n_tokens) {
       auto b = pool_.allocate_plain();
       if (!b) fail("KV pool too small for the benchmark; raise --kv-memory");
       t.push_back(*b);
@@ -81,12 +85,19 @@ class BenchKv {
       t.clear();
     }
   }
-  std::span<const KvLayerView> views() const { return views_; }
+  std::span<const KvLayerView> views() const { return storage_.views(); }
 
  private:
-  KvArena arena_;
+  static KvConfig hot_only(KvConfig c, int32_t n_blocks) {
+    c.num_blocks = n_blocks;
+    c.memory_bytes.reset();
+    c.warm_format = WarmFormat::kNone;
+    c.spill_dir.clear();
+    return c;
+  }
+  KvStorage storage_;
   BlockPool pool_;
-  std::vector<KvLayerView> views_;
+  int32_t block_size_;
   std::vector<std::vector<BlockId>> tables_;
 };
 
@@ -105,7 +116,7 @@ int run_bench_model(const BenchModelOptions& o) {
   const int32_t needed = per_seq_blocks * std::max(1, o.batch);
   int32_t n_blocks = needed;
   if (kvc.num_blocks || kvc.memory_bytes) n_blocks = kvc.resolve_num_blocks(geo);
-  BenchKv kv(geo, n_blocks);
+  BenchKv kv(geo, kvc, n_blocks, model->backend());
 
   std::mt19937 rng(1234);
   auto random_tokens = [&](int32_t n) {
@@ -117,10 +128,12 @@ int run_bench_model(const BenchModelOptions& o) {
   double bandwidth = 0;
   if (!o.no_bandwidth) bandwidth = model->backend().measure_read_bandwidth_gbs(uint64_t{1} << 30, 3);
 
-  // Warm-up: touch the weights once so the first repetition does not pay page faults.
+  // Warm-up: touch the weights once so the first repetition does not pay page faults (CPU), and run
+  // a prompt of the measured length once so that library set-up (cuBLAS) is not timed (GPU).
   {
-    const auto t = random_tokens(8);
-    kv.reserve(0, 8);
+    const int32_t n = std::max<int32_t>(8, model->backend().host_visible() ? 8 : o.pp);
+    const auto t = random_tokens(n);
+    kv.reserve(0, n);
     ForwardBatch b;
     b.seqs.push_back({t, 0, kv.table(0), LogitsMode::kLast});
     model->forward(b, kv.views());

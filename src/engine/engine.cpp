@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "core/check.h"
@@ -68,9 +70,23 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   const ModelConfig& mc = model.config();
   n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, cfg.kv.block_size, cfg.kv.dtype};
-  storage_ = std::make_unique<KvStorage>(geo, cfg.kv, model.backend().thread_pool(), &model.backend());
-  kv_ = std::make_unique<KvManager>(geo, cfg.kv, storage_->capacity(), model.fingerprint());
-  capacity_tokens_ = storage_->capacity().ram_tokens(cfg.kv.block_size);
+  // On a GPU the KV cache takes, unless sized by a flag, a share of the memory left free after the
+  // weights (kDeviceKvShare; the rest stays for activations, cuBLAS and CUDA graphs).
+  if (!cfg_.kv.memory_bytes && !cfg_.kv.num_blocks) {
+    if (const auto free = model.backend().free_memory_bytes()) {
+      const uint64_t reserve = uint64_t{2} << 30;
+      const uint64_t kv_bytes = *free > reserve ? static_cast<uint64_t>((*free - reserve) * kDeviceKvShare) : *free / 2;
+      cfg_.kv.memory_bytes = kv_bytes;
+      spdlog::info("KV cache: {:.1f} GiB of {} memory ({:.0f}% of the {:.1f} GiB free after the weights, less 2 GiB; "
+                   "--kv-memory sets it)",
+                   static_cast<double>(kv_bytes) / (uint64_t{1} << 30), device_kind_name(model.backend().kind()),
+                   100.0 * static_cast<double>(kv_bytes) / static_cast<double>(*free),
+                   static_cast<double>(*free) / (uint64_t{1} << 30));
+    }
+  }
+  storage_ = std::make_unique<KvStorage>(geo, cfg_.kv, model.backend().thread_pool(), &model.backend());
+  kv_ = std::make_unique<KvManager>(geo, cfg_.kv, storage_->capacity(), model.fingerprint());
+  capacity_tokens_ = storage_->capacity().ram_tokens(cfg_.kv.block_size);
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
   runner_ = std::make_unique<StepRunner>(*sched_, *kv_, *storage_);
   stats_.kv = kv_->stats();

@@ -17,6 +17,9 @@
 namespace strata {
 
 inline constexpr uint64_t kDefaultKvMemoryBytes = uint64_t{1} << 30;
+// Share of the device memory free after the weights (less 2 GiB) that the KV cache takes on a GPU
+// when no flag sizes it (engine/engine.cpp).
+inline constexpr double kDeviceKvShare = 0.9;
 
 struct KvConfig {
   int32_t block_size = 16;            // tokens per block

@@ -16,11 +16,11 @@
 namespace strata {
 
 KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads, Backend* backend)
-    : geo_(geo), warm_format_(cfg.warm_format), threads_(threads) {
+    : geo_(geo),
+      warm_format_(cfg.warm_format),
+      threads_(threads),
+      device_(backend != nullptr && !backend->host_visible() ? backend : nullptr) {
   STRATA_CHECK(geo.n_layer > 0 && geo.block_size > 0 && geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
-  STRATA_CHECK(backend == nullptr || backend->host_visible(),
-               "the KV storage moves bytes on the host; a device backend plugs in here (kv_copy_block, "
-               "kv_warm_encode, copy_to_host/copy_to_device for the cold tier)");
   const KvConfig::PoolSizes sizes = cfg.resolve_pools(geo);
   cap_.hot_blocks = sizes.hot_blocks;
   cap_.hot_block_bytes = geo.bytes_per_block();
@@ -94,6 +94,24 @@ uint64_t KvStorage::slot_bytes(KvTier content) const {
 
 void KvStorage::capture(const KvSlot& l, std::vector<uint8_t>& out) const {
   out.reserve(out.size() + static_cast<size_t>(slot_bytes(l.tier)));
+  if (device_ != nullptr) {  // device memory: the same pieces, copied down
+    auto put = [&](const uint8_t* src, int64_t n) {
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(n));
+      device_->copy_to_host(out.data() + at, src, static_cast<uint64_t>(n));
+    };
+    for (const KvLayerView& v : views_) {
+      if (l.tier == KvTier::kHot) {
+        const int64_t bs = v.block_stride_bytes();
+        put(v.k + l.slot * bs, bs);
+        put(v.v + l.slot * bs, bs);
+      } else {
+        put(v.warm_k + l.slot * warm_k_slot_bytes_, warm_k_slot_bytes_);
+        put(v.warm_v + l.slot * warm_v_slot_bytes_, warm_v_slot_bytes_);
+      }
+    }
+    return;
+  }
   for (const KvLayerView& v : views_) {
     if (l.tier == KvTier::kHot) {
       const int64_t bs = v.block_stride_bytes();
@@ -108,6 +126,22 @@ void KvStorage::capture(const KvSlot& l, std::vector<uint8_t>& out) const {
 
 void KvStorage::restore(const KvSlot& l, const uint8_t* p, size_t n) {
   STRATA_CHECK(n == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", n, slot_bytes(l.tier));
+  if (device_ != nullptr) {
+    for (const KvLayerView& v : views_) {
+      if (l.tier == KvTier::kHot) {
+        const int64_t bs = v.block_stride_bytes();
+        device_->copy_to_device(v.k + l.slot * bs, p, static_cast<uint64_t>(bs));
+        device_->copy_to_device(v.v + l.slot * bs, p + bs, static_cast<uint64_t>(bs));
+        p += 2 * bs;
+      } else {
+        device_->copy_to_device(v.warm_k + l.slot * warm_k_slot_bytes_, p, static_cast<uint64_t>(warm_k_slot_bytes_));
+        p += warm_k_slot_bytes_;
+        device_->copy_to_device(v.warm_v + l.slot * warm_v_slot_bytes_, p, static_cast<uint64_t>(warm_v_slot_bytes_));
+        p += warm_v_slot_bytes_;
+      }
+    }
+    return;
+  }
   for (const KvLayerView& v : views_) {
     if (l.tier == KvTier::kHot) {
       const int64_t bs = v.block_stride_bytes();
@@ -142,6 +176,10 @@ bool KvStorage::read_cold(int32_t cold, KvTier content, uint64_t ticket, std::ve
 }
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
+  if (device_ != nullptr) {
+    for (const KvLayerView& v : views_) device_->kv_copy_block(v, src, dst);
+    return;
+  }
   for (const KvLayerView& v : views_) {
     const int64_t bs = v.block_stride_bytes();
     std::memcpy(v.k + dst * bs, v.k + src * bs, static_cast<size_t>(bs));
@@ -151,6 +189,13 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
 
 void KvStorage::reencode(const KvOp& op) {
   STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
+  if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
+    for (const KvLayerView& v : views_) {
+      device_->kv_warm_encode(warm_format_, v, op.hot, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
+                              v.warm_v + op.dst.slot * warm_v_slot_bytes_);
+    }
+    return;
+  }
   auto encode_layer = [&](int32_t layer) {
     const KvLayerView& v = views_[static_cast<size_t>(layer)];
     warm_encode(warm_format_, v, op.hot.data(), cap_.warm_span, v.warm_k + op.dst.slot * warm_k_slot_bytes_,

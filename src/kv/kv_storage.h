@@ -32,8 +32,10 @@ class ThreadPool;
 class KvStorage {
  public:
   // Allocates the pools sized by cfg.resolve_pools(geo) and opens the cold tier (make_cold_store).
-  // Memory comes from `backend` (MemoryUse::kKvCache) when given, which must then be host-visible;
-  // else from anonymous memory. `threads` (may be null) spreads re-encoding over the layers.
+  // Memory comes from `backend` (MemoryUse::kKvCache) when given, else from anonymous memory. On a
+  // backend whose memory is not host-visible (a GPU), block copies and re-encodes run as its ops
+  // (kv_copy_block, kv_warm_encode) and cold-tier traffic goes through copy_to_host/copy_to_device;
+  // on the host they are memcpy and warm_encode, spread over `threads` (may be null).
   // Throws strata::Error for impossible sizes or an unusable spill directory.
   KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads = nullptr, Backend* backend = nullptr);
   ~KvStorage();  // waits for the cold tier's queued I/O
@@ -72,6 +74,7 @@ class KvStorage {
   KvGeometry geo_;
   WarmFormat warm_format_;
   ThreadPool* threads_;
+  Backend* device_;  // the backend when its memory is device memory, else null
   KvCapacity cap_;
   int64_t warm_k_slot_bytes_ = 0, warm_v_slot_bytes_ = 0;  // one layer
 

@@ -12,6 +12,9 @@
 namespace strata {
 namespace {
 
+// Decode passes of at most this many tokens may be recorded and replayed (Backend::begin_replay).
+constexpr int64_t kMaxReplayTokens = 512;
+
 // Bytes hashed from the start of every tensor's data.
 constexpr uint64_t kFingerprintSampleBytes = 4096;
 
@@ -154,6 +157,40 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   }
 
   Backend& be = *backend_;
+  // Decode steps (one new token per sequence) repeat their shape: a backend that can record and
+  // replay a pass (CUDA graphs) gets the chance. Tables are padded to a multiple of 32 blocks, so
+  // one recording serves a sequence while it grows by up to 32 blocks.
+  bool replay = false;
+  if (T <= kMaxReplayTokens && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
+        return s.tokens.size() == 1;
+      })) {
+    int32_t max_blocks = 0;
+    for (const AttentionSeq& a : attn_seqs_) max_blocks = std::max(max_blocks, a.n_blocks);
+    Backend::ReplayShape shape;
+    shape.n_tokens = static_cast<int32_t>(T);
+    shape.n_seqs = static_cast<int32_t>(attn_seqs_.size());
+    shape.max_blocks = (max_blocks + 31) / 32 * 32;
+    // Everything a recording bakes in: sizes, every buffer address (the carving of the activation
+    // buffers depends on their capacity) and the KV views of the layers (address and geometry).
+    std::vector<uint64_t> parts = {static_cast<uint64_t>(T),
+                                   static_cast<uint64_t>(n_logits),
+                                   static_cast<uint64_t>(shape.max_blocks),
+                                   static_cast<uint64_t>(capacity_tokens_),
+                                   static_cast<uint64_t>(capacity_logit_rows_),
+                                   reinterpret_cast<uint64_t>(x_.data),
+                                   reinterpret_cast<uint64_t>(logit_in_.data)};
+    for (const KvLayerView* kv : {&kv_layers.front(), &kv_layers.back()}) {
+      parts.insert(parts.end(), {reinterpret_cast<uint64_t>(kv->k), reinterpret_cast<uint64_t>(kv->v),
+                                 static_cast<uint64_t>(kv->dtype), static_cast<uint64_t>(kv->block_size),
+                                 static_cast<uint64_t>(kv->n_kv_heads), static_cast<uint64_t>(kv->head_dim),
+                                 static_cast<uint64_t>(kv->n_hot_blocks), static_cast<uint64_t>(kv->warm_format),
+                                 static_cast<uint64_t>(kv->warm_span), reinterpret_cast<uint64_t>(kv->warm_k),
+                                 reinterpret_cast<uint64_t>(kv->warm_v), static_cast<uint64_t>(kv->warm_k_slot_bytes),
+                                 static_cast<uint64_t>(kv->warm_v_slot_bytes)});
+    }
+    shape.key = XXH3_64bits(parts.data(), parts.size() * sizeof(uint64_t));
+    replay = be.begin_replay(shape);
+  }
   const ActView x = x_.row_range(0, T), h = h_.row_range(0, T), q = q_.row_range(0, T), k = k_.row_range(0, T),
                 v = v_.row_range(0, T), attn = attn_.row_range(0, T), gate = gate_.row_range(0, T),
                 up = up_.row_range(0, T), out = out_.row_range(0, T);
@@ -188,12 +225,16 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   }
 
   // Logits only for the rows that are sampled.
-  if (n_logits == 0) return {};
+  if (n_logits == 0) {
+    if (replay) be.end_replay();
+    return {};
+  }
   STRATA_CHECK(static_cast<int64_t>(logit_rows_.size()) == n_logits);
   const ActView logit_in = logit_in_.row_range(0, n_logits), logits = logits_.row_range(0, n_logits);
   be.gather_rows(x, logit_rows_, logit_in);
   be.rms_norm(logit_in, weights_.output_norm, logit_in, c.rms_eps);
   be.matmul(weights_.output, logit_in, logits);
+  if (replay) be.end_replay();
   const auto n_floats = static_cast<size_t>(logits.size());
   if (be.host_visible()) return {logits.data, n_floats};
   logits_host_.resize(n_floats);

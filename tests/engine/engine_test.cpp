@@ -65,6 +65,9 @@ Request make_request(const std::string& prompt, int32_t max_tokens, int32_t n = 
 
 EngineConfig config(int32_t kv_blocks, PreemptMode mode, const std::string& spill_dir = "") {
   EngineConfig c;
+  // A small pool must see all prompts at once to force preemption: the first step waits (up to
+  // 50 ms) for the staggered arrivals instead of finishing the first requests before the last come.
+  if (kv_blocks < 64) c.sched.batch_wait_ms = 50;
   c.kv.block_size = 16;
   c.kv.dtype = KvDtype::kF32;
   c.kv.num_blocks = kv_blocks;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine without apt needs to run this build of Strata (the device machine of
+# docs/PERFORMANCE.md): the strata binary, the CUDA test programs, the Debian shared libraries
+# they link (not glibc/libstdc++, which the target's newer system provides; not cuBLAS/cudart,
+# which come with its CUDA toolkit under /usr/local/cuda/lib64), and the ../shared files the
+# tests read. Writes DEST (default .peers/cuda, which .git/info/exclude keeps out of git).
+#   scripts/cuda/bundle.sh [BUILD_DIR] [DEST]
+# Then, on the GPU machine, from the checkout: scripts/cuda/device-run.sh DEST COMMAND...
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build} dest=${2:-.peers/cuda}
+rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib" "$dest/shared/models" "$dest/shared/tokenizer" "$dest/shared/reference"
+bins=("$build/bin/strata")
+for t in "$build"/tests/cuda_*; do [[ -x $t ]] && bins+=("$t"); done
+for b in "${bins[@]}"; do strip -o "$dest/bin/$(basename "$b")" "$b"; done
+# Shared libraries outside glibc/libstdc++/the CUDA toolkit.
+ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|/usr/local/cuda' |
+  while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+# One compressed archive of bin/ and lib/ (the device call carries at most 64 MiB).
+tar czf "$dest/bundle.tgz" -C "$dest" bin lib && rm -rf "$dest/lib" "$dest/bin"
+cp ../shared/models/stories260K.gguf "$dest/shared/models/"
+cp ../shared/tokenizer/ggml-vocab-llama-spm.gguf "$dest/shared/tokenizer/"
+cp ../shared/reference/* "$dest/shared/reference/"
+mkdir -p "$dest/shared/peers" && cp ../shared/peers/llama-cpp.sh "$dest/shared/peers/"
+du -sh "$dest"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: the CUDA tests, then the benchmarks of docs/PERFORMANCE.md, and
+# (with PEER=path-to-llama.cpp-source) llama.cpp's CUDA build measured in the same call.
+# Run from the checkout through device-run.sh:
+#   scripts/cuda/device-run.sh .peers/cuda scripts/cuda/device-check.sh [tests] [bench] [peer]
+# Logs go to $OUT (or /tmp/strata-out).
+set -uo pipefail
+out=${OUT:-/tmp/strata-out}
+mkdir -p "$out"
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests bench)
+has() { local s; for s in "${steps[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv | tee "$out/gpu.txt"
+peer_pid=
+if has peer && [[ -n ${PEER:-} ]]; then
+  # llama.cpp's CUDA build in the background (16 cores) while Strata's runs use the GPU.
+  bash /work/shared/peers/llama-cpp.sh cuda "$PEER" /tmp/llama-cuda >"$out/peer-build.log" 2>&1 &
+  peer_pid=$!
+fi
+if has tests; then
+  for t in $(cd "$(dirname "$(command -v strata)")" && ls | grep '^cuda_'); do
+    echo "== $t"
+    "$t" 2>&1 | tee "$out/$t.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|error|^\[==' | head -40
+  done
+fi
+if has nographs; then
+  for t in $(cd "$(dirname "$(command -v strata)")" && ls | grep '^cuda_'); do
+    echo "== $t (STRATA_CUDA_GRAPHS=0)"
+    STRATA_CUDA_GRAPHS=0 "$t" 2>&1 | tee "$out/$t-nographs.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|error|^\[==' | head -40
+  done
+fi
+if has diag; then
+  s=/work/shared/models/stories260K.gguf
+  for d in cpu cuda; do
+    echo "== generate stories260K --device $d"
+    strata generate -m $s --device $d -p "Once upon a time" -n 24 --temperature 0 2>&1 | tail -3
+  done
+  echo "== generate stories260K --device cuda, no graphs"
+  STRATA_CUDA_GRAPHS=0 strata generate -m $s --device cuda -p "Once upon a time" -n 24 --temperature 0 2>&1 | tail -3
+fi
+model=/tmp/llama-1b-f16.gguf
+if has bench || has peer || has profile; then
+  strata gguf make-random --preset llama-1b --dtype f16 --vocab-from /work/shared/tokenizer/ggml-vocab-llama-spm.gguf \
+    -o "$model" >/dev/null 2>&1 || echo "make-random failed"
+fi
+if has profile; then
+  { echo "== profile: prefill 512"; STRATA_CUDA_PROFILE=1 strata bench model -m "$model" --device cuda --pp 512 --tg 0 --reps 2 --no-bandwidth;
+    echo "== profile: decode B=1"; STRATA_CUDA_PROFILE=1 strata bench model -m "$model" --device cuda --pp 0 --tg 64 --reps 1 --no-bandwidth;
+    echo "== profile: decode B=64"; STRATA_CUDA_PROFILE=1 strata bench model -m "$model" --device cuda --pp 0 --tg 32 --batch 64 --reps 1 --no-bandwidth;
+  } 2>&1 | tee "$out/profile.log" | grep -v '^| [a-z].* | [0-9]* | 0\.0'
+fi
+if has bench; then
+  { echo "== bench model pp512/tg128"; strata bench model -m "$model" --device cuda --pp 512 --tg 128 --reps 3;
+    for b in 8 64; do echo "== bench model B=$b"; strata bench model -m "$model" --device cuda --pp 0 --tg 128 --batch $b --reps 2 --no-bandwidth; done
+    echo "== bench offline 256x(128+128)"; strata bench offline -m "$model" --device cuda --num-prompts 256 --input-len 128 --output-len 128 --seed 1;
+  } 2>&1 | tee "$out/bench.log"
+fi
+if [[ -n $peer_pid ]]; then
+  wait "$peer_pid"; tail -3 "$out/peer-build.log"
+  b=/tmp/llama-cuda/bin
+  { echo "== llama-bench"; $b/llama-bench -m "$model" -p 512 -n 128 -fa 1 -ngl 99;
+    echo "== llama-batched-bench"; $b/llama-batched-bench -m "$model" -c 66000 -npp 128 -ntg 128 -npl 1,8,32,64,128,256 -fa -ngl 99;
+  } 2>&1 | tee "$out/peer.log" | grep -v '^llama_\|^load\|^print_info\|^ggml_\|^main:\|^build' | tail -30
+fi

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs COMMAND on a GPU machine with a bundle made by scripts/cuda/bundle.sh: unpacks its
+# libraries, puts the CUDA toolkit's and the driver's libraries on the library path, and makes
+# the paths the test programs were built with (/work/main, /work/shared) point at this checkout
+# and the bundle's copy of ../shared.
+#   scripts/cuda/device-run.sh BUNDLE COMMAND...      e.g. device-run.sh .peers/cuda strata --help
+set -euo pipefail
+bundle=$(cd "$1" && pwd); shift
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+[[ -d $bundle/bin ]] || tar xzf "$bundle/bundle.tgz" -C "$bundle"
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$bundle/bin:$PATH"
+mkdir -p /work
+[[ -e /work/main ]] || ln -s "$repo" /work/main
+[[ -e /work/shared ]] || ln -s "$bundle/shared" /work/shared
+"$@"

@@ -1,0 +1,659 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "core/check.h"
+#include "core/error.h"
+
+namespace strata {
+
+namespace cuda {
+
+void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
+  throw Error(fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(e), cudaGetErrorString(e), call, file, line));
+}
+
+void throw_cublas_error(int status, const char* call, const char* file, int line) {
+  throw Error(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", status,
+                          cublasGetStatusString(static_cast<cublasStatus_t>(status)), call, file, line));
+}
+
+}  // namespace cuda
+
+namespace {
+
+class CudaBuffer final : public DeviceBuffer {
+ public:
+  CudaBuffer(uint64_t bytes) : bytes_(bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<uint64_t>(bytes, 256));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("cannot allocate {:.1f} MiB of GPU memory: {}", static_cast<double>(bytes) / (1 << 20), cudaGetErrorString(e));
+    }
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~CudaBuffer() override { (void)cudaFree(data_); }
+  uint8_t* data() const override { return data_; }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  uint64_t bytes_;
+};
+
+// Small host arrays on their way to the device: a pinned ring mirrored by a device ring, copied
+// asynchronously with the ops that read them. Stream order makes reusing the device ring safe;
+// the host ring is reused only after the stream has drained once per wrap.
+class ArgStager {
+ public:
+  explicit ArgStager(size_t cap) { reserve(cap); }
+  ~ArgStager() { release(); }
+
+  const void* put(const void* src, size_t n, cudaStream_t s) {
+    const size_t need = (std::max<size_t>(n, 1) + 255) / 256 * 256;
+    if (need > cap_) {
+      STRATA_CUDA(cudaStreamSynchronize(s));
+      release();
+      reserve(std::max(need, 2 * cap_));
+      ++generation_;
+    } else if (off_ + need > cap_) {
+      STRATA_CUDA(cudaStreamSynchronize(s));
+      off_ = 0;
+      ++generation_;
+    }
+    std::memcpy(host_ + off_, src, n);
+    STRATA_CUDA(cudaMemcpyAsync(dev_ + off_, host_ + off_, n, cudaMemcpyHostToDevice, s));
+    const void* out = dev_ + off_;
+    off_ += need;
+    return out;
+  }
+  uint64_t generation() const { return generation_; }
+
+ private:
+  void reserve(size_t cap) {
+    void* h = nullptr;
+    STRATA_CUDA(cudaHostAlloc(&h, cap, cudaHostAllocDefault));
+    host_ = static_cast<uint8_t*>(h);
+    void* d = nullptr;
+    STRATA_CUDA(cudaMalloc(&d, cap));
+    dev_ = static_cast<uint8_t*>(d);
+    cap_ = cap;
+    off_ = 0;
+  }
+  void release() {
+    if (host_) (void)cudaFreeHost(host_);
+    if (dev_) (void)cudaFree(dev_);
+    host_ = dev_ = nullptr;
+  }
+  uint8_t* host_ = nullptr;
+  uint8_t* dev_ = nullptr;
+  size_t cap_ = 0, off_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// The last array staged for one purpose: the same bytes again are not copied again.
+struct StagedMemo {
+  std::vector<uint8_t> bytes;
+  const void* dev = nullptr;
+  uint64_t generation = ~uint64_t{0};
+  uint64_t graph_seq = ~uint64_t{0};
+};
+
+// kWarm: the first pass of a shape, run as it comes but with its arrays laid out as a recording
+// would (so it sizes every scratch buffer the recording will use); kCapture: the second, recorded;
+// kReplay: later ones, which only stage their arrays and launch the recording.
+enum class Mode { kEager, kWarm, kCapture, kReplay };
+
+// A device scratch buffer that only grows. A growth moves it, which invalidates every recorded
+// graph (they hold its address): *epoch counts growths.
+struct Scratch {
+  std::unique_ptr<CudaBuffer> buf;
+  void* get(uint64_t bytes, uint64_t* epoch, bool capturing) {
+    if (!buf || buf->bytes() < bytes) {
+      STRATA_CHECK(!capturing, "scratch growth while recording a graph");
+      const uint64_t grown = std::max<uint64_t>(bytes, buf ? 2 * buf->bytes() : 0);
+      buf.reset();  // the old buffer may still be read by queued kernels: cudaFree waits for them
+      buf = std::make_unique<CudaBuffer>(grown);
+      ++*epoch;
+    }
+    return buf->data();
+  }
+};
+
+}  // namespace
+
+// STRATA_CUDA_PROFILE=1: every op is timed on the host between two stream synchronisations
+// (so each figure includes one launch, ~5 us), summed per op and weight type, and the table is
+// printed to stderr when the backend is destroyed. Recording graphs is off then.
+class OpProfile {
+ public:
+  explicit OpProfile(cudaStream_t s) : stream_(s) {}
+  void begin() {
+    STRATA_CUDA(cudaStreamSynchronize(stream_));
+    t0_ = std::chrono::steady_clock::now();
+  }
+  void end(const std::string& name) {
+    STRATA_CUDA(cudaStreamSynchronize(stream_));
+    auto& e = totals_[name];
+    e.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    e.second += 1;
+  }
+  void print() const {
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(totals_.begin(), totals_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.first;
+    fmt::print(stderr, "CUDA op profile (host-timed, synchronised per op): {:.2f} ms in all\n", total);
+    fmt::print(stderr, "| op | calls | total ms | share | us/call |\n| --- | --- | --- | --- | --- |\n");
+    for (const auto& [name, v] : rows) {
+      fmt::print(stderr, "| {} | {} | {:.3f} | {:.1f}% | {:.1f} |\n", name, v.second, v.first, 100 * v.first / total,
+                 1000 * v.first / static_cast<double>(v.second));
+    }
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::chrono::steady_clock::time_point t0_;
+  std::map<std::string, std::pair<double, int64_t>> totals_;
+};
+
+struct CudaBackend::Impl {
+  std::unique_ptr<OpProfile> profile;  // STRATA_CUDA_PROFILE=1
+  bool graphs_enabled = true;          // STRATA_CUDA_GRAPHS=0 turns recording off
+  int device = 0;
+  cudaDeviceProp props{};
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::vector<std::unique_ptr<CudaBuffer>> owned;  // uploaded weights and vectors
+  std::unique_ptr<ArgStager> stager;
+  StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks;
+  Scratch x16, w16, attn_scratch;
+  std::unique_ptr<CudaBuffer> cublas_workspace;
+  std::vector<int32_t> attn_host;
+
+  // CUDA graphs of replayable passes (begin_replay/end_replay). Their host arrays are staged into
+  // a fixed arena (pinned, mirrored on the device), from offset 0 in every pass, so a replay finds
+  // them where the recording put them.
+  Mode mode = Mode::kEager;
+  uint64_t graph_seq = 0;  // changes at every begin/end: memos never cross a pass boundary
+  uint8_t* arena_host = nullptr;
+  std::unique_ptr<CudaBuffer> arena_dev;
+  size_t arena_cap = size_t{4} << 20, arena_off = 0;
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs;
+  std::unordered_set<uint64_t> seen;
+  uint64_t key = 0;
+  int32_t pad_blocks = 0;
+  uint64_t mem_epoch = 0, graphs_epoch = 0;
+  cudaEvent_t replay_done = nullptr;
+  bool replay_pending = false;
+  int64_t captured = 0, replays = 0;
+
+  template <typename F>
+  void timed(const std::string_view name, F&& launch) {
+    if (!profile) {
+      launch();
+      return;
+    }
+    profile->begin();
+    launch();
+    profile->end(std::string(name));
+  }
+
+  bool replaying() const { return mode == Mode::kReplay; }
+  bool capturing() const { return mode == Mode::kCapture; }
+  void* scratch(Scratch& s, uint64_t bytes) { return s.get(bytes, &mem_epoch, capturing()); }
+
+  const void* stage(StagedMemo& m, const void* src, size_t n) {
+    const uint64_t gen = mode == Mode::kEager ? stager->generation() : 0;
+    if (m.dev != nullptr && m.generation == gen && m.graph_seq == graph_seq && m.bytes.size() == n &&
+        (n == 0 || std::memcmp(m.bytes.data(), src, n) == 0)) {
+      return m.dev;
+    }
+    if (mode == Mode::kEager) {
+      m.dev = stager->put(src, n, stream);
+    } else {
+      const size_t need = (std::max<size_t>(n, 1) + 255) / 256 * 256;
+      STRATA_CHECK(arena_off + need <= arena_cap, "graph argument arena overflow");
+      std::memcpy(arena_host + arena_off, src, n);
+      m.dev = arena_dev->data() + arena_off;
+      if (mode != Mode::kReplay) {
+        STRATA_CUDA(cudaMemcpyAsync(arena_dev->data() + arena_off, arena_host + arena_off, n, cudaMemcpyHostToDevice, stream));
+      }
+      arena_off += need;
+    }
+    m.generation = gen;
+    m.graph_seq = graph_seq;
+    m.bytes.assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + n);
+    return m.dev;
+  }
+
+  void drop_graphs() {
+    for (auto& [k, g] : graphs) (void)cudaGraphExecDestroy(g);
+    graphs.clear();
+    seen.clear();
+  }
+  template <typename T>
+  const T* stage(StagedMemo& m, std::span<const T> v) {
+    return static_cast<const T*>(stage(m, v.data(), v.size_bytes()));
+  }
+};
+
+bool CudaBackend::usable(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    if (why) *why = e != cudaSuccess ? fmt::format("no CUDA driver or device ({})", cudaGetErrorString(e)) : "no CUDA device";
+    return false;
+  }
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = "cannot read the CUDA device's properties";
+    return false;
+  }
+  if (p.major < 9) {
+    if (why) *why = fmt::format("{} has compute capability {}.{}; this build has code for sm_90 and later", p.name, p.major, p.minor);
+    return false;
+  }
+  return true;
+}
+
+CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
+  std::string why;
+  if (!usable(&why)) fail("--device cuda: {}", why);
+  Impl& m = *impl_;
+  m.device = device;
+  STRATA_CUDA(cudaSetDevice(device));
+  STRATA_CUDA(cudaGetDeviceProperties(&m.props, device));
+  STRATA_CUDA(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  STRATA_CUBLAS(cublasCreate(&m.cublas));
+  STRATA_CUBLAS(cublasSetStream(m.cublas, m.stream));
+  // Plain fp32 products for F32 weights (no TF32 rounding), so F32 models match the CPU closely.
+  STRATA_CUBLAS(cublasSetMathMode(m.cublas, CUBLAS_DEFAULT_MATH));
+  m.stager = std::make_unique<ArgStager>(size_t{8} << 20);
+  // An explicit workspace: cuBLAS then allocates nothing while a graph is being recorded.
+  m.cublas_workspace = std::make_unique<CudaBuffer>(uint64_t{64} << 20);
+  STRATA_CUBLAS(cublasSetWorkspace(m.cublas, m.cublas_workspace->data(), m.cublas_workspace->bytes()));
+  void* h = nullptr;
+  STRATA_CUDA(cudaHostAlloc(&h, m.arena_cap, cudaHostAllocDefault));
+  m.arena_host = static_cast<uint8_t*>(h);
+  m.arena_dev = std::make_unique<CudaBuffer>(m.arena_cap);
+  STRATA_CUDA(cudaEventCreateWithFlags(&m.replay_done, cudaEventDisableTiming));
+  const char* prof = std::getenv("STRATA_CUDA_PROFILE");
+  if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
+  const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
+  m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
+}
+
+CudaBackend::~CudaBackend() {
+  if (!impl_) return;
+  (void)cudaStreamSynchronize(impl_->stream);
+  if (impl_->profile) impl_->profile->print();
+  impl_->drop_graphs();
+  if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
+  if (impl_->arena_host) (void)cudaFreeHost(impl_->arena_host);
+  impl_->owned.clear();
+  impl_->stager.reset();
+  if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->stream) (void)cudaStreamDestroy(impl_->stream);
+}
+
+std::string CudaBackend::description() const {
+  const cudaDeviceProp& p = impl_->props;
+  return fmt::format("cuda ({}, sm_{}{}, {} SMs, {:.0f} GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
+                     static_cast<double>(p.totalGlobalMem) / (uint64_t{1} << 30));
+}
+
+void CudaBackend::synchronize() { STRATA_CUDA(cudaStreamSynchronize(impl_->stream)); }
+
+void CudaBackend::memory_info(uint64_t* free_bytes, uint64_t* total_bytes) const {
+  size_t f = 0, t = 0;
+  STRATA_CUDA(cudaMemGetInfo(&f, &t));
+  *free_bytes = f;
+  *total_bytes = t;
+}
+
+std::optional<uint64_t> CudaBackend::free_memory_bytes() {
+  uint64_t f = 0, t = 0;
+  memory_info(&f, &t);
+  return f;
+}
+
+std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse use) {
+  auto buf = std::make_unique<CudaBuffer>(bytes);
+  if (use == MemoryUse::kKvCache) {
+    STRATA_CUDA(cudaMemsetAsync(buf->data(), 0, bytes, impl_->stream));
+    synchronize();
+  }
+  return buf;
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* src, uint64_t bytes) {
+  if (bytes == 0) return;
+  STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
+  synchronize();  // the caller may reuse `src` at once
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, uint64_t bytes) {
+  if (bytes == 0) return;
+  STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream));
+  synchronize();
+}
+
+bool CudaBackend::supports_matmul(GgmlType type) const { return cuda::matmul_type_supported(type); }
+
+WeightMatrix CudaBackend::upload_matrix(const WeightMatrix& host) {
+  const uint64_t bytes = host.row_bytes * static_cast<uint64_t>(host.rows);
+  auto buf = std::make_unique<CudaBuffer>(bytes);
+  copy_to_device(buf->data(), host.data, bytes);
+  WeightMatrix w = host;
+  w.data = buf->data();
+  impl_->owned.push_back(std::move(buf));
+  return w;
+}
+
+const float* CudaBackend::upload_vector(const float* host, int64_t n) {
+  if (host == nullptr) return nullptr;
+  auto buf = std::make_unique<CudaBuffer>(static_cast<uint64_t>(n) * sizeof(float));
+  copy_to_device(buf->data(), host, static_cast<uint64_t>(n) * sizeof(float));
+  const float* p = reinterpret_cast<const float*>(buf->data());
+  impl_->owned.push_back(std::move(buf));
+  return p;
+}
+
+void CudaBackend::embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) {
+  STRATA_CHECK(out.rows == static_cast<int64_t>(tokens.size()) && out.cols == table.cols);
+  if (tokens.empty()) return;
+  for (TokenId t : tokens) STRATA_CHECK(t >= 0 && t < table.rows, "token id {} out of range", t);
+  const int32_t* d = impl_->stage(impl_->memo_tokens, tokens);
+  if (impl_->replaying()) return;
+  switch (table.type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      impl_->timed("embed", [&] { cuda::embed_float_table(table, d, out.rows, out.data, impl_->stream); });
+      break;
+    default:
+      STRATA_CHECK(cuda::matmul_type_supported(table.type), "embedding table type {} not supported on CUDA",
+                   ggml_type_name(table.type));
+      impl_->timed("embed", [&] { cuda::dequantize_rows_f32(table, d, out.rows, out.data, impl_->stream); });
+  }
+}
+
+void CudaBackend::matmul(const WeightMatrix& w, ActView x, ActView y) {
+  STRATA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows, "matmul shapes");
+  STRATA_CHECK(cuda::matmul_type_supported(w.type), "weight type {} not supported on CUDA", ggml_type_name(w.type));
+  const int64_t n = x.rows;
+  if (n == 0 || impl_->replaying()) return;
+  Impl& m = *impl_;
+  if (n <= cuda::kGemvMaxRows) {
+    m.timed(m.profile ? fmt::format("gemv {} n={} [{}x{}]", ggml_type_name(w.type), n, w.rows, w.cols) : "",
+            [&] { cuda::gemv(w, x.data, n, y.data, m.stream); });
+    return;
+  }
+  const std::string prof_name =
+      m.profile ? fmt::format("cublas {} [{}x{}] n>8", ggml_type_name(w.type), w.rows, w.cols) : std::string();
+  // cuBLAS, column-major: Y^T [rows x n] = W^T(op T of col-major [cols x rows]) . X^T [cols x n].
+  const float one = 1.0f, zero = 0.0f;
+  const int M = static_cast<int>(w.rows), N = static_cast<int>(n), K = static_cast<int>(w.cols);
+  if (w.type == GgmlType::kF32) {
+    m.timed(prof_name, [&] {
+      STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, w.data, CUDA_R_32F, K, x.data,
+                                 CUDA_R_32F, K, &zero, y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    });
+    return;
+  }
+  const bool bf16 = w.type == GgmlType::kBF16;
+  const cudaDataType t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  void* x16 = m.scratch(m.x16, static_cast<uint64_t>(n * w.cols) * 2);
+  m.timed("f32 -> 16-bit activations", [&] { cuda::f32_to_16bit(x.data, n * w.cols, x16, bf16, m.stream); });
+  const void* a = w.data;
+  if (w.type != GgmlType::kF16 && w.type != GgmlType::kBF16) {
+    void* w16 = m.scratch(m.w16, static_cast<uint64_t>(w.rows * w.cols) * 2);
+    m.timed("dequantize weights to f16", [&] { cuda::dequantize_to_f16(w, 0, w.rows, w16, m.stream); });
+    a = w16;
+  }
+  m.timed(prof_name, [&] {
+    STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16, t16, K, &zero, y.data,
+                               CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+}
+
+void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
+  for (const MatmulOut& o : outs) matmul(*o.w, x, o.y);
+}
+
+void CudaBackend::rms_norm(ActView x, const float* weight, ActView y, float eps) {
+  STRATA_CHECK(x.rows == y.rows && x.cols == y.cols);
+  if (impl_->replaying()) return;
+  impl_->timed("rms_norm", [&] { cuda::rms_norm(x.data, weight, y.data, x.rows, x.cols, eps, impl_->stream); });
+}
+
+void CudaBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) {
+  STRATA_CHECK(x.rows == static_cast<int64_t>(pos.size()) && x.cols == int64_t{n_heads} * head_dim);
+  STRATA_CHECK(p.n_rot % 2 == 0 && p.n_rot <= head_dim);
+  if (pos.empty()) return;
+  const int32_t* d = impl_->stage(impl_->memo_pos, pos);
+  if (impl_->replaying()) return;
+  impl_->timed("rope", [&] { cuda::rope(x.data, d, x.rows, n_heads, head_dim, p, impl_->stream); });
+}
+
+void CudaBackend::silu_mul(ActView gate, ActView up) {
+  STRATA_CHECK(gate.rows == up.rows && gate.cols == up.cols);
+  if (impl_->replaying()) return;
+  impl_->timed("silu_mul", [&] { cuda::silu_mul(gate.data, up.data, gate.size(), impl_->stream); });
+}
+
+void CudaBackend::add(ActView y, ActView x) {
+  STRATA_CHECK(y.rows == x.rows && y.cols == x.cols);
+  if (impl_->replaying()) return;
+  impl_->timed("add", [&] { cuda::add(y.data, x.data, y.size(), impl_->stream); });
+}
+
+void CudaBackend::add_bias(ActView y, const float* bias) {
+  if (impl_->replaying()) return;
+  impl_->timed("add_bias", [&] { cuda::add_bias(y.data, bias, y.rows, y.cols, impl_->stream); });
+}
+
+void CudaBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) {
+  STRATA_CHECK(dst.rows == static_cast<int64_t>(rows.size()) && dst.cols == src.cols);
+  if (rows.empty()) return;
+  for (int32_t r : rows) STRATA_CHECK(r >= 0 && r < src.rows);
+  const int32_t* d = impl_->stage(impl_->memo_rows, rows);
+  if (impl_->replaying()) return;
+  impl_->timed("gather_rows", [&] { cuda::gather_rows(src.data, src.cols, d, dst.rows, dst.data, impl_->stream); });
+}
+
+void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) {
+  STRATA_CHECK(k.rows == static_cast<int64_t>(slots.size()) && v.rows == k.rows);
+  STRATA_CHECK(k.cols == int64_t{kv.n_kv_heads} * kv.head_dim && v.cols == k.cols);
+  if (slots.empty()) return;
+  const int32_t* d = impl_->stage(impl_->memo_slots, slots);
+  if (impl_->replaying()) return;
+  impl_->timed("kv_store", [&] { cuda::kv_store(kv, k.data, v.data, d, k.rows, impl_->stream); });
+}
+
+void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                                  float scale, ActView out) {
+  STRATA_CHECK(n_head % kv.n_kv_heads == 0 && q.cols == int64_t{n_head} * kv.head_dim && out.cols == q.cols &&
+               out.rows == q.rows);
+  if (seqs.empty()) return;
+  Impl& m = *impl_;
+  // [n_seqs][5] descriptors, then the block tables.
+  constexpr int kFields = sizeof(cuda::AttnSeqDev) / sizeof(int32_t);
+  static_assert(kFields == 5);
+  std::vector<int32_t>& h = m.attn_host;
+  h.assign(seqs.size() * kFields, 0);
+  cuda::AttnBatch b;
+  b.n_seqs = static_cast<int32_t>(seqs.size());
+  int32_t table_off = 0;
+  // In a recorded pass every table is padded to the shape's length, so that the arrays (and the
+  // grid, sized by max_ctx) are the same at every replay.
+  const bool padded = m.mode != Mode::kEager;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const AttentionSeq& s = seqs[i];
+    STRATA_CHECK(s.q_begin >= 0 && s.n_q >= 0 && s.q_begin + s.n_q <= q.rows);
+    STRATA_CHECK(int64_t{s.n_blocks} * kv.block_size >= s.start_pos + s.n_q, "block table too short");
+    int32_t* d = h.data() + i * kFields;
+    d[0] = s.q_begin;
+    d[1] = s.n_q;
+    d[2] = s.start_pos;
+    d[3] = s.n_blocks;
+    d[4] = table_off;
+    if (padded) STRATA_CHECK(s.n_blocks <= m.pad_blocks, "block table longer than the recorded shape");
+    table_off += padded ? m.pad_blocks : s.n_blocks;
+    b.n_tokens += s.n_q;
+    b.max_n_q = std::max(b.max_n_q, s.n_q);
+    b.max_ctx = std::max(b.max_ctx, s.start_pos + s.n_q);
+  }
+  for (const AttentionSeq& s : seqs) {
+    h.insert(h.end(), s.blocks, s.blocks + s.n_blocks);
+    if (padded) h.insert(h.end(), static_cast<size_t>(m.pad_blocks - s.n_blocks), 0);
+  }
+  if (padded) b.max_ctx = m.pad_blocks * kv.block_size;
+  const auto* staged = static_cast<const int32_t*>(m.stage(m.memo_attn, h.data(), h.size() * sizeof(int32_t)));
+  b.seqs = reinterpret_cast<const cuda::AttnSeqDev*>(staged);
+  b.tables = staged + seqs.size() * kFields;
+  if (m.replaying()) return;
+  const int64_t scratch = cuda::attention_scratch_floats(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
+  b.scratch = scratch > 0 ? static_cast<float*>(m.scratch(m.attn_scratch, static_cast<uint64_t>(scratch) * sizeof(float)))
+                          : nullptr;
+  m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
+          [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
+}
+
+void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV block copies are not part of a recorded pass");
+  const int64_t bs = kv.block_stride_bytes();
+  STRATA_CUDA(cudaMemcpyAsync(kv.k + dst * bs, kv.k + src * bs, bs, cudaMemcpyDeviceToDevice, impl_->stream));
+  STRATA_CUDA(cudaMemcpyAsync(kv.v + dst * bs, kv.v + src * bs, bs, cudaMemcpyDeviceToDevice, impl_->stream));
+}
+
+void CudaBackend::kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
+                                 uint8_t* v_slot) {
+  STRATA_CHECK(static_cast<int32_t>(blocks.size()) == warm_span(f, hot.block_size));
+  cuda::warm_encode(f, hot, impl_->stage(impl_->memo_blocks, blocks), static_cast<int32_t>(blocks.size()), k_slot,
+                    v_slot, impl_->stream);
+}
+
+void CudaBackend::kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) {
+  STRATA_CHECK(id >= kv.n_hot_blocks && kv.warm_format != WarmFormat::kNone);
+  STRATA_CHECK(k.rows == kv.block_size && k.cols == int64_t{kv.n_kv_heads} * kv.head_dim && v.rows == k.rows &&
+               v.cols == k.cols);
+  cuda::warm_decode(kv, id, k.data, v.data, impl_->stream);
+}
+
+bool CudaBackend::begin_replay(const ReplayShape& shape) {
+  Impl& m = *impl_;
+  if (!m.graphs_enabled) return false;
+  if (m.mode != Mode::kEager) {  // a pass that threw half-way: drop its recording
+    if (m.capturing()) {
+      cudaGraph_t g = nullptr;
+      (void)cudaStreamEndCapture(m.stream, &g);
+      if (g) (void)cudaGraphDestroy(g);
+      (void)cudaGetLastError();
+    }
+    m.mode = Mode::kEager;
+  }
+  if (m.graphs_epoch != m.mem_epoch) {  // a scratch buffer moved: recordings point at freed memory
+    m.drop_graphs();
+    m.graphs_epoch = m.mem_epoch;
+  }
+  // Host arrays: the fixed fields of each array plus alignment, all well under the arena.
+  const uint64_t arena_need = 8 * 256 + 4 * (4 * uint64_t(shape.n_tokens) + uint64_t(shape.n_seqs) * (5 + shape.max_blocks));
+  if (arena_need > m.arena_cap) return false;
+  const auto it = m.graphs.find(shape.key);
+  const bool first = it == m.graphs.end() && m.seen.insert(shape.key).second;
+  if (m.replay_pending) {  // the last replay may still read the arena's host side
+    STRATA_CUDA(cudaEventSynchronize(m.replay_done));
+    m.replay_pending = false;
+  }
+  m.key = shape.key;
+  m.pad_blocks = shape.max_blocks;
+  m.arena_off = 0;
+  ++m.graph_seq;
+  if (first) {
+    m.mode = Mode::kWarm;
+  } else if (it != m.graphs.end()) {
+    m.mode = Mode::kReplay;
+  } else {
+    STRATA_CUDA(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeRelaxed));
+    m.mode = Mode::kCapture;
+  }
+  return true;
+}
+
+void CudaBackend::end_replay() {
+  Impl& m = *impl_;
+  STRATA_CHECK(m.mode != Mode::kEager, "end_replay without begin_replay");
+  if (m.mode == Mode::kWarm) {
+    m.mode = Mode::kEager;
+    ++m.graph_seq;
+    STRATA_CUDA(cudaEventRecord(m.replay_done, m.stream));  // its copies read the arena's host side
+    m.replay_pending = true;
+    return;
+  }
+  if (m.capturing()) {
+    cudaGraph_t g = nullptr;
+    m.mode = Mode::kEager;
+    STRATA_CUDA(cudaStreamEndCapture(m.stream, &g));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    (void)cudaGraphDestroy(g);
+    STRATA_CUDA(e);
+    m.graphs[m.key] = exec;
+    ++m.captured;
+  } else {
+    ++m.replays;
+  }
+  m.mode = Mode::kEager;
+  ++m.graph_seq;
+  STRATA_CUDA(cudaGraphLaunch(m.graphs.at(m.key), m.stream));
+  STRATA_CUDA(cudaEventRecord(m.replay_done, m.stream));
+  m.replay_pending = true;
+}
+
+int64_t CudaBackend::graphs_captured() const { return impl_->captured; }
+int64_t CudaBackend::graph_replays() const { return impl_->replays; }
+
+double CudaBackend::measure_read_bandwidth_gbs(uint64_t bytes, int reps) {
+  bytes = std::max<uint64_t>(bytes / 16 * 16, 1 << 20);
+  CudaBuffer buf(bytes), sink(256);
+  Impl& m = *impl_;
+  STRATA_CUDA(cudaMemsetAsync(buf.data(), 0x3f, bytes, m.stream));
+  const auto* data = reinterpret_cast<const float4*>(buf.data());
+  const int64_t n4 = static_cast<int64_t>(bytes / 16);
+  cudaEvent_t start, stop;
+  STRATA_CUDA(cudaEventCreate(&start));
+  STRATA_CUDA(cudaEventCreate(&stop));
+  cuda::read_probe(data, n4, reinterpret_cast<float*>(sink.data()), m.stream);  // warm-up
+  double best = 0;
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    STRATA_CUDA(cudaEventRecord(start, m.stream));
+    cuda::read_probe(data, n4, reinterpret_cast<float*>(sink.data()), m.stream);
+    STRATA_CUDA(cudaEventRecord(stop, m.stream));
+    STRATA_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    STRATA_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    if (ms > 0) best = std::max(best, static_cast<double>(bytes) / (ms * 1e-3) / 1e9);
+  }
+  (void)cudaEventDestroy(start);
+  (void)cudaEventDestroy(stop);
+  return best;
+}
+
+}  // namespace strata

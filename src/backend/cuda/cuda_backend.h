@@ -1,0 +1,82 @@
+// The CUDA backend: the Backend interface (backend/backend.h) on one NVIDIA GPU. Weights are
+// uploaded once in their GGUF bytes (quantized ones stay quantized: the kernels read their
+// blocks), activations and KV arenas live in device memory, every op is enqueued on one CUDA
+// stream and returns at once; copy_to_host and synchronize() wait. 16-bit and quantized matmuls
+// of more than kGemvMaxRows rows go through cuBLAS (activations rounded to the weight's 16-bit
+// type, quantized weights dequantized one matrix at a time into a scratch buffer); smaller ones
+// (decode) through our own GEMV kernels that read each weight byte once.
+//
+// The small host arrays an op takes (token ids, positions, KV slots, block tables) are copied to
+// the device through a pinned staging ring with the op; an array equal to the last one of its
+// kind (positions for every layer's RoPE, the attention batch for every layer) is copied once.
+//
+// Thread-safety: as Backend: one thread at a time (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace strata {
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses GPU `device` (CUDA ordinal). Throws strata::Error when it cannot be used.
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+
+  // Whether a CUDA GPU is usable (a driver, a device, a context can be made); why not in *why.
+  static bool usable(std::string* why = nullptr);
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string description() const override;
+  bool host_visible() const override { return false; }
+  ThreadPool* thread_pool() override { return nullptr; }
+  void synchronize() override;
+
+  std::unique_ptr<DeviceBuffer> allocate(uint64_t bytes, MemoryUse use) override;
+  void copy_to_device(void* dst_device, const void* src_host, uint64_t bytes) override;
+  void copy_to_host(void* dst_host, const void* src_device, uint64_t bytes) override;
+
+  bool supports_matmul(GgmlType type) const override;
+  WeightMatrix upload_matrix(const WeightMatrix& host) override;
+  const float* upload_vector(const float* host, int64_t n) override;
+
+  void embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) override;
+  void matmul(const WeightMatrix& w, ActView x, ActView y) override;
+  void matmul_multi(std::span<const MatmulOut> outs, ActView x) override;
+  void rms_norm(ActView x, const float* weight, ActView y, float eps) override;
+  void rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) override;
+  void silu_mul(ActView gate, ActView up) override;
+  void add(ActView y, ActView x) override;
+  void add_bias(ActView y, const float* bias) override;
+  void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) override;
+
+  void kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) override;
+  void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                       float scale, ActView out) override;
+  void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
+  void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
+                      uint8_t* v_slot) override;
+  void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;
+
+  double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
+  std::optional<uint64_t> free_memory_bytes() override;
+  bool begin_replay(const ReplayShape& shape) override;
+  void end_replay() override;
+  // Graphs captured and replays launched so far (tests, bench reports).
+  int64_t graphs_captured() const;
+  int64_t graph_replays() const;
+
+  // Device memory free and total, in bytes (cudaMemGetInfo).
+  void memory_info(uint64_t* free_bytes, uint64_t* total_bytes) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata

@@ -1,0 +1,99 @@
+// Host-side launchers of the CUDA backend's kernels (each implemented in a .cu file of this
+// folder). Every pointer argument is device memory unless its comment says "host"; every launcher
+// enqueues its work on `stream` and returns at once (no synchronisation), checking the launch with
+// STRATA_CUDA_LAUNCH_CHECK. Shapes are checked by the caller (CudaBackend), not here.
+//
+// Numerics: activations are f32 in device memory, as on CPU; products accumulate in f32; KV and
+// warm-tier bytes are exactly those of the CPU formats (kv/kv_types.h, kv/warm_format.h), so a
+// block can move between host and device unchanged and attention reads what the CPU would.
+// Thread-safety: launchers are called from the engine thread only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/op_types.h"
+#include "kv/kv_types.h"
+#include "kv/warm_format.h"
+
+namespace strata::cuda {
+
+// --- elementwise (elementwise.cu) ------------------------------------------------------------
+
+// out[t][:] = row tokens[t] of an F32/F16/BF16 table as f32 (quantized tables: dequantize_rows_f32).
+void embed_float_table(const WeightMatrix& table, const int32_t* tokens, int64_t n, float* out, cudaStream_t s);
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w ; y may equal x.
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t s);
+// In place, x [n][n_heads * head_dim], row t at pos[t].
+void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, const RopeParams& p,
+          cudaStream_t s);
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s);
+void add(float* y, const float* x, int64_t n, cudaStream_t s);
+void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
+void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s);
+// Fills n floats of a read-bandwidth probe with a reduction (the result is written to *sink).
+void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s);
+
+// --- matmul (matmul.cu) ----------------------------------------------------------------------
+
+// Weight types the kernels read in their GGUF blocks.
+bool matmul_type_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_K, Q6_K
+// y[n][w.rows] = x[n][w.cols] . w^T with f32 accumulation, read straight from the weight's blocks;
+// for small n (decode): one pass over the weights for all n rows of x. n <= kGemvMaxRows.
+inline constexpr int64_t kGemvMaxRows = 8;
+void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s);
+// Rows [r0, r0 + nr) of w dequantized to IEEE half (dst [nr][w.cols], row-major), for the
+// cuBLAS path of quantized weights (one matrix at a time, never the whole model).
+void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s);
+// out[t][:] = row rows[t] of a quantized w (Q8_0/Q4_K/Q6_K) as f32, exactly dequantize_row's values
+// (embedding lookups of quantized tables). Added by the lead after matmul.cu's block decoders.
+void dequantize_rows_f32(const WeightMatrix& w, const int32_t* rows, int64_t n, float* out, cudaStream_t s);
+// dst[i] = src[i] rounded to half (bf16 = false) or bfloat16 (bf16 = true), round to nearest even.
+void f32_to_16bit(const float* src, int64_t n, void* dst, bool bf16, cudaStream_t s);
+
+// --- KV (kv.cu, attention.cu) ----------------------------------------------------------------
+
+// K/V rows of n new tokens ([n][n_kv_heads * head_dim] f32) into their slots (slot = block *
+// block_size + offset) in kv.dtype (round to nearest even, as core/fp16.h).
+void kv_store(const KvLayerView& kv, const float* k, const float* v, const int32_t* slots, int64_t n,
+              cudaStream_t s);
+// warm_encode() of kv/warm_format.h on the device, byte for byte: `span` hot blocks (ids in
+// `blocks`, device memory) of one layer into one warm slot (k_slot, v_slot).
+void warm_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span, uint8_t* k_slot,
+                 uint8_t* v_slot, cudaStream_t s);
+// Warm sub-block `id` (>= kv.n_hot_blocks) to f32 rows k, v [block_size][n_kv_heads * head_dim],
+// exactly warm_decode_row's values.
+void warm_decode(const KvLayerView& kv, BlockId id, float* k, float* v, cudaStream_t s);
+
+// One sequence of an attention batch as the kernels read it (device memory): rows [q_begin,
+// q_begin + n_q) of q/out at positions start_pos.., block table at tables + table_offset
+// (n_blocks ids: hot ids < kv.n_hot_blocks, warm sub-block ids above, as KvLayerView says).
+struct AttnSeqDev {
+  int32_t q_begin;
+  int32_t n_q;
+  int32_t start_pos;
+  int32_t n_blocks;
+  int32_t table_offset;
+};
+
+// What the caller (CudaBackend) knows of the whole batch, computed on the host.
+struct AttnBatch {
+  const AttnSeqDev* seqs = nullptr;  // [n_seqs]
+  const int32_t* tables = nullptr;   // flattened block tables
+  int32_t n_seqs = 0;
+  int32_t n_tokens = 0;       // sum of n_q
+  int32_t max_n_q = 0;        // largest n_q
+  int32_t max_ctx = 0;        // largest start_pos + n_q
+  float* scratch = nullptr;   // attention_scratch_floats(...) floats for split-context partials
+};
+
+// Floats of scratch that paged_attention needs for a batch of this shape.
+int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_ctx);
+// out[t][h] = softmax(q[t][h] . K^T * scale) . V, causal, over each sequence's block table; GQA
+// (kv head = h / (n_head / n_kv_heads)); f32 math, reading hot f32/f16/bf16 and warm
+// int8/fp8/int4 rows (decoded in the inner loop exactly as warm_decode_row).
+void paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                     float* out, cudaStream_t s);
+
+}  // namespace strata::cuda
