@@ -54,15 +54,15 @@ else
 	$(BUILD)/bin/strata serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 endif
 
-# Release build + every test, then the unit tests again under ASan+UBSan (slow tests and those
-# that run the binary left out: `make test-long` runs those).
-test: test-deps build build-asan
+# Release build (with the CUDA backend where a toolkit is found) + every test; the `cuda` tests
+# report SKIPPED without a GPU.
+test: test-deps build
 	$(CTEST) --test-dir $(BUILD) -j $(JOBS)
-	$(CTEST) --test-dir $(ASAN_BUILD) -j $(JOBS) -LE 'slow|binary'
 
-# What does not fit in `make test`'s time: the server and CLI black-box tests against the
-# ASan+UBSan binary, the ThreadSanitizer build and run, and a short run of both fuzz targets.
-test-long: test-deps test-asan-binary test-tsan fuzz-short
+# What does not fit in `make test`'s time: every non-slow test again under ASan+UBSan (unit and
+# black-box, against the sanitized binary), the ThreadSanitizer build and run, and a short run of
+# both fuzz targets.
+test-long: test-deps test-asan test-tsan fuzz-short
 
 build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) $(SAN_FLAGS) -DSTRATA_SANITIZE=ON >/dev/null

@@ -4,14 +4,19 @@
 # they link (not glibc/libstdc++, which the target's newer system provides; not cuBLAS/cudart,
 # which come with its CUDA toolkit under /usr/local/cuda/lib64), and the ../shared files the
 # tests read. Writes DEST (default .peers/cuda, which .git/info/exclude keeps out of git).
-#   scripts/cuda/bundle.sh [BUILD_DIR] [DEST]
+#   scripts/cuda/bundle.sh [BUILD_DIR] [DEST]      (NO_TESTS=1: strata alone, for benchmark calls
+#                                                   that carry a peer's source beside it)
 # Then, on the GPU machine, from the checkout: scripts/cuda/device-run.sh DEST COMMAND...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build} dest=${2:-.peers/cuda}
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib" "$dest/shared/models" "$dest/shared/tokenizer" "$dest/shared/reference"
 bins=("$build/bin/strata")
-for t in "$build"/tests/cuda_*; do [[ -x $t ]] && bins+=("$t"); done
+if [[ ${NO_TESTS:-0} != 1 ]]; then
+  for t in "$build"/tests/cuda_* "$build"/tests/server_server_{api,errors,batching,limits,lifecycle}_test; do
+    [[ -x $t ]] && bins+=("$t")
+  done
+fi
 for b in "${bins[@]}"; do strip -o "$dest/bin/$(basename "$b")" "$b"; done
 # Shared libraries outside glibc/libstdc++/the CUDA toolkit.
 ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |

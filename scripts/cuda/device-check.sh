@@ -29,6 +29,14 @@ if has nographs; then
     STRATA_CUDA_GRAPHS=0 "$t" 2>&1 | tee "$out/$t-nographs.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|error|^\[==' | head -40
   done
 fi
+if has server; then
+  # The server's black-box API tests against `strata serve --device cuda`.
+  for t in server_server_api_test server_server_errors_test server_server_batching_test server_server_limits_test server_server_lifecycle_test; do
+    echo "== $t (--device cuda)"
+    STRATA_TEST_DEVICE=cuda STRATA_TEST_BIN="$(command -v strata)" "$t" 2>&1 | tee "$out/$t.log" |
+      grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|^\[==' | head -20
+  done
+fi
 if has diag; then
   s=/work/shared/models/stories260K.gguf
   for d in cpu cuda; do
@@ -49,16 +57,32 @@ if has profile; then
     echo "== profile: decode B=64"; STRATA_CUDA_PROFILE=1 strata bench model -m "$model" --device cuda --pp 0 --tg 32 --batch 64 --reps 1 --no-bandwidth;
   } 2>&1 | tee "$out/profile.log" | grep -v '^| [a-z].* | [0-9]* | 0\.0'
 fi
+if has ncu; then
+  # Per-kernel GPU time (Nsight Compute, clocks left alone) of two decode tokens and one prefill.
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  export STRATA_CUDA_GRAPHS=0
+  timeout 200 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+    --launch-skip 600 --launch-count 370 strata bench model -m "$model" --device cuda --pp 0 --tg 24 --reps 1 --no-bandwidth \
+    >"$out/ncu-decode.txt" 2>&1; echo "ncu decode rc=$?"
+  timeout 200 "$NCU" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+    --launch-skip 200 --launch-count 200 strata bench model -m "$model" --device cuda --pp 512 --tg 0 --reps 1 --no-bandwidth \
+    >"$out/ncu-prefill.txt" 2>&1; echo "ncu prefill rc=$?"
+  unset STRATA_CUDA_GRAPHS
+  grep -E '^  [a-zA-Z_].*\(|gpu__time_duration.sum' "$out/ncu-decode.txt" | paste - - | awk '{print}' | head -40
+fi
 if has bench; then
   { echo "== bench model pp512/tg128"; strata bench model -m "$model" --device cuda --pp 512 --tg 128 --reps 3;
     for b in 8 64; do echo "== bench model B=$b"; strata bench model -m "$model" --device cuda --pp 0 --tg 128 --batch $b --reps 2 --no-bandwidth; done
     echo "== bench offline 256x(128+128)"; strata bench offline -m "$model" --device cuda --num-prompts 256 --input-len 128 --output-len 128 --seed 1;
+    strata gguf quantize "$model" --type q4_k -o /tmp/llama-1b-q4_k.gguf >/dev/null 2>&1 || echo "quantize failed"
+    echo "== bench model Q4_K pp512/tg128"; strata bench model -m /tmp/llama-1b-q4_k.gguf --device cuda --pp 512 --tg 128 --reps 3;
   } 2>&1 | tee "$out/bench.log"
 fi
 if [[ -n $peer_pid ]]; then
   wait "$peer_pid"; tail -3 "$out/peer-build.log"
   b=/tmp/llama-cuda/bin
   { echo "== llama-bench"; $b/llama-bench -m "$model" -p 512 -n 128 -fa 1 -ngl 99;
+    [[ -f /tmp/llama-1b-q4_k.gguf ]] && $b/llama-bench -m /tmp/llama-1b-q4_k.gguf -p 512 -n 128 -fa 1 -ngl 99;
     echo "== llama-batched-bench"; $b/llama-batched-bench -m "$model" -c 66000 -npp 128 -ntg 128 -npl 1,8,32,64,128,256 -fa -ngl 99;
   } 2>&1 | tee "$out/peer.log" | grep -v '^llama_\|^load\|^print_info\|^ggml_\|^main:\|^build' | tail -30
 fi

@@ -166,6 +166,26 @@ class Backend {
   // dst[i] = src[rows[i]] (picks the rows that need logits). rows: host; dst: [rows.size()][src.cols].
   virtual void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) = 0;
 
+  // --- Fused forms of op sequences the forward pass repeats. The defaults call the ops one by
+  // one (the CPU backend keeps them); a device backend may do each in one pass, with the same
+  // results as the sequence. ---
+
+  // add(x, d), then rms_norm(x, weight, h, eps): the residual add of one block and the norm that
+  // opens the next.
+  virtual void add_rms_norm(ActView x, ActView d, const float* weight, ActView h, float eps) {
+    add(x, d);
+    rms_norm(x, weight, h, eps);
+  }
+  // rope(q, pos, n_head, head_dim, p), rope(k, pos, n_kv_head, head_dim, p), then
+  // kv_store(kv, k, v, slots).
+  virtual void rope_kv_store(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,
+                             int32_t n_kv_head, int32_t head_dim, const RopeParams& p, const KvLayerView& kv,
+                             std::span<const int32_t> slots) {
+    rope(q, pos, n_head, head_dim, p);
+    rope(k, pos, n_kv_head, head_dim, p);
+    kv_store(kv, k, v, slots);
+  }
+
   // --- KV ops. KvLayerView pointers are backend memory (allocate(..., kKvCache)). ---
 
   // Writes the new tokens' K and V (f32, [n][n_kv_heads * head_dim]) into their slots
@@ -204,6 +224,13 @@ class Backend {
   };
   virtual bool begin_replay(const ReplayShape&) { return false; }
   virtual void end_replay() {}
+
+  // Host memory of at least n floats that copy_to_host fills fastest (pinned memory on a GPU), for
+  // results copied back every step (the logits); valid until the next call. Null: use your own.
+  virtual float* host_result_buffer(size_t n) {
+    (void)n;
+    return nullptr;
+  }
 
   // Bytes of device memory free now, for sizing the KV cache by default; nullopt on the CPU (whose
   // KV cache has a fixed default size, kv/kv_config.h).

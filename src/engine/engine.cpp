@@ -1,6 +1,6 @@
 #include "engine/engine.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 
@@ -77,11 +77,11 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
       const uint64_t reserve = uint64_t{2} << 30;
       const uint64_t kv_bytes = *free > reserve ? static_cast<uint64_t>((*free - reserve) * kDeviceKvShare) : *free / 2;
       cfg_.kv.memory_bytes = kv_bytes;
-      spdlog::info("KV cache: {:.1f} GiB of {} memory ({:.0f}% of the {:.1f} GiB free after the weights, less 2 GiB; "
-                   "--kv-memory sets it)",
+      fmt::print(stderr, "KV cache: {:.1f} GiB of {} memory ({:.0f}% of the {:.1f} GiB free after the weights, less 2 GiB; "
+                   "--kv-memory sets it)\n",
                    static_cast<double>(kv_bytes) / (uint64_t{1} << 30), device_kind_name(model.backend().kind()),
                    100.0 * static_cast<double>(kv_bytes) / static_cast<double>(*free),
-                   static_cast<double>(*free) / (uint64_t{1} << 30));
+                   static_cast<double>(*free) / (uint64_t{1} << 30));  // stderr: stdout may carry JSON
     }
   }
   storage_ = std::make_unique<KvStorage>(geo, cfg_.kv, model.backend().thread_pool(), &model.backend());

@@ -197,11 +197,14 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   be.embed(weights_.token_embd, tokens_, x);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // The residual adds are fused with the norm that follows them (Backend::add_rms_norm): the
+  // attention block's output with the feed-forward norm, the feed-forward output with the next
+  // layer's attention norm.
+  be.rms_norm(x, weights_.layers[0].attn_norm, h, c.rms_eps);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = weights_.layers[l];
     const KvLayerView& kv = kv_layers[l];
-    // Attention block.
-    be.rms_norm(x, L.attn_norm, h, c.rms_eps);
+    // Attention block (h holds the normed x).
     const MatmulOut qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
     be.matmul_multi(qkv, h);
     if (L.bq) {
@@ -209,19 +212,20 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
       be.add_bias(k, L.bk);
       be.add_bias(v, L.bv);
     }
-    be.rope(q, pos_, c.n_head, c.head_dim, rope_);
-    be.rope(k, pos_, c.n_head_kv, c.head_dim, rope_);
-    be.kv_store(kv, k, v, slots_);
+    be.rope_kv_store(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_);
     be.paged_attention(q, kv, attn_seqs_, c.n_head, scale, attn);
     be.matmul(L.wo, attn, out);
-    be.add(x, out);
+    be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
     // Feed-forward block (SiLU-gated).
-    be.rms_norm(x, L.ffn_norm, h, c.rms_eps);
     const MatmulOut gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
     be.matmul_multi(gate_up, h);
     be.silu_mul(gate, up);
     be.matmul(L.w_down, gate, out);
-    be.add(x, out);
+    if (l + 1 < c.n_layer) {
+      be.add_rms_norm(x, out, weights_.layers[l + 1].attn_norm, h, c.rms_eps);
+    } else {
+      be.add(x, out);
+    }
   }
 
   // Logits only for the rows that are sampled.
@@ -237,9 +241,13 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   if (replay) be.end_replay();
   const auto n_floats = static_cast<size_t>(logits.size());
   if (be.host_visible()) return {logits.data, n_floats};
-  logits_host_.resize(n_floats);
-  be.copy_to_host(logits_host_.data(), logits.data, n_floats * sizeof(float));
-  return logits_host_;
+  float* dst = be.host_result_buffer(n_floats);  // pinned on a GPU: the copy runs at PCIe speed
+  if (dst == nullptr) {
+    logits_host_.resize(n_floats);
+    dst = logits_host_.data();
+  }
+  be.copy_to_host(dst, logits.data, n_floats * sizeof(float));
+  return {dst, n_floats};
 }
 
 }  // namespace strata

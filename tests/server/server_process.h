@@ -62,8 +62,16 @@ class ServerProcess {
   using Options = ServerOptions;
 
   // Small engine settings every test server shares: one compute thread (ctest runs tests in
-  // parallel) and a KV pool far above what stories260K needs.
-  static std::vector<std::string> default_args() { return {"-t", "1", "--kv-memory", "64MiB"}; }
+  // parallel) and a KV pool far above what stories260K needs; STRATA_TEST_DEVICE=cuda runs every
+  // test server on the GPU (the black-box API tests on the device machine).
+  static std::vector<std::string> default_args() {
+    std::vector<std::string> a = {"-t", "1", "--kv-memory", "64MiB"};
+    if (const char* d = std::getenv("STRATA_TEST_DEVICE"); d != nullptr && *d != '\0') {
+      a.push_back("--device");
+      a.push_back(d);
+    }
+    return a;
+  }
 
   explicit ServerProcess(Options o = {}) : options_(std::move(o)) {
     dir_ = make_temp_dir("strata-serve");

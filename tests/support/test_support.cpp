@@ -19,7 +19,11 @@ std::string shared_path(const std::string& rel) {
   return (std::filesystem::path(STRATA_SHARED_DIR) / rel).lexically_normal().string();
 }
 
-std::string strata_bin() { return STRATA_BIN; }
+// STRATA_TEST_BIN overrides the build's binary (the GPU machine runs a carried copy elsewhere).
+std::string strata_bin() {
+  const char* b = std::getenv("STRATA_TEST_BIN");
+  return b != nullptr && *b != '\0' ? b : STRATA_BIN;
+}
 
 std::string make_temp_dir(const std::string& prefix) {
   std::string templ = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();

@@ -1,19 +1,26 @@
 // Paged attention of the CUDA backend over block tables (hot f32/f16/bf16 rows and warm
 // int8/fp8/int4 rows, decoded in the inner loop exactly as kv/warm_format.cpp's warm_decode_row).
 //
-// One kernel serves decode and prefill. Its unit of work is a warp: one sequence, one kv head, a
-// tile of kR "query vectors" (vector v of a sequence = query row v / group, head v % group of the
-// kv head's GQA group, so a group's heads share every K/V row the warp reads) and one split of the
-// keys the tile sees (causally). Per tile of kKT keys the warp
-//   stages the K rows (decoded to f32) in its shared memory, row stride head_dim + 1 (conflict-free),
-//   computes scores lane-per-key (lane j: key j, all kR vectors, q broadcast from shared memory),
-//   updates an online softmax per vector (max by warp shuffles, lane-partial sums),
-//   accumulates P.V with lane-per-channel (d = lane + 32 i), reading V rows straight from memory.
-// Warps of a block are independent (no block barrier). With one split the warp writes out[]; with
-// nsplit > 1 (flash-decoding, chosen from the batch shape so short contexts and large batches get
-// one) each split writes a partial (max, sum, acc[head_dim]) to scratch and a combine kernel merges.
+// Batches whose sequences all have n_q <= 1 (decode) take attention_decode_kernel (below: block per
+// sequence, kv head, split; its warps split the keys and merge in shared memory; no combine kernel
+// when the contexts are short). Everything else takes attention_kernel:
+// A thread block of WQ warps (WQ = 4 when some sequence has
+// >= 4 query tiles, i.e. prefill; else 1) takes one sequence, one kv head, one split of the keys and
+// WQ consecutive tiles of kR "query vectors" (vector v of a sequence = query row v / group, head
+// v % group of the kv head's GQA group; warp w owns tile w). The block's key range is the causal
+// range of its last tile (split `split` of it). Per tile of kKT keys:
+//   phase A (warp 0, lane per key; table entries prefetched during the previous tile's math): the
+//     K and V row sources (RowSrc) of the tile's keys into shared memory;
+//   phase B (all threads): K rows to Ks [kKT][D + 4] and V rows to Vs [kKT][D], decoded to f32, hot
+//     rows by independent 16-byte loads all in flight together, warm rows through row_elem;
+//   each warp (skipping tiles past its own causal end, but keeping every barrier): scores
+//     lane-per-key, online softmax per vector (max by warp shuffles, lane-partial sums), P.V
+//     lane-per-channel (d = lane + 32 i) from Vs.
+// With one split the warp writes out[]; with nsplit > 1 (flash-decoding, chosen from the batch shape;
+// splits down to one tile of keys) each split writes a partial (max, sum, acc[hd]) to scratch and a
+// combine kernel merges (splits that got no keys write m = -INF and are skipped).
 //
-// Scratch layout (nsplit > 1): float [n_tokens][n_head][nsplit][head_dim + 2] = {m, l, acc...}.
+// Scratch layout (nsplit > 1, either kernel): float [n_tokens][n_head][nsplit][head_dim + 2] = {m, l, acc...}.
 // Assumption: the batch's sequences cover rows [0, n_tokens) of q/out (the combine kernel reads
 // every row's partials).
 #include <cuda_bf16.h>
@@ -149,33 +156,138 @@ ATT_HD float row_elem(const RowSrc& r, int d) {
   }
 }
 
-// Elements d = lane + 32 i (i < VEC) of a row of hd elements (0 past its end: head sizes that are
-// not a multiple of 32 run in the next larger instantiation).
-template <int VEC>
-__device__ __forceinline__ void load_row(const RowSrc& r, int lane, int hd, float (&o)[VEC]) {
+// --- kernels -------------------------------------------------------------------------------------
+
+constexpr int kR = 8;    // query vectors per warp
+constexpr int kKT = 32;  // keys per tile (one per lane in the score phase)
+
+static_assert((2 * kKT * sizeof(RowSrc)) % 16 == 0, "RowSrc table keeps the float tiles 16-byte aligned");
+
+// Shared memory of a block of WQ warps (floats): RowSrc[2][kKT] (K rows, V rows of the tile), the
+// K tile [kKT][D + 4] (stride D + 4: conflict-free float4 reads lane-per-key), the V tile [kKT][D],
+// then per warp Qs [kR][D] and Ps [kR][kKT].
+template <int VEC, int WQ>
+struct Cfg {
+  static constexpr int D = VEC * 32;
+  static constexpr int NT = WQ * 32;
+  static constexpr int KS = D + 4;
+  static constexpr int RS_FLOATS = static_cast<int>(2 * kKT * sizeof(RowSrc) / sizeof(float));
+  static constexpr int WARP_FLOATS = kR * D + kR * kKT;
+  static constexpr int FLOATS = RS_FLOATS + kKT * KS + kKT * D + WQ * WARP_FLOATS;
+};
+
+// Phase A of a tile (one lane per key): the K and V row sources of key `key` (block id `id` from
+// the table) into rs[lane] and rs[kKT + lane]; kind -1 (zeros) for keys past the range end ke.
+ATT_HD void set_rowsrc(const KvLayerView& kv, RowSrc* rs, int lane, int32_t key, int32_t ke, int32_t id, int32_t kvh) {
+  if (key < ke) {
+    const int32_t slot = key % kv.block_size;
+    rs[lane] = row_src(kv, false, id, slot, kvh);
+    rs[kKT + lane] = row_src(kv, true, id, slot, kvh);
+  } else {
+    RowSrc z;
+    z.kind = -1;
+    rs[lane] = z;
+    rs[kKT + lane] = z;
+  }
+}
+
+// Phase B of a tile, thread `tid` of the block's NT: decoded K rows to Ks [kKT][D + 4] and V rows
+// to Vs [kKT][D] (zeros past hd and for keys past the range). Hot rows of kind hot_kind are read
+// with 16-byte loads (CE = 16 / ES elements, hd % CE == 0 and 16-byte aligned rows, checked by the
+// launcher), all of a batch in flight together; other (warm) rows element by element via row_elem.
+// ES = 0: element by element for every row (any hd).
+// NBX: 16-byte loads in flight per thread (0: the default by VEC).
+template <int VEC, int WQ, int ES, int NBX = 0>
+ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, int hot_kind) {
+  constexpr int D = VEC * 32, NT = WQ * 32, KS = D + 4;
+  if constexpr (ES == 0) {
+    constexpr int RC = kKT * D;
+    constexpr int PER = 2 * RC / NT;
+    constexpr int NB = 8;
+#pragma unroll 1
+    for (int b0 = 0; b0 < PER; b0 += NB) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    const int d = lane + 32 * i;
-    if (d >= hd) {
-      o[i] = 0.0f;
-      continue;
+      for (int u = 0; u < NB; ++u) {
+        if (b0 + u >= PER) break;
+        const int c = tid + NT * (b0 + u);
+        const int which = c / RC, rem = c % RC, j = rem / D, d = rem % D;
+        const RowSrc& r = rs[which * kKT + j];
+        const float v = (r.kind >= 0 && d < hd) ? row_elem(r, d) : 0.0f;
+        if (which) {
+          Vs[j * D + d] = v;
+        } else {
+          Ks[j * KS + d] = v;
+        }
+      }
     }
-    switch (r.kind) {
-      case 0: o[i] = reinterpret_cast<const float*>(r.data)[d]; break;
-      case 1: o[i] = half_bits_to_f32(reinterpret_cast<const uint16_t*>(r.data)[d]); break;
-      case 2: o[i] = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(r.data)[d]); break;
-      default: o[i] = row_elem(r, d); break;
+  } else {
+    constexpr int CE = 16 / ES;  // elements per 16-byte chunk
+    constexpr int CPR = D / CE;  // chunks per row (capacity)
+    constexpr int RC = kKT * CPR;
+    constexpr int PER = 2 * RC / NT;
+    constexpr int NB = NBX > 0 ? NBX : (VEC <= 4 ? 8 : 4);
+    static_assert((2 * RC) % NT == 0, "chunks spread evenly over the block");
+#pragma unroll 1
+    for (int b0 = 0; b0 < PER; b0 += NB) {
+      uint4 raw[NB];
+#pragma unroll
+      for (int u = 0; u < NB; ++u) {
+        raw[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (b0 + u < PER) {
+          const int c = tid + NT * (b0 + u);
+          const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+          const RowSrc& r = rs[which * kKT + j];
+          if (r.kind == hot_kind && d < hd) raw[u] = *reinterpret_cast<const uint4*>(r.data + d * ES);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < NB; ++u) {
+        if (b0 + u >= PER) break;
+        const int c = tid + NT * (b0 + u);
+        const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+        const RowSrc& r = rs[which * kKT + j];
+        float f[CE];
+        if (r.kind == hot_kind && d < hd) {
+          const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+          if constexpr (ES == 4) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f[e] = bits_f32(w[e]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const uint16_t lo = static_cast<uint16_t>(w[e] & 0xffffu), hi = static_cast<uint16_t>(w[e] >> 16);
+              f[2 * e] = hot_kind == 1 ? half_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+              f[2 * e + 1] = hot_kind == 1 ? half_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < CE; ++e) f[e] = 0.0f;  // past the range or hd; warm rows: next pass
+        }
+        float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
+#pragma unroll
+        for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+      }
+    }
+    // Warm rows (a tile may mix hot and warm blocks): element by element, as warm_decode_row.
+#pragma unroll 1
+    for (int u = 0; u < PER; ++u) {
+      const int c = tid + NT * u;
+      const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+      const RowSrc& r = rs[which * kKT + j];
+      if (r.kind < 0 || r.kind == hot_kind || d >= hd) continue;
+      float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
+      float f[CE];
+#pragma unroll
+      for (int e = 0; e < CE; ++e) f[e] = row_elem(r, d + e);  // independent loads, in flight together
+#pragma unroll
+      for (int e = 0; e < CE; ++e) dst[e] = f[e];
     }
   }
 }
 
-// --- kernels -------------------------------------------------------------------------------------
-
-constexpr int kR = 8;       // query vectors per warp
-constexpr int kKT = 32;     // keys per tile (one per lane)
-constexpr int kWarps = 2;   // warps per thread block (independent)
-
-ATT_HD int64_t warp_smem_floats(int D) { return int64_t{kKT} * (D + 1) + int64_t{kR} * D + int64_t{kR} * kKT; }
+// Number of tiles (kR vectors) of a sequence of n_q rows and of its groups of WQ tiles.
+ATT_HD int64_t seq_tiles(int32_t n_q, int32_t group) { return (int64_t{n_q} * group + kR - 1) / kR; }
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
@@ -188,62 +300,78 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-template <int VEC>
-__global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b,
-                                                                 int32_t n_head, int32_t group, float scale,
-                                                                 float* __restrict__ out, int32_t nsplit,
-                                                                 int64_t tile_slots) {
-  constexpr int D = VEC * 32;  // capacity; the head has hd <= D elements
+// One block = one sequence, one kv head, one split of the keys and a group of WQ consecutive query
+// tiles (warp w: tile WQ * g + w). The block's key range is the causal range of its last tile (split
+// `split` of it); every K/V tile is staged once in shared memory for all WQ warps. Warps whose own
+// causal range ends earlier (or that have no tile) keep taking part in the staging and the barriers.
+// stage_mode: 0 element-wise, 2 hot 16-bit rows by 16-byte loads, 4 hot f32 rows by 16-byte loads.
+template <int VEC, int WQ>
+__global__ void __launch_bounds__(WQ * 32, (VEC <= 3 ? 12 : 8) / WQ)
+    attention_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t group,
+                     float scale, float* __restrict__ out, int32_t nsplit, int64_t group_slots, int32_t stage_mode) {
+  using C = Cfg<VEC, WQ>;
+  constexpr int D = C::D, KS = C::KS;
   const int hd = kv.head_dim;
   extern __shared__ float4 smem4[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float* Ks = reinterpret_cast<float*>(smem4) + warp * warp_smem_floats(D);  // [kKT][D + 1]
-  float* Qs = Ks + kKT * (D + 1);                                             // [kR][D]
-  float* Ps = Qs + kR * D;                                                    // [kR][kKT]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* sm = reinterpret_cast<float*>(smem4);
+  RowSrc* rs = reinterpret_cast<RowSrc*>(sm);
+  float* Ks = sm + C::RS_FLOATS;                    // [kKT][KS]
+  float* Vs = Ks + kKT * KS;                        // [kKT][D]
+  float* Qs = Vs + kKT * D + warp * C::WARP_FLOATS;  // [kR][D]
+  float* Ps = Qs + kR * D;                          // [kR][kKT]
 
   const int64_t n_kv = kv.n_kv_heads;
-  const int64_t gw = int64_t{blockIdx.x} * kWarps + warp;
-  if (gw >= tile_slots * n_kv * nsplit) return;
-  const int64_t tile = gw % tile_slots;
-  const int64_t rest = gw / tile_slots;
+  const int64_t blk = blockIdx.x;
+  if (blk >= group_slots * n_kv * nsplit) return;  // block-uniform
+  const int64_t gslot = blk % group_slots;
+  const int64_t rest = blk / group_slots;
   const int32_t kvh = static_cast<int32_t>(rest % n_kv);
   const int32_t split = static_cast<int32_t>(rest / n_kv);
 
-  // Which sequence holds this tile: prefix sums of ceil(n_q * group / kR) over the sequences.
+  // Which sequence holds this tile group: prefix sums of ceil(tiles / WQ) over the sequences (every
+  // warp computes the same, no barrier needed).
   int32_t seq = -1;
-  int64_t local_tile = 0;
+  int64_t local_group = 0;
   {
     int64_t cum = 0;
     for (int32_t base = 0; base < b.n_seqs; base += 32) {
       const int32_t si = base + lane;
-      const int64_t nt = si < b.n_seqs ? (int64_t{b.seqs[si].n_q} * group + kR - 1) / kR : 0;
-      int64_t inc = nt;
+      const int64_t ng = si < b.n_seqs ? (seq_tiles(b.seqs[si].n_q, group) + WQ - 1) / WQ : 0;
+      int64_t inc = ng;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const int64_t y = __shfl_up_sync(0xffffffffu, inc, o);
         if (lane >= o) inc += y;
       }
       const int64_t total = __shfl_sync(0xffffffffu, inc, 31);
-      if (tile < cum + total) {
-        const unsigned mask = __ballot_sync(0xffffffffu, cum + inc > tile);
+      if (gslot < cum + total) {
+        const unsigned mask = __ballot_sync(0xffffffffu, cum + inc > gslot);
         const int L = __ffs(mask) - 1;
-        const int64_t excl = __shfl_sync(0xffffffffu, inc - nt, L);
+        const int64_t excl = __shfl_sync(0xffffffffu, inc - ng, L);
         seq = base + L;
-        local_tile = tile - cum - excl;
+        local_group = gslot - cum - excl;
         break;
       }
       cum += total;
     }
   }
-  if (seq < 0) return;
+  if (seq < 0) return;  // block-uniform
   const AttnSeqDev sd = b.seqs[seq];
   const int32_t* table = b.tables + sd.table_offset;
   const int32_t nvec = sd.n_q * group;
-  const int32_t v0 = static_cast<int32_t>(local_tile) * kR;
-  const int rcount = nvec - v0 < kR ? nvec - v0 : kR;
+  const int64_t nt = seq_tiles(sd.n_q, group);
+  const int64_t ngr = (nt + WQ - 1) / WQ;
+  const int32_t t0 = static_cast<int32_t>((ngr - 1 - local_group) * WQ);  // longest key ranges first
+  const int32_t tiles_here = nt - t0 < WQ ? static_cast<int32_t>(nt - t0) : WQ;
+  const int32_t vlast = (nvec < (t0 + tiles_here) * kR ? nvec : (t0 + tiles_here) * kR) - 1;
+  const int32_t kend = sd.start_pos + vlast / group + 1;  // the block's causal key range
 
-  // Query vector r of the tile: row v / group (token q_begin + that), head kvh * group + v % group,
-  // causal limit: keys < start_pos + row + 1 (0 for vectors past the sequence's end).
+  const int32_t v0 = (t0 + warp) * kR;
+  const int rcount = warp < tiles_here ? (nvec - v0 < kR ? nvec - v0 : kR) : 0;
+
+  // Query vector r of the warp's tile: row v / group (token q_begin + that), head kvh * group + v %
+  // group, causal limit: keys < start_pos + row + 1 (0 for vectors past the sequence's end).
   auto vec_out = [&](int r) {
     const int32_t v = v0 + r;
     return (int64_t{sd.q_begin} + v / group) * n_head + kvh * group + v % group;
@@ -251,7 +379,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(const float* 
   int32_t lim[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) lim[r] = r < rcount ? sd.start_pos + (v0 + r) / group + 1 : 0;
-  const int32_t kend = sd.start_pos + (v0 + rcount - 1) / group + 1;
+  const int32_t kend_w = rcount > 0 ? sd.start_pos + (v0 + rcount - 1) / group + 1 : 0;
   int32_t chunk = (kend + nsplit - 1) / nsplit;
   chunk = (chunk + kKT - 1) / kKT * kKT;
   const int32_t kb = split * chunk;
@@ -265,7 +393,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(const float* 
       Qs[r * D + d] = r < rcount && d < hd ? q[vec_out(r) * hd + d] : 0.0f;
     }
   }
-  __syncwarp();
 
   float m[kR], l[kR], acc[kR][VEC];
 #pragma unroll
@@ -277,95 +404,91 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(const float* 
   }
 
   const int32_t bs = kv.block_size;
+  const int hot_kind = kv.dtype == KvDtype::kF32 ? 0 : (kv.dtype == KvDtype::kF16 ? 1 : 2);
+  const int hd4 = (hd + 3) & ~3;
+  if (warp == 0 && kb < ke) {
+    const int32_t key = kb + lane;
+    set_rowsrc(kv, rs, lane, key, ke, key < ke ? table[key / bs] : 0, kvh);
+  }
   for (int32_t k0 = kb; k0 < ke; k0 += kKT) {
     const int nk = ke - k0 < kKT ? ke - k0 : kKT;
-    // Stage the tile's K rows.
-    for (int j0 = 0; j0 < nk; j0 += 2) {
-      float vals[2][VEC];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if (j0 + u < nk) {
-          const int32_t key = k0 + j0 + u;
-          const RowSrc rs = row_src(kv, false, table[key / bs], key % bs, kvh);
-          load_row<VEC>(rs, lane, hd, vals[u]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if (j0 + u < nk) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) Ks[(j0 + u) * (D + 1) + lane + 32 * i] = vals[u][i];
-        }
-      }
+    __syncthreads();  // row sources of this tile written; the previous tile's K/V no longer read
+    if (stage_mode == 2) {
+      stage_tile<VEC, WQ, 2>(rs, Ks, Vs, hd, tid, hot_kind);
+    } else if (stage_mode == 4) {
+      stage_tile<VEC, WQ, 4>(rs, Ks, Vs, hd, tid, hot_kind);
+    } else {
+      stage_tile<VEC, WQ, 0>(rs, Ks, Vs, hd, tid, hot_kind);
     }
-    __syncwarp();
+    __syncthreads();  // K/V tile ready; row sources free
+    // Prefetch the next tile's table entries (used after this tile's math).
+    const int32_t kn = k0 + kKT;
+    int32_t nid = 0;
+    if (warp == 0 && kn + lane < ke) nid = table[(kn + lane) / bs];
 
-    // Scores: lane = key.
-    float s[kR];
+    if (k0 < kend_w) {  // warp-uniform
+      // Scores: lane = key.
+      float s[kR];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) s[r] = 0.0f;
-    if (lane < nk) {
-      const float* kr = Ks + lane * (D + 1);
+      for (int r = 0; r < kR; ++r) s[r] = 0.0f;
+      if (lane < nk) {
+        const float* kr = Ks + lane * KS;
 #pragma unroll 1
-      for (int d = 0; d < D; d += 4) {
-        const float k0v = kr[d], k1v = kr[d + 1], k2v = kr[d + 2], k3v = kr[d + 3];
+        for (int d = 0; d < hd4; d += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(kr + d);
 #pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          const float4 qq = *reinterpret_cast<const float4*>(Qs + r * D + d);
-          s[r] = fmaf(qq.x, k0v, s[r]);
-          s[r] = fmaf(qq.y, k1v, s[r]);
-          s[r] = fmaf(qq.z, k2v, s[r]);
-          s[r] = fmaf(qq.w, k3v, s[r]);
+          for (int r = 0; r < kR; ++r) {
+            const float4 qq = *reinterpret_cast<const float4*>(Qs + r * D + d);
+            s[r] = fmaf(qq.x, k4.x, s[r]);
+            s[r] = fmaf(qq.y, k4.y, s[r]);
+            s[r] = fmaf(qq.z, k4.z, s[r]);
+            s[r] = fmaf(qq.w, k4.w, s[r]);
+          }
         }
       }
-    }
-    const int32_t key = k0 + lane;
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float sc = (lane < nk && key < lim[r]) ? s[r] * scale : -INFINITY;
-      const float m_new = fmaxf(m[r], warp_max(sc));
-      float p = 0.0f, corr = 1.0f;
-      if (m_new != -INFINITY) {
-        p = expf(sc - m_new);
-        corr = expf(m[r] - m_new);
-      }
-      m[r] = m_new;
-      l[r] = l[r] * corr + p;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[r][i] *= corr;
-      Ps[r * kKT + lane] = p;
-    }
-    __syncwarp();
-
-    // acc += P . V (lane = channels lane + 32 i).
-    for (int j0 = 0; j0 < nk; j0 += 4) {
-      float vals[4][VEC];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (j0 + u < nk) {
-          const int32_t kk = k0 + j0 + u;
-          const RowSrc rs = row_src(kv, true, table[kk / bs], kk % bs, kvh);
-          load_row<VEC>(rs, lane, hd, vals[u]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) vals[u][i] = 0.0f;
-        }
-      }
+      const int32_t key = k0 + lane;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        const float4 p4 = *reinterpret_cast<const float4*>(Ps + r * kKT + j0);
+        const float sc = (lane < nk && key < lim[r]) ? s[r] * scale : -INFINITY;
+        const float m_new = fmaxf(m[r], warp_max(sc));
+        float p = 0.0f, corr = 1.0f;
+        if (m_new != -INFINITY) {
+          p = expf(sc - m_new);
+          corr = expf(m[r] - m_new);
+        }
+        m[r] = m_new;
+        l[r] = l[r] * corr + p;
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          float a = acc[r][i];
-          a = fmaf(p4.x, vals[0][i], a);
-          a = fmaf(p4.y, vals[1][i], a);
-          a = fmaf(p4.z, vals[2][i], a);
-          a = fmaf(p4.w, vals[3][i], a);
-          acc[r][i] = a;
+        for (int i = 0; i < VEC; ++i) acc[r][i] *= corr;
+        Ps[r * kKT + lane] = p;
+      }
+      __syncwarp();
+
+      // acc += P . V (lane = channels lane + 32 i; V rows past nk are zeros, their p is 0).
+#pragma unroll 1
+      for (int j0 = 0; j0 < nk; j0 += 4) {
+        float vals[4][VEC];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) vals[u][i] = Vs[(j0 + u) * D + lane + 32 * i];
+        }
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const float4 p4 = *reinterpret_cast<const float4*>(Ps + r * kKT + j0);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            float a = acc[r][i];
+            a = fmaf(p4.x, vals[0][i], a);
+            a = fmaf(p4.y, vals[1][i], a);
+            a = fmaf(p4.z, vals[2][i], a);
+            a = fmaf(p4.w, vals[3][i], a);
+            acc[r][i] = a;
+          }
         }
       }
     }
-    __syncwarp();
+    if (warp == 0 && kn < ke) set_rowsrc(kv, rs, lane, kn + lane, ke, nid, kvh);
   }
 
 #pragma unroll
@@ -381,41 +504,46 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(const float* 
         if (lane + 32 * i < hd) o[lane + 32 * i] = acc[r][i] * inv;
       }
     } else {
-      float* part = b.scratch + (row * nsplit + split) * (D + 2);
+      float* part = b.scratch + (row * nsplit + split) * (hd + 2);
       if (lane == 0) {
         part[0] = m[r];
         part[1] = L;
       }
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) part[2 + lane + 32 * i] = acc[r][i];
+      for (int i = 0; i < VEC; ++i) {
+        if (lane + 32 * i < hd) part[2 + lane + 32 * i] = acc[r][i];
+      }
     }
   }
 }
 
-// Merges the nsplit partials of each (token, head) row: one warp per row.
+// Merges the nsplit partials ({m, l, acc[hd]}, stride hd + 2) of each (token, head) row: one warp
+// per row; partials with m = -INF (splits that got no keys) are skipped.
 template <int VEC>
 __global__ void __launch_bounds__(128) attention_combine_kernel(const float* __restrict__ scratch, int64_t rows,
                                                                 int32_t nsplit, int32_t hd, float* __restrict__ out) {
-  constexpr int D = VEC * 32;
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5;
   if (row >= rows) return;
-  const float* part = scratch + row * nsplit * (D + 2);
+  const int64_t stride = hd + 2;
+  const float* part = scratch + row * nsplit * stride;
   float M = -INFINITY;
-  for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, part[int64_t{s} * (D + 2)]);
+  for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, part[s * stride]);
   M = warp_max(M);
   float acc[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
   float L = 0.0f;
   for (int s = 0; s < nsplit; ++s) {
-    const float* p = part + int64_t{s} * (D + 2);
+    const float* p = part + s * stride;
     const float ms = p[0];
     if (ms == -INFINITY) continue;
     const float w = expf(ms - M);
     L += w * p[1];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) acc[i] += w * p[2 + lane + 32 * i];
+    for (int i = 0; i < VEC; ++i) {
+      if (lane + 32 * i < hd) acc[i] += w * p[2 + lane + 32 * i];
+    }
   }
   const float inv = 1.0f / L;
   float* o = out + row * hd;
@@ -425,35 +553,284 @@ __global__ void __launch_bounds__(128) attention_combine_kernel(const float* __r
   }
 }
 
-// Splits of the context per query tile: enough warps for ~2 waves on an H200 (132 SMs, ~8 resident
-// warps each) when the batch alone does not fill them, each split at least 64 keys.
+// --- decode (every sequence of the batch has n_q <= 1) --------------------------------------------
+//
+// One block per (split, kv head, sequence, tile of R of the kv head's group vectors), no sequence
+// search (block index -> sequence directly). The block's nw warps (1..4, runtime) take the split's
+// key tiles round-robin (warp w: tiles w, w + nw, ...), each staging its own tiles in its own shared
+// memory (row sources, K, V, P) with warp barriers only; one block barrier after the Q load and one
+// before the warps' partials (m, l, acc) are merged by warp 0, which writes out[] (nsplit == 1) or
+// the split's partial (merged by attention_combine_kernel).
+template <int VEC, int R>
+struct DecCfg {
+  static constexpr int D = VEC * 32;
+  static constexpr int KS = D + 4;
+  static constexpr int RS_FLOATS = static_cast<int>(2 * kKT * sizeof(RowSrc) / sizeof(float));
+  static constexpr int WARP_FLOATS = RS_FLOATS + kKT * KS + kKT * D + R * kKT;  // rs, Ks, Vs, Ps
+  static constexpr int Q_FLOATS = R * D;
+  static_assert(2 * R + R * D <= kKT * KS, "merge area fits the K tile");
+  static_assert(WARP_FLOATS % 4 == 0 && Q_FLOATS % 4 == 0, "16-byte aligned areas");
+};
+
+constexpr int kDecMaxWarps = 4;
+ATT_HD int dec_max_warps(int vec) { return vec <= 4 ? kDecMaxWarps : 2; }
+
+template <int VEC, int R>
+__global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
+    attention_decode_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t group,
+                            float scale, float* __restrict__ out, int32_t nsplit, int32_t tps, int32_t stage_mode) {
+  using C = DecCfg<VEC, R>;
+  constexpr int D = C::D, KS = C::KS;
+  const int hd = kv.head_dim;
+  extern __shared__ float4 smem4[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+  float* Qs = reinterpret_cast<float*>(smem4);  // [R][D]
+  float* wb = Qs + C::Q_FLOATS + warp * C::WARP_FLOATS;
+  RowSrc* rs = reinterpret_cast<RowSrc*>(wb);
+  float* Ks = wb + C::RS_FLOATS;  // [kKT][KS]
+  float* Vs = Ks + kKT * KS;      // [kKT][D]
+  float* Ps = Vs + kKT * D;       // [R][kKT]
+
+  int64_t blk = blockIdx.x;
+  const int32_t t = static_cast<int32_t>(blk % tps);
+  blk /= tps;
+  const int32_t seq = static_cast<int32_t>(blk % b.n_seqs);
+  blk /= b.n_seqs;
+  const int32_t kvh = static_cast<int32_t>(blk % kv.n_kv_heads);
+  const int32_t split = static_cast<int32_t>(blk / kv.n_kv_heads);
+  const AttnSeqDev sd = b.seqs[seq];
+  if (sd.n_q <= 0) return;  // block-uniform
+  const int32_t v0 = t * R;
+  const int rcount = group - v0 < R ? group - v0 : R;
+  const int64_t row0 = int64_t{sd.q_begin} * n_head + int64_t{kvh} * group + v0;  // vector r: row0 + r
+  const int32_t kend = sd.start_pos + 1;  // causal range of the one query row
+  int32_t chunk = (kend + nsplit - 1) / nsplit;
+  chunk = (chunk + kKT - 1) / kKT * kKT;
+  const int32_t kb = split * chunk;
+  const int32_t ke = kend < kb + chunk ? kend : kb + chunk;
+  const int32_t* table = b.tables + sd.table_offset;
+  const int32_t bs = kv.block_size;
+
+  for (int i = tid; i < R * D; i += nw * 32) {
+    const int r = i / D, d = i % D;
+    Qs[i] = r < rcount && d < hd ? q[(row0 + r) * hd + d] : 0.0f;
+  }
+  int32_t k0 = kb + warp * kKT;
+  if (k0 < ke) {
+    const int32_t key = k0 + lane;
+    set_rowsrc(kv, rs, lane, key, ke, key < ke ? table[key / bs] : 0, kvh);
+  }
+  __syncthreads();  // Qs ready
+
+  float m[R], l[R], acc[R][VEC];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[r][i] = 0.0f;
+  }
+  const int hot_kind = kv.dtype == KvDtype::kF32 ? 0 : (kv.dtype == KvDtype::kF16 ? 1 : 2);
+  const int hd4 = (hd + 3) & ~3;
+  const int32_t stride = nw * kKT;
+  constexpr int NBX = VEC <= 4 ? 16 : 8;
+  for (; k0 < ke; k0 += stride) {
+    const int nk = ke - k0 < kKT ? ke - k0 : kKT;
+    __syncwarp();  // row sources written; the previous tile's K/V/P no longer read
+    if (stage_mode == 2) {
+      stage_tile<VEC, 1, 2, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
+    } else if (stage_mode == 4) {
+      stage_tile<VEC, 1, 4, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
+    } else {
+      stage_tile<VEC, 1, 0>(rs, Ks, Vs, hd, lane, hot_kind);
+    }
+    __syncwarp();  // K/V tile ready; row sources free
+    const int32_t kn = k0 + stride;
+    const int32_t nid = kn + lane < ke ? table[(kn + lane) / bs] : 0;  // next tile's entries
+
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = 0.0f;
+    if (lane < nk) {
+      const float* kr = Ks + lane * KS;
+#pragma unroll 1
+      for (int d = 0; d < hd4; d += 4) {
+        const float4 k4 = *reinterpret_cast<const float4*>(kr + d);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float4 qq = *reinterpret_cast<const float4*>(Qs + r * D + d);
+          s[r] = fmaf(qq.x, k4.x, s[r]);
+          s[r] = fmaf(qq.y, k4.y, s[r]);
+          s[r] = fmaf(qq.z, k4.z, s[r]);
+          s[r] = fmaf(qq.w, k4.w, s[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float sc = lane < nk ? s[r] * scale : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(sc));
+      float p = 0.0f, corr = 1.0f;
+      if (m_new != -INFINITY) {
+        p = expf(sc - m_new);
+        corr = expf(m[r] - m_new);
+      }
+      m[r] = m_new;
+      l[r] = l[r] * corr + p;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[r][i] *= corr;
+      Ps[r * kKT + lane] = p;
+    }
+    __syncwarp();
+
+#pragma unroll 1
+    for (int j0 = 0; j0 < nk; j0 += 4) {
+      float vals[4][VEC];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) vals[u][i] = Vs[(j0 + u) * D + lane + 32 * i];
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 p4 = *reinterpret_cast<const float4*>(Ps + r * kKT + j0);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          float a = acc[r][i];
+          a = fmaf(p4.x, vals[0][i], a);
+          a = fmaf(p4.y, vals[1][i], a);
+          a = fmaf(p4.z, vals[2][i], a);
+          a = fmaf(p4.w, vals[3][i], a);
+          acc[r][i] = a;
+        }
+      }
+    }
+    if (kn < ke) set_rowsrc(kv, rs, lane, kn + lane, ke, nid, kvh);
+  }
+
+  float L[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) L[r] = warp_sum(l[r]);
+  if (nw > 1) {  // block-uniform
+    // Each warp's (m, L, acc) to its K tile area (merge area: m[R], L[R], acc[R][D]); warp 0 merges.
+    __syncwarp();
+    float* mg = Ks;
+    if (warp > 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (lane == 0) {
+          mg[r] = m[r];
+          mg[R + r] = L[r];
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) mg[2 * R + r * D + lane + 32 * i] = acc[r][i];
+      }
+    }
+    __syncthreads();
+    if (warp > 0) return;
+    for (int w = 1; w < nw; ++w) {
+      const float* o = Qs + C::Q_FLOATS + w * C::WARP_FLOATS + C::RS_FLOATS;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float mo = o[r];
+        if (mo == -INFINITY) continue;  // that warp got no keys
+        const float M = fmaxf(m[r], mo);
+        const float a = expf(m[r] - M), c = expf(mo - M);
+        m[r] = M;
+        L[r] = L[r] * a + o[R + r] * c;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[r][i] = acc[r][i] * a + o[2 * R + r * D + lane + 32 * i] * c;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= rcount) break;
+    const int64_t row = row0 + r;
+    if (nsplit == 1) {
+      const float inv = 1.0f / L[r];
+      float* o = out + row * hd;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if (lane + 32 * i < hd) o[lane + 32 * i] = acc[r][i] * inv;
+      }
+    } else {
+      float* part = b.scratch + (row * nsplit + split) * (hd + 2);
+      if (lane == 0) {
+        part[0] = m[r];
+        part[1] = L[r];
+      }
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if (lane + 32 * i < hd) part[2 + lane + 32 * i] = acc[r][i];
+      }
+    }
+  }
+}
+
+// Splits of the context per query tile (flash-decoding): enough warps for ~4 per SM of an H200
+// (132 SMs) when the batch alone does not give them, each split at least one tile (kKT keys).
+// n_tokens * n_head / kR is a lower bound of the batch's tiles (over all kv heads), whatever the GQA
+// group; max_ctx may be an upper bound of the batch's contexts (it only sizes the split count).
 inline int32_t choose_splits(int32_t n_tokens, int32_t n_head, int32_t max_ctx) {
   const int64_t base = std::max<int64_t>(1, int64_t{n_tokens} * n_head / kR);
-  const int64_t target = 132 * 8 * 2;
+  const int64_t target = 132 * 4;
   int64_t s = (target + base - 1) / base;
-  s = std::min<int64_t>(s, std::max<int32_t>(1, max_ctx / 64));
-  s = std::min<int64_t>(s, 64);
+  s = std::min<int64_t>(s, std::max<int32_t>(1, max_ctx / kKT));
+  s = std::min<int64_t>(s, 128);
   return static_cast<int32_t>(std::max<int64_t>(s, 1));
 }
 
-template <int VEC>
-void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
-            cudaStream_t s) {
-  constexpr int D = VEC * 32;
+// Decode: warps per block (enough for the longest context's tiles, up to dec_max_warps) and splits
+// (blocks per split >= n_tokens * n_head / kR; ~2 blocks per SM of an H200 when the batch alone does
+// not give them, each split at least nw tiles; 1 for contexts up to 2 nw tiles). max_ctx may be an
+// upper bound of the batch's contexts.
+inline int dec_warps(int32_t max_ctx, int32_t head_dim) {
+  const int64_t tiles = (int64_t{max_ctx} + kKT - 1) / kKT;
+  return static_cast<int>(std::clamp<int64_t>(tiles, 1, dec_max_warps((head_dim + 31) / 32)));
+}
+inline int32_t dec_splits(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_ctx) {
+  const int64_t base = std::max<int64_t>(1, int64_t{n_tokens} * n_head / kR);
+  int64_t s = std::max<int64_t>(1, 264 / base);
+  s = std::min<int64_t>(s, std::max<int64_t>(1, max_ctx / (int64_t{kKT} * dec_warps(max_ctx, head_dim))));
+  s = std::min<int64_t>(s, 128);
+  return static_cast<int32_t>(s);
+}
+
+// Query tiles per block: 4 (K/V tiles shared by 4 warps) when some sequence has >= 4 tiles
+// (prefill), else 1 (decode: one warp per block, parallelism from the splits).
+inline int choose_wq(int32_t max_n_q, int32_t group) { return seq_tiles(max_n_q, group) >= 4 ? 4 : 1; }
+
+// Staging mode: 16-byte loads of hot rows when every hot row is 16-byte aligned.
+inline int32_t choose_stage_mode(const KvLayerView& kv) {
+  const int es = kv.dtype == KvDtype::kF32 ? 4 : 2;
+  const int ce = 16 / es;
+  const bool aligned = (reinterpret_cast<uintptr_t>(kv.k) | reinterpret_cast<uintptr_t>(kv.v)) % 16 == 0;
+  return kv.head_dim % ce == 0 && aligned ? es : 0;
+}
+
+// Upper bound of the tile groups (blocks per kv head and split) of a batch.
+inline int64_t group_slots_bound(const AttnBatch& b, int32_t group, int wq) {
+  const int64_t tiles = (int64_t{b.n_tokens} * group + kR - 1) / kR + b.n_seqs;
+  return (tiles + wq - 1) / wq + b.n_seqs;
+}
+
+template <int VEC, int WQ>
+void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
+               cudaStream_t s) {
   const int32_t group = n_head / kv.n_kv_heads;
   const int32_t nsplit = choose_splits(b.n_tokens, n_head, b.max_ctx);
-  const int64_t tile_slots = (int64_t{b.n_tokens} * group + kR - 1) / kR + b.n_seqs;
-  const int64_t warps = tile_slots * kv.n_kv_heads * nsplit;
-  const int64_t blocks = (warps + kWarps - 1) / kWarps;
-  const size_t smem = static_cast<size_t>(warp_smem_floats(D)) * sizeof(float) * kWarps;
-  static bool configured = false;  // launchers run on the engine thread only
+  const int64_t group_slots = group_slots_bound(b, group, WQ);
+  const int64_t blocks = group_slots * kv.n_kv_heads * nsplit;
+  const size_t smem = static_cast<size_t>(Cfg<VEC, WQ>::FLOATS) * sizeof(float);
+  static bool configured = false;  // one flag per instantiation; launchers run on the engine thread only
   if (!configured) {
-    STRATA_CUDA(cudaFuncSetAttribute(attention_kernel<VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    STRATA_CUDA(cudaFuncSetAttribute(attention_kernel<VEC, WQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
     configured = true;
   }
-  attention_kernel<VEC><<<static_cast<unsigned>(blocks), kWarps * 32, smem, s>>>(q, kv, b, n_head, group, scale, out,
-                                                                                nsplit, tile_slots);
+  attention_kernel<VEC, WQ><<<static_cast<unsigned>(blocks), WQ * 32, smem, s>>>(
+      q, kv, b, n_head, group, scale, out, nsplit, group_slots, choose_stage_mode(kv));
   STRATA_CUDA_LAUNCH_CHECK();
   if (nsplit > 1) {
     const int64_t rows = int64_t{b.n_tokens} * n_head;
@@ -464,12 +841,66 @@ void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n
   }
 }
 
+template <int VEC, int R>
+void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
+                   cudaStream_t s) {
+  using C = DecCfg<VEC, R>;
+  const int32_t group = n_head / kv.n_kv_heads;
+  const int32_t tps = (group + R - 1) / R;
+  const int nw = dec_warps(b.max_ctx, kv.head_dim);
+  const int32_t nsplit = dec_splits(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
+  const int64_t blocks = int64_t{b.n_seqs} * kv.n_kv_heads * tps * nsplit;
+  static bool configured = false;  // one flag per instantiation; launchers run on the engine thread only
+  if (!configured) {
+    const size_t max_smem = static_cast<size_t>(C::Q_FLOATS + dec_max_warps(VEC) * C::WARP_FLOATS) * sizeof(float);
+    STRATA_CUDA(cudaFuncSetAttribute(attention_decode_kernel<VEC, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(max_smem)));
+    configured = true;
+  }
+  const size_t smem = static_cast<size_t>(C::Q_FLOATS + nw * C::WARP_FLOATS) * sizeof(float);
+  attention_decode_kernel<VEC, R><<<static_cast<unsigned>(blocks), nw * 32, smem, s>>>(
+      q, kv, b, n_head, group, scale, out, nsplit, tps, choose_stage_mode(kv));
+  STRATA_CUDA_LAUNCH_CHECK();
+  if (nsplit > 1) {
+    const int64_t rows = int64_t{b.n_tokens} * n_head;
+    const int64_t cblocks = (rows * 32 + 127) / 128;
+    attention_combine_kernel<VEC><<<static_cast<unsigned>(cblocks), 128, 0, s>>>(b.scratch, rows, nsplit,
+                                                                                  kv.head_dim, out);
+    STRATA_CUDA_LAUNCH_CHECK();
+  }
+}
+
+template <int VEC>
+void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
+            cudaStream_t s) {
+  if (b.max_n_q == 1) {
+    const int32_t group = n_head / kv.n_kv_heads;
+    if (group <= 1) {
+      launch_decode<VEC, 1>(q, kv, b, n_head, scale, out, s);
+    } else if (group <= 2) {
+      launch_decode<VEC, 2>(q, kv, b, n_head, scale, out, s);
+    } else if (group <= 4) {
+      launch_decode<VEC, 4>(q, kv, b, n_head, scale, out, s);
+    } else {
+      launch_decode<VEC, 8>(q, kv, b, n_head, scale, out, s);
+    }
+    return;
+  }
+  if (choose_wq(b.max_n_q, n_head / kv.n_kv_heads) == 4) {
+    launch_wq<VEC, 4>(q, kv, b, n_head, scale, out, s);
+  } else {
+    launch_wq<VEC, 1>(q, kv, b, n_head, scale, out, s);
+  }
+}
+
 #undef ATT_HD
 
 }  // namespace attn
 
 int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_ctx) {
-  const int32_t nsplit = attn::choose_splits(n_tokens, n_head, max_ctx);
+  // Either path (general or decode, see launch) may take the batch.
+  const int32_t nsplit =
+      std::max(attn::choose_splits(n_tokens, n_head, max_ctx), attn::dec_splits(n_tokens, n_head, head_dim, max_ctx));
   if (nsplit <= 1) return 0;
   return int64_t{n_tokens} * n_head * nsplit * (head_dim + 2);
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -147,27 +148,37 @@ class OpProfile {
   }
   void end(const std::string& name) {
     STRATA_CUDA(cudaStreamSynchronize(stream_));
-    auto& e = totals_[name];
-    e.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-    e.second += 1;
+    samples_[name].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count());
   }
+  // Per op: calls, median and the sum of medians (first calls, which load kernels, do not skew it).
   void print() const {
-    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(totals_.begin(), totals_.end());
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    struct Row {
+      std::string name;
+      size_t calls;
+      double median_us;
+    };
+    std::vector<Row> rows;
     double total = 0;
-    for (const auto& r : rows) total += r.second.first;
-    fmt::print(stderr, "CUDA op profile (host-timed, synchronised per op): {:.2f} ms in all\n", total);
-    fmt::print(stderr, "| op | calls | total ms | share | us/call |\n| --- | --- | --- | --- | --- |\n");
-    for (const auto& [name, v] : rows) {
-      fmt::print(stderr, "| {} | {} | {:.3f} | {:.1f}% | {:.1f} |\n", name, v.second, v.first, 100 * v.first / total,
-                 1000 * v.first / static_cast<double>(v.second));
+    for (const auto& [name, v] : samples_) {
+      std::vector<double> s = v;
+      std::nth_element(s.begin(), s.begin() + static_cast<long>(s.size() / 2), s.end());
+      rows.push_back({name, v.size(), s[s.size() / 2]});
+      total += s[s.size() / 2] * static_cast<double>(v.size());
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const Row& a, const Row& b) { return a.median_us * a.calls > b.median_us * b.calls; });
+    fmt::print(stderr, "CUDA op profile (host-timed, synchronised per op; calls x median = {:.2f} ms)\n", total / 1000);
+    fmt::print(stderr, "| op | calls | median us | calls x median ms | share |\n| --- | --- | --- | --- | --- |\n");
+    for (const Row& r : rows) {
+      const double t = r.median_us * static_cast<double>(r.calls);
+      fmt::print(stderr, "| {} | {} | {:.1f} | {:.3f} | {:.1f}% |\n", r.name, r.calls, r.median_us, t / 1000, 100 * t / total);
     }
   }
 
  private:
   cudaStream_t stream_;
   std::chrono::steady_clock::time_point t0_;
-  std::map<std::string, std::pair<double, int64_t>> totals_;
+  std::map<std::string, std::vector<double>> samples_;
 };
 
 struct CudaBackend::Impl {
@@ -183,6 +194,9 @@ struct CudaBackend::Impl {
   Scratch x16, w16, attn_scratch;
   std::unique_ptr<CudaBuffer> cublas_workspace;
   std::vector<int32_t> attn_host;
+  float* pinned_results = nullptr;  // host_result_buffer
+  size_t pinned_results_floats = 0;
+  std::map<std::pair<int32_t, double>, std::unique_ptr<CudaBuffer>> rope_tables;  // (n_rot, base) -> inv_freq
 
   // CUDA graphs of replayable passes (begin_replay/end_replay). Their host arrays are staged into
   // a fixed arena (pinned, mirrored on the device), from offset 0 in every pass, so a replay finds
@@ -213,6 +227,21 @@ struct CudaBackend::Impl {
   }
 
   bool replaying() const { return mode == Mode::kReplay; }
+
+  // freq_base^(-2i / n_rot) for i < n_rot / 2, by std::pow as the CPU reference (kernels_ref.cpp).
+  const double* rope_inv_freq(const RopeParams& p) {
+    STRATA_CHECK(p.n_rot / 2 <= 256, "RoPE over more than 512 dimensions");
+    auto& buf = rope_tables[{p.n_rot, static_cast<double>(p.freq_base)}];
+    if (!buf) {
+      STRATA_CHECK(mode != Mode::kCapture, "a RoPE table made while recording a graph");
+      std::vector<double> f(static_cast<size_t>(std::max(p.n_rot / 2, 1)));
+      for (int32_t i = 0; i < p.n_rot / 2; ++i) f[static_cast<size_t>(i)] = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+      buf = std::make_unique<CudaBuffer>(f.size() * sizeof(double));
+      STRATA_CUDA(cudaMemcpyAsync(buf->data(), f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice, stream));
+      STRATA_CUDA(cudaStreamSynchronize(stream));
+    }
+    return reinterpret_cast<const double*>(buf->data());
+  }
   bool capturing() const { return mode == Mode::kCapture; }
   void* scratch(Scratch& s, uint64_t bytes) { return s.get(bytes, &mem_epoch, capturing()); }
 
@@ -306,6 +335,7 @@ CudaBackend::~CudaBackend() {
   impl_->drop_graphs();
   if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
   if (impl_->arena_host) (void)cudaFreeHost(impl_->arena_host);
+  if (impl_->pinned_results) (void)cudaFreeHost(impl_->pinned_results);
   impl_->owned.clear();
   impl_->stager.reset();
   if (impl_->cublas) cublasDestroy(impl_->cublas);
@@ -331,6 +361,21 @@ std::optional<uint64_t> CudaBackend::free_memory_bytes() {
   uint64_t f = 0, t = 0;
   memory_info(&f, &t);
   return f;
+}
+
+float* CudaBackend::host_result_buffer(size_t n) {
+  Impl& m = *impl_;
+  if (n > m.pinned_results_floats) {
+    synchronize();  // a copy into the old buffer may be queued
+    if (m.pinned_results) STRATA_CUDA(cudaFreeHost(m.pinned_results));
+    m.pinned_results = nullptr;
+    const size_t want = std::max(n, 2 * m.pinned_results_floats);
+    void* p = nullptr;
+    STRATA_CUDA(cudaHostAlloc(&p, want * sizeof(float), cudaHostAllocDefault));
+    m.pinned_results = static_cast<float*>(p);
+    m.pinned_results_floats = want;
+  }
+  return m.pinned_results;
 }
 
 std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse use) {
@@ -394,47 +439,95 @@ void CudaBackend::embed(const WeightMatrix& table, std::span<const TokenId> toke
   }
 }
 
-void CudaBackend::matmul(const WeightMatrix& w, ActView x, ActView y) {
-  STRATA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows, "matmul shapes");
-  STRATA_CHECK(cuda::matmul_type_supported(w.type), "weight type {} not supported on CUDA", ggml_type_name(w.type));
-  const int64_t n = x.rows;
-  if (n == 0 || impl_->replaying()) return;
-  Impl& m = *impl_;
-  if (n <= cuda::kGemvMaxRows) {
-    m.timed(m.profile ? fmt::format("gemv {} n={} [{}x{}]", ggml_type_name(w.type), n, w.rows, w.cols) : "",
-            [&] { cuda::gemv(w, x.data, n, y.data, m.stream); });
-    return;
-  }
-  const std::string prof_name =
-      m.profile ? fmt::format("cublas {} [{}x{}] n>8", ggml_type_name(w.type), w.rows, w.cols) : std::string();
-  // cuBLAS, column-major: Y^T [rows x n] = W^T(op T of col-major [cols x rows]) . X^T [cols x n].
-  const float one = 1.0f, zero = 0.0f;
-  const int M = static_cast<int>(w.rows), N = static_cast<int>(n), K = static_cast<int>(w.cols);
-  if (w.type == GgmlType::kF32) {
-    m.timed(prof_name, [&] {
-      STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, w.data, CUDA_R_32F, K, x.data,
-                                 CUDA_R_32F, K, &zero, y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    });
-    return;
-  }
-  const bool bf16 = w.type == GgmlType::kBF16;
-  const cudaDataType t16 = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  void* x16 = m.scratch(m.x16, static_cast<uint64_t>(n * w.cols) * 2);
-  m.timed("f32 -> 16-bit activations", [&] { cuda::f32_to_16bit(x.data, n * w.cols, x16, bf16, m.stream); });
-  const void* a = w.data;
-  if (w.type != GgmlType::kF16 && w.type != GgmlType::kBF16) {
-    void* w16 = m.scratch(m.w16, static_cast<uint64_t>(w.rows * w.cols) * 2);
-    m.timed("dequantize weights to f16", [&] { cuda::dequantize_to_f16(w, 0, w.rows, w16, m.stream); });
-    a = w16;
-  }
-  m.timed(prof_name, [&] {
-    STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16, t16, K, &zero, y.data,
-                               CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  });
+namespace {
+
+// The 16-bit type activations are rounded to for a cuBLAS product with `w`: the weight's own for
+// F16/BF16, half for quantized weights (dequantized to half), none (f32 product) for F32.
+enum class X16 { kNone, kHalf, kBf16 };
+X16 x16_for(GgmlType t) {
+  if (t == GgmlType::kF32) return X16::kNone;
+  return t == GgmlType::kBF16 ? X16::kBf16 : X16::kHalf;
 }
 
+}  // namespace
+
+void CudaBackend::matmul(const WeightMatrix& w, ActView x, ActView y) {
+  const MatmulOut one[] = {{&w, y}};
+  matmul_multi(one, x);
+}
+
+// Products of more than kGemvMaxRows rows: cuBLAS, the activations rounded to 16 bits once for all
+// outputs that share the rounding; fewer rows: one GEMV launch for all outputs of one type.
 void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
-  for (const MatmulOut& o : outs) matmul(*o.w, x, o.y);
+  for (const MatmulOut& o : outs) {
+    const WeightMatrix& w = *o.w;
+    STRATA_CHECK(x.cols == w.cols && o.y.rows == x.rows && o.y.cols == w.rows, "matmul shapes");
+    STRATA_CHECK(cuda::matmul_type_supported(w.type), "weight type {} not supported on CUDA", ggml_type_name(w.type));
+  }
+  const int64_t n = x.rows;
+  if (n == 0 || impl_->replaying() || outs.empty()) return;
+  Impl& m = *impl_;
+  if (n <= cuda::kGemvMaxRows) {
+    const bool fusable = outs.size() > 1 && outs.size() <= 4 && std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+      return o.w->type == outs[0].w->type;
+    });
+    if (fusable) {
+      WeightMatrix ws[4];
+      float* ys[4];
+      for (size_t i = 0; i < outs.size(); ++i) {
+        ws[i] = *outs[i].w;
+        ys[i] = outs[i].y.data;
+      }
+      m.timed(m.profile ? fmt::format("gemv x{} {} n={} [{}x{}]", outs.size(), ggml_type_name(ws[0].type), n, ws[0].rows,
+                                      ws[0].cols)
+                        : "",
+              [&] { cuda::gemv_multi(ws, ys, static_cast<int>(outs.size()), x.data, n, m.stream); });
+      return;
+    }
+    for (const MatmulOut& o : outs) {
+      const WeightMatrix& w = *o.w;
+      m.timed(m.profile ? fmt::format("gemv {} n={} [{}x{}]", ggml_type_name(w.type), n, w.rows, w.cols) : "",
+              [&] { cuda::gemv(w, x.data, n, o.y.data, m.stream); });
+    }
+    return;
+  }
+  // cuBLAS, column-major: Y^T [rows x n] = W^T(op T of col-major [cols x rows]) . X^T [cols x n].
+  const float one = 1.0f, zero = 0.0f;
+  const int N = static_cast<int>(n), K = static_cast<int>(x.cols);
+  X16 converted = X16::kNone;  // what x16 holds now
+  void* x16 = nullptr;
+  for (const MatmulOut& o : outs) {
+    const WeightMatrix& w = *o.w;
+    const int M = static_cast<int>(w.rows);
+    const std::string prof_name =
+        m.profile ? fmt::format("cublas {} [{}x{}] n>8", ggml_type_name(w.type), w.rows, w.cols) : std::string();
+    const X16 want = x16_for(w.type);
+    if (want == X16::kNone) {
+      m.timed(prof_name, [&] {
+        STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, w.data, CUDA_R_32F, K, x.data,
+                                   CUDA_R_32F, K, &zero, o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+      });
+      continue;
+    }
+    if (converted != want) {
+      x16 = m.scratch(m.x16, static_cast<uint64_t>(n * x.cols) * 2);
+      m.timed("f32 -> 16-bit activations",
+              [&] { cuda::f32_to_16bit(x.data, n * x.cols, x16, want == X16::kBf16, m.stream); });
+      converted = want;
+    }
+    const cudaDataType t16 = want == X16::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const void* a = w.data;
+    if (w.type != GgmlType::kF16 && w.type != GgmlType::kBF16) {
+      void* w16 = m.scratch(m.w16, static_cast<uint64_t>(w.rows * w.cols) * 2);
+      m.timed("dequantize weights to f16", [&] { cuda::dequantize_to_f16(w, 0, w.rows, w16, m.stream); });
+      a = w16;
+    }
+    m.timed(prof_name, [&] {
+      STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16, t16, K, &zero,
+                                 o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    });
+  }
 }
 
 void CudaBackend::rms_norm(ActView x, const float* weight, ActView y, float eps) {
@@ -449,7 +542,8 @@ void CudaBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads,
   if (pos.empty()) return;
   const int32_t* d = impl_->stage(impl_->memo_pos, pos);
   if (impl_->replaying()) return;
-  impl_->timed("rope", [&] { cuda::rope(x.data, d, x.rows, n_heads, head_dim, p, impl_->stream); });
+  const double* inv_freq = impl_->rope_inv_freq(p);
+  impl_->timed("rope", [&] { cuda::rope(x.data, d, x.rows, n_heads, head_dim, p, inv_freq, impl_->stream); });
 }
 
 void CudaBackend::silu_mul(ActView gate, ActView up) {
@@ -476,6 +570,31 @@ void CudaBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActVie
   const int32_t* d = impl_->stage(impl_->memo_rows, rows);
   if (impl_->replaying()) return;
   impl_->timed("gather_rows", [&] { cuda::gather_rows(src.data, src.cols, d, dst.rows, dst.data, impl_->stream); });
+}
+
+void CudaBackend::add_rms_norm(ActView x, ActView d, const float* weight, ActView h, float eps) {
+  STRATA_CHECK(x.rows == d.rows && x.cols == d.cols && h.rows == x.rows && h.cols == x.cols);
+  if (impl_->replaying()) return;
+  impl_->timed("add_rms_norm", [&] { cuda::add_rms_norm(x.data, d.data, weight, h.data, x.rows, x.cols, eps, impl_->stream); });
+}
+
+void CudaBackend::rope_kv_store(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,
+                                int32_t n_kv_head, int32_t head_dim, const RopeParams& p, const KvLayerView& kv,
+                                std::span<const int32_t> slots) {
+  STRATA_CHECK(q.rows == static_cast<int64_t>(pos.size()) && k.rows == q.rows && v.rows == q.rows &&
+               static_cast<int64_t>(slots.size()) == q.rows);
+  STRATA_CHECK(q.cols == int64_t{n_head} * head_dim && k.cols == int64_t{n_kv_head} * head_dim && v.cols == k.cols);
+  STRATA_CHECK(kv.n_kv_heads == n_kv_head && kv.head_dim == head_dim && p.n_rot % 2 == 0 && p.n_rot <= head_dim);
+  if (pos.empty()) return;
+  Impl& m = *impl_;
+  const int32_t* dpos = m.stage(m.memo_pos, pos);
+  const int32_t* dslots = m.stage(m.memo_slots, slots);
+  if (m.replaying()) return;
+  const double* inv_freq = m.rope_inv_freq(p);
+  m.timed("rope_kv_store", [&] {
+    cuda::rope_kv_store(q.data, k.data, v.data, dpos, q.rows, n_head, n_kv_head, head_dim, p, inv_freq, kv, dslots,
+                        m.stream);
+  });
 }
 
 void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) {

@@ -55,6 +55,11 @@ class CudaBackend final : public Backend {
   void add_bias(ActView y, const float* bias) override;
   void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) override;
 
+  void add_rms_norm(ActView x, ActView d, const float* weight, ActView h, float eps) override;
+  void rope_kv_store(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head, int32_t n_kv_head,
+                     int32_t head_dim, const RopeParams& p, const KvLayerView& kv,
+                     std::span<const int32_t> slots) override;
+
   void kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) override;
   void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
                        float scale, ActView out) override;
@@ -65,6 +70,7 @@ class CudaBackend final : public Backend {
 
   double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
   std::optional<uint64_t> free_memory_bytes() override;
+  float* host_result_buffer(size_t n) override;
   bool begin_replay(const ReplayShape& shape) override;
   void end_replay() override;
   // Graphs captured and replays launched so far (tests, bench reports).

@@ -65,26 +65,111 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * inv * w[c];
 }
 
-// One thread per (token, rotated pair index i): the angle once, applied to every head.
-__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, int32_t n_rot,
-                            double freq_base, double freq_scale, bool neox, const float* freq_factors) {
-  const int32_t half = n_rot / 2;
-  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (idx >= n * half) return;
-  const int64_t t = idx / half;
-  const int32_t i = static_cast<int32_t>(idx % half);
-  const double position = static_cast<double>(pos[t]) * freq_scale;
-  double theta = position * pow(freq_base, -2.0 * i / n_rot);
-  if (freq_factors != nullptr) theta /= freq_factors[i];
-  double s, c;
-  sincos(theta, &s, &c);
+// RoPE angles: theta_i = pos * freq_scale * inv_freq[i] / freq_factors[i] in double, with
+// inv_freq[i] = freq_base^(-2i/n_rot) computed on the host by std::pow as the CPU reference does
+// (rope_inv_freq), so angles agree with it to the last bit of the double product.
+struct RopeArgs {
+  const double* inv_freq;
+  const float* freq_factors;
+  double freq_scale;
+  int32_t n_rot;
+  bool neox;
+};
+
+__device__ __forceinline__ void rope_angle(const RopeArgs& a, int32_t pos, int32_t i, double* c, double* s) {
+  double theta = static_cast<double>(pos) * a.freq_scale * a.inv_freq[i];
+  if (a.freq_factors != nullptr) theta /= a.freq_factors[i];
+  sincos(theta, s, c);
+}
+
+__device__ __forceinline__ void rope_rotate(float* row, int32_t i, int32_t half, bool neox, double c, double s) {
   const int32_t a = neox ? i : 2 * i;
   const int32_t b = neox ? i + half : 2 * i + 1;
-  for (int32_t h = 0; h < n_heads; ++h) {
-    float* v = x + (t * n_heads + h) * head_dim;
-    const double x0 = v[a], x1 = v[b];
-    v[a] = static_cast<float>(x0 * c - x1 * s);
-    v[b] = static_cast<float>(x0 * s + x1 * c);
+  const double x0 = row[a], x1 = row[b];
+  row[a] = static_cast<float>(x0 * c - x1 * s);
+  row[b] = static_cast<float>(x0 * s + x1 * c);
+}
+
+// One block per token: the angles of its position into shared memory, then every (head, pair).
+constexpr int kMaxRotPairs = 256;
+__global__ void rope_kernel(float* x, const int32_t* pos, int32_t n_heads, int32_t head_dim, RopeArgs a) {
+  __shared__ double cs[kMaxRotPairs], sn[kMaxRotPairs];
+  const int64_t t = blockIdx.x;
+  const int32_t half = a.n_rot / 2;
+  for (int32_t i = threadIdx.x; i < half; i += blockDim.x) rope_angle(a, pos[t], i, &cs[i], &sn[i]);
+  __syncthreads();
+  for (int32_t w = threadIdx.x; w < n_heads * half; w += blockDim.x) {
+    const int32_t h = w / half, i = w % half;
+    rope_rotate(x + (t * n_heads + h) * head_dim, i, half, a.neox, cs[i], sn[i]);
+  }
+}
+
+// One block per row: x += d, then y = rms_norm(x) * w (the same arithmetic as add then rms_norm).
+__global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, float* y, int64_t cols, float eps) {
+  __shared__ double partial[32];
+  float* xr = x + blockIdx.x * cols;
+  const float* dr = d + blockIdx.x * cols;
+  float* yr = y + blockIdx.x * cols;
+  double ss = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = xr[c] + dr[c];
+    xr[c] = v;
+    ss += static_cast<double>(v) * v;
+  }
+  const double total = block_sum(ss, partial);
+  const float inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(cols) + static_cast<double>(eps)));
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * inv * w[c];
+}
+
+__device__ uint16_t half_bits(float f) {
+  const uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: as core/fp16.h
+    return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7c00u | 0x200u | ((x >> 13) & 0x3ffu));
+  }
+  return __half_as_ushort(__float2half_rn(f));
+}
+__device__ uint16_t bf16_bits(float f) {
+  const uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// One block per token: RoPE of its q and k heads (as rope_kernel), then its K and V rows into the
+// KV slot (as kv_store).
+__global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const int32_t* pos, int32_t n_head,
+                                     int32_t n_kv, int32_t head_dim, RopeArgs a, KvLayerView kv, const int32_t* slots) {
+  __shared__ double cs[kMaxRotPairs], sn[kMaxRotPairs];
+  const int64_t t = blockIdx.x;
+  const int32_t half = a.n_rot / 2;
+  for (int32_t i = threadIdx.x; i < half; i += blockDim.x) rope_angle(a, pos[t], i, &cs[i], &sn[i]);
+  __syncthreads();
+  for (int32_t w = threadIdx.x; w < (n_head + n_kv) * half; w += blockDim.x) {
+    const int32_t h = w / half, i = w % half;
+    float* row = h < n_head ? q + (t * n_head + h) * head_dim : k + (t * n_kv + (h - n_head)) * head_dim;
+    rope_rotate(row, i, half, a.neox, cs[i], sn[i]);
+  }
+  __syncthreads();
+  const int32_t s = slots[t];
+  if (s < 0) return;
+  const int64_t width = int64_t{n_kv} * head_dim;
+  const float* kr = k + t * width;
+  const float* vr = v + t * width;
+  const int64_t dst = int64_t{s} * width;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+    switch (kv.dtype) {
+      case KvDtype::kF32:
+        reinterpret_cast<float*>(kv.k)[dst + e] = kr[e];
+        reinterpret_cast<float*>(kv.v)[dst + e] = vr[e];
+        break;
+      case KvDtype::kF16:
+        reinterpret_cast<uint16_t*>(kv.k)[dst + e] = half_bits(kr[e]);
+        reinterpret_cast<uint16_t*>(kv.v)[dst + e] = half_bits(vr[e]);
+        break;
+      case KvDtype::kBF16:
+        reinterpret_cast<uint16_t*>(kv.k)[dst + e] = bf16_bits(kr[e]);
+        reinterpret_cast<uint16_t*>(kv.v)[dst + e] = bf16_bits(vr[e]);
+        break;
+    }
   }
 }
 
@@ -147,11 +232,26 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t co
 }
 
 void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, const RopeParams& p,
-          cudaStream_t s) {
-  const int64_t work = n * (p.n_rot / 2);
-  if (work == 0) return;
-  rope_kernel<<<blocks_for(work), kThreads, 0, s>>>(x, pos, n, n_heads, head_dim, p.n_rot, p.freq_base, p.freq_scale,
-                                                    p.neox, p.freq_factors);
+          const double* inv_freq, cudaStream_t s) {
+  if (n == 0 || p.n_rot == 0) return;
+  const RopeArgs a{inv_freq, p.freq_factors, p.freq_scale, p.n_rot, p.neox};
+  rope_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(x, pos, n_heads, head_dim, a);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t rows, int64_t cols, float eps,
+                  cudaStream_t s) {
+  if (rows == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(rows), cols >= 1024 ? 512 : 128, 0, s>>>(x, d, w, y, cols, eps);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n, int32_t n_head, int32_t n_kv,
+                   int32_t head_dim, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
+                   const int32_t* slots, cudaStream_t s) {
+  if (n == 0) return;
+  const RopeArgs a{inv_freq, p.freq_factors, p.freq_scale, p.n_rot, p.neox};
+  rope_kv_store_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(q, k, v, pos, n_head, n_kv, head_dim, a, kv, slots);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 

@@ -25,10 +25,20 @@ namespace strata::cuda {
 void embed_float_table(const WeightMatrix& table, const int32_t* tokens, int64_t n, float* out, cudaStream_t s);
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w ; y may equal x.
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t s);
-// In place, x [n][n_heads * head_dim], row t at pos[t].
+// In place, x [n][n_heads * head_dim], row t at pos[t]. inv_freq: [n_rot / 2] doubles
+// freq_base^(-2i / n_rot) (device memory, computed on the host as the CPU reference does);
+// n_rot <= 512.
 void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, const RopeParams& p,
-          cudaStream_t s);
+          const double* inv_freq, cudaStream_t s);
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s);
+// x += d, then y = rms_norm(x) * w; x, d, y [rows][cols].
+void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t rows, int64_t cols, float eps,
+                  cudaStream_t s);
+// RoPE of q [n][n_head * head_dim] and k [n][n_kv * head_dim] in place, then k and v (roped k) into
+// their KV slots, exactly as rope() twice and kv_store().
+void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n, int32_t n_head, int32_t n_kv,
+                   int32_t head_dim, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
+                   const int32_t* slots, cudaStream_t s);
 void add(float* y, const float* x, int64_t n, cudaStream_t s);
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
 void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s);
@@ -43,6 +53,10 @@ bool matmul_type_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_K, Q6_K
 // for small n (decode): one pass over the weights for all n rows of x. n <= kGemvMaxRows.
 inline constexpr int64_t kGemvMaxRows = 8;
 void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s);
+// ys[i][n][ws[i].rows] = x . ws[i]^T for i < count (<= 4) in one launch (e.g. Q, K, V or gate, up
+// on the same x); all ws[i] of one type and one cols (else throws). ws, ys: host arrays. Each
+// result is bit-identical to gemv(ws[i], x, n, ys[i]).
+void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s);
 // Rows [r0, r0 + nr) of w dequantized to IEEE half (dst [nr][w.cols], row-major), for the
 // cuBLAS path of quantized weights (one matrix at a time, never the whole model).
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s);

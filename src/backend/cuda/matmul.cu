@@ -14,8 +14,17 @@
 // order, then a fixed xor-butterfly over the 32 lanes. None of it depends on n, R, U or on the
 // other rows, so a row's result is the same whatever batch it is computed in.
 //
-// Exactness: weights are dequantized with the operations and order of gguf/quant.cpp's
-// dequantize_row, written with __fmul_rn/__fsub_rn so that nvcc cannot contract them into FMAs.
+// Exactness: F32/F16/BF16 (and every quantized weight that dequantize_to_f16 /
+// dequantize_rows_f32 write) are the exact values of gguf/quant.cpp's dequantize_row, written
+// with __fmul_rn/__fsub_rn so that nvcc cannot contract them into FMAs. The GEMV of the quantized
+// formats (kReassoc) instead reassociates per piece, as ggml's mmvq: sums of x * q over a
+// sub-block in f32 (q exact, made from the bits with byte permutes, no int->float conversion
+// unit), then times the block scale, minus the min times the sum of x (F::dot). All of it with
+// explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
+// batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
+//
+// n = 1: quantized formats take R = 2 rows per warp where the launch has >= 4096 rows (x loads
+// and sums shared); U is lowered for short rows so that no lane computes clamped duplicates.
 //
 // Alignment assumed: w.data 16-byte aligned (cudaMalloc gives 256), x 16-byte aligned, dst of
 // dequantize_to_f16 8-byte aligned. Row starts are only 2-byte aligned for Q8_0 and Q6_K, so
@@ -60,6 +69,26 @@ SHD float fma_rn(float a, float b, float c) {
   return __fmaf_rn(a, b, c);
 #else
   return __builtin_fmaf(a, b, c);
+#endif
+}
+
+SHD float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// __byte_perm: result byte k = byte (s >> 4k) & 7 of {b:a} (a = bytes 0..3, b = bytes 4..7).
+SHD uint32_t perm(uint32_t a, uint32_t b, uint32_t s) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(a, b, s);
+#else
+  const uint64_t v = static_cast<uint64_t>(a) | (static_cast<uint64_t>(b) << 32);
+  uint32_t r = 0;
+  for (int k = 0; k < 4; ++k) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return r;
 #endif
 }
 
@@ -148,6 +177,44 @@ SHD uint32_t ld_w_u8(const uint8_t* p) {
 // 4 bytes from a 2-byte aligned address.
 SHD uint32_t ld_w_u32_a2(const uint8_t* p) { return ld_w_u16(p) | (ld_w_u16(p + 2) << 16); }
 
+// 4 floats of x (16-byte aligned), through L1 (x is reused by every row).
+SHD float4 ld_x4(const float* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const float4*>(p));
+#else
+  float4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+
+SHD float comp(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+// Integer-to-float without the (quarter-rate) conversion unit: exact for v < 2^23.
+SHD float small_u2f(uint32_t v) { return sub_rn(bits_to_float(0x4B000000u | v), 8388608.0f); }
+// Exact float of the signed byte b (low 8 bits of b; higher bits ignored).
+SHD float s8_to_f(uint32_t b) { return sub_rn(bits_to_float(0x4B000000u | ((b ^ 0x80u) & 0xffu)), 8388736.0f); }
+
+// Float 0.5 + v / 256 (exact) of byte k of word w, for bytes v < 128: the byte becomes bits
+// 16..23 of the float, under the exponent byte 0x3F (bit 23 is v's top bit, 0).
+SHD float mant_byte(uint32_t w, int k) {
+  return bits_to_float(perm(w, 0x3F000000u, 0x7044u | (static_cast<uint32_t>(k) << 8)));
+}
+
+// Sum of 16 consecutive floats held in 4 float4, in a fixed tree order.
+SHD float sum16(const float4 (&v)[4]) {
+  float t[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) t[k] = add_rn(add_rn(v[k].x, v[k].y), add_rn(v[k].z, v[k].w));
+  return add_rn(add_rn(t[0], t[1]), add_rn(t[2], t[3]));
+}
+
+SHD float sum8(const float4& a, const float4& b) {
+  return add_rn(add_rn(add_rn(a.x, a.y), add_rn(a.z, a.w)), add_rn(add_rn(b.x, b.y), add_rn(b.z, b.w)));
+}
+
+SHD uint32_t word_rt(const uint4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
 template <int K>
 SHD uint32_t word(const uint4& v) {
   if constexpr (K == 0) return v.x;
@@ -169,6 +236,8 @@ struct FmtF32 {
   static constexpr int kRuns = 1;
   static constexpr int kU = 8;
   static constexpr int kMaxR = 4;
+  static constexpr int kR1 = 1;
+  static constexpr bool kReassoc = false;  // exact: dequantized weights, fma chain in run order
   using Raw = uint4;
   static SHD Raw load(const uint8_t* row, int p) { return ld_w_v4(row + 16 * static_cast<int64_t>(p)); }
   static SHD int run_start(int p, int) { return 4 * p; }
@@ -187,6 +256,8 @@ struct Fmt16 {
   static constexpr int kRuns = 2;
   static constexpr int kU = 8;
   static constexpr int kMaxR = 4;
+  static constexpr int kR1 = 1;
+  static constexpr bool kReassoc = false;  // exact: dequantized weights, fma chain in run order
   using Raw = uint4;
   static SHD Raw load(const uint8_t* row, int p) { return ld_w_v4(row + 16 * static_cast<int64_t>(p)); }
   static SHD int run_start(int p, int t) { return 8 * p + 4 * t; }
@@ -208,6 +279,7 @@ struct FmtQ8_0 {
   static constexpr int kRuns = 2;
   static constexpr int kU = 8;
   static constexpr int kMaxR = 4;
+  static constexpr int kR1 = 2;
   struct Raw {
     uint32_t d;
     uint32_t q0, q1;
@@ -232,6 +304,43 @@ struct FmtQ8_0 {
       w[i] = mul_rn(static_cast<float>(v), d);
     }
   }
+  // GEMV piece sums, reassociated: s = d * (fma chain of x q over the 8 columns), q exact (byte
+  // ^ 0x80 under the exponent of 2^23, minus 2^23 + 128: no conversion unit).
+  static constexpr bool kReassoc = true;
+  template <int N, int R>
+  static SHD void dot(const Raw (&raw)[R], int p, const float* x, int64_t cols, float (&s)[R][N]) {
+    const int e = 8 * p;
+    float q[R][8];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      d[r] = half_bits_to_float(raw[r].d);
+      const uint32_t u0 = raw[r].q0 ^ 0x80808080u;
+      const uint32_t u1 = raw[r].q1 ^ 0x80808080u;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        q[r][k] = sub_rn(bits_to_float(perm(u0, 0x4B000000u, 0x7440u | k)), 8388736.0f);
+        q[r][4 + k] = sub_rn(bits_to_float(perm(u1, 0x4B000000u, 0x7440u | k)), 8388736.0f);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float4 x0 = ld_x4(x + i * cols + e);
+      const float4 x1 = ld_x4(x + i * cols + e + 4);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float a = mul_rn(x0.x, q[r][0]);
+        a = fma_rn(x0.y, q[r][1], a);
+        a = fma_rn(x0.z, q[r][2], a);
+        a = fma_rn(x0.w, q[r][3], a);
+        a = fma_rn(x1.x, q[r][4], a);
+        a = fma_rn(x1.y, q[r][5], a);
+        a = fma_rn(x1.z, q[r][6], a);
+        a = fma_rn(x1.w, q[r][7], a);
+        s[r][i] = mul_rn(d[r], a);
+      }
+    }
+  }
 };
 
 // Q4_K: 144-byte blocks {fp16 d, fp16 dmin, scales[12], qs[128]}; piece k (0..7) of a block =
@@ -243,6 +352,7 @@ struct FmtQ4_K {
   static constexpr int kRuns = 8;
   static constexpr int kU = 4;
   static constexpr int kMaxR = 2;
+  static constexpr int kR1 = 2;
   struct Raw {
     uint4 hdr;
     uint4 qs;
@@ -258,25 +368,24 @@ struct FmtQ4_K {
     const int k = p & 7;
     return 256 * (p >> 3) + 64 * (k >> 1) + 16 * (k & 1) + (t < 4 ? 4 * t : 32 + 4 * (t - 4));
   }
-  // Scale and min of sub-block j (k4_scale_min of gguf/quant_blocks.h); sc64 = scales[0..7].
-  static SHD void scale_min(int j, uint64_t sc64, uint32_t sc8, uint32_t* sc, uint32_t* m) {
-    if (j < 4) {
-      *sc = static_cast<uint32_t>(sc64 >> (8 * j)) & 63u;
-      *m = static_cast<uint32_t>(sc64 >> (8 * (j + 4))) & 63u;
-    } else {
-      const uint32_t b_hi = (sc8 >> (8 * (j - 4))) & 0xffu;                        // scales[j + 4]
-      const uint32_t b_sc = static_cast<uint32_t>(sc64 >> (8 * (j - 4))) & 0xffu;  // scales[j - 4]
-      const uint32_t b_m = static_cast<uint32_t>(sc64 >> (8 * j)) & 0xffu;         // scales[j]
-      *sc = (b_hi & 0xFu) | ((b_sc >> 6) << 4);
-      *m = (b_hi >> 4) | ((b_m >> 6) << 4);
-    }
+  // Scale and min of sub-block j (k4_scale_min of gguf/quant_blocks.h) from the header words
+  // s0 = scales[0..3], s1 = scales[4..7], s2 = scales[8..11]; 32-bit shifts, no branches.
+  static SHD void scale_min(int j, uint32_t s0, uint32_t s1, uint32_t s2, uint32_t* sc, uint32_t* m) {
+    const int sh = 8 * (j & 3);
+    const uint32_t b0 = s0 >> sh;  // scales[j & 3] (low bits)
+    const uint32_t b1 = s1 >> sh;  // scales[4 + (j & 3)]
+    const uint32_t b2 = s2 >> sh;  // scales[8 + (j & 3)]
+    const uint32_t sc_lo = b0 & 63u, m_lo = b1 & 63u;                                  // j < 4
+    const uint32_t sc_hi = (b2 & 0xFu) | ((b0 >> 2) & 0x30u);                          // j >= 4
+    const uint32_t m_hi = ((b2 >> 4) & 0xFu) | ((b1 >> 2) & 0x30u);
+    *sc = j < 4 ? sc_lo : sc_hi;
+    *m = j < 4 ? m_lo : m_hi;
   }
   template <int T>
   static SHD void decode(const Raw& r, int p, float w[4]) {
     const int j = 2 * ((p & 7) >> 1) + (T >= 4 ? 1 : 0);
-    const uint64_t sc64 = static_cast<uint64_t>(r.hdr.y) | (static_cast<uint64_t>(r.hdr.z) << 32);
     uint32_t sc, m;
-    scale_min(j, sc64, r.hdr.w, &sc, &m);
+    scale_min(j, r.hdr.y, r.hdr.z, r.hdr.w, &sc, &m);
     const float d = half_bits_to_float(r.hdr.x & 0xffffu);
     const float dmin = half_bits_to_float(r.hdr.x >> 16);
     const float dj = mul_rn(d, static_cast<float>(sc));
@@ -289,6 +398,50 @@ struct FmtQ4_K {
       w[i] = sub_rn(mul_rn(dj, static_cast<float>(v)), mj);
     }
   }
+  // GEMV piece sums, reassociated. Half h of the piece (h = 0: low nibbles, sub-block j0 = 2c,
+  // columns e0 .. e0 + 15; h = 1: high nibbles, sub-block j0 + 1, columns e0 + 32 ..): with
+  // f = 0.5 + q / 32 (exact: the nibble as mantissa bits 19..22 of a float in [0.5, 1)),
+  // sum x w = dj sum x q - mj S_x = (32 dj) S_f - (16 dj + mj) S_x, S_f = sum x f, S_x = sum x.
+  // Per weight: one byte permute and one FMA (S_x is shared by the R rows).
+  static constexpr bool kReassoc = true;
+  template <int N, int R>
+  static SHD void dot(const Raw (&raw)[R], int p, const float* x, int64_t cols, float (&s)[R][N]) {
+    const int e0 = run_start(p, 0);
+    const int j0 = 2 * ((p & 7) >> 1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float a[R], b[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        uint32_t sc, m;
+        scale_min(j0 + h, raw[r].hdr.y, raw[r].hdr.z, raw[r].hdr.w, &sc, &m);
+        const float dj = mul_rn(half_bits_to_float(raw[r].hdr.x & 0xffffu), small_u2f(sc));
+        const float mj = mul_rn(half_bits_to_float(raw[r].hdr.x >> 16), small_u2f(m));
+        a[r] = mul_rn(32.0f, dj);
+        b[r] = fma_rn(16.0f, dj, mj);
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        float4 xv[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) xv[t] = ld_x4(x + i * cols + e0 + 32 * h + 4 * t);
+        const float sx = sum16(xv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float f[2] = {0.0f, 0.0f};  // two chains: words 0, 1 and words 2, 3
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const uint32_t w = word_rt(raw[r].qs, t);
+            const uint32_t v = h == 0 ? (w << 3) & 0x78787878u : (w >> 1) & 0x78787878u;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) f[t >> 1] = fma_rn(comp(xv[t], k), mant_byte(v, k), f[t >> 1]);
+          }
+          const float hs = fma_rn(a[r], add_rn(f[0], f[1]), -mul_rn(b[r], sx));
+          s[r][i] = h == 0 ? hs : add_rn(s[r][i], hs);  // half 0 + half 1
+        }
+      }
+    }
+  }
 };
 
 // Q6_K: 210-byte blocks {ql[128], qh[64], int8 scales[16], fp16 d}; piece k (0..7) of a block:
@@ -299,6 +452,7 @@ struct FmtQ6_K {
   static constexpr int kRuns = 8;
   static constexpr int kU = 4;
   static constexpr int kMaxR = 2;
+  static constexpr int kR1 = 2;
   struct Raw {
     uint32_t ql0[2];  // ql[64h + l0 ..] (g = 0, 2)
     uint32_t ql1[2];  // ql[64h + 32 + l0 ..] (g = 1, 3)
@@ -345,15 +499,72 @@ struct FmtQ6_K {
       w[i] = mul_rn(dsc, static_cast<float>(q));
     }
   }
+  // GEMV piece sums, reassociated. Group g (columns e + 32 g .. + 7, e = run_start(p, 0), one
+  // scale): q = u - 32 with u = lo | hi << 4 in [0, 64); with f = 0.5 + u / 128 (exact: u as
+  // mantissa bits 17..22), sum x q = 128 S_f - 96 S_x, times dsc = d * scale.
+  static constexpr bool kReassoc = true;
+  template <int N, int R>
+  static SHD void dot(const Raw (&raw)[R], int p, const float* x, int64_t cols, float (&s)[R][N]) {
+    const int e = run_start(p, 0);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float a[R], b[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float dsc = mul_rn(half_bits_to_float(raw[r].d), s8_to_f(raw[r].sc >> (8 * g)));
+        a[r] = mul_rn(128.0f, dsc);
+        b[r] = mul_rn(96.0f, dsc);
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const float4 x0 = ld_x4(x + i * cols + e + 32 * g);
+        const float4 x1 = ld_x4(x + i * cols + e + 32 * g + 4);
+        const float sx = sum8(x0, x1);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float f[2];
+#pragma unroll
+          for (int sub = 0; sub < 2; ++sub) {
+            const uint32_t lw = (g & 1) ? raw[r].ql1[sub] : raw[r].ql0[sub];
+            const uint32_t lo = g >= 2 ? (lw >> 3) & 0x1E1E1E1Eu : (lw << 1) & 0x1E1E1E1Eu;
+            const uint32_t hw = raw[r].qh[sub];
+            const uint32_t hi = (g == 3 ? hw >> 1 : hw << (5 - 2 * g)) & 0x60606060u;
+            const uint32_t v = lo | hi;  // bytes 2 u
+            const float4& xv = sub == 0 ? x0 : x1;
+            float c = mul_rn(xv.x, mant_byte(v, 0));
+            c = fma_rn(xv.y, mant_byte(v, 1), c);
+            c = fma_rn(xv.z, mant_byte(v, 2), c);
+            c = fma_rn(xv.w, mant_byte(v, 3), c);
+            f[sub] = c;
+          }
+          const float gs = fma_rn(a[r], add_rn(f[0], f[1]), -mul_rn(b[r], sx));
+          s[r][i] = g == 0 ? gs : add_rn(s[r][i], gs);  // groups in order 0..3
+        }
+      }
+    }
+  }
 };
 
 #undef SHD
 
 // ------------------------------------------------------------------------------------------
-// GEMV kernel.
+// GEMV kernel. One launch serves up to kGemvMaxMats matrices of one format and one cols (gemv:
+// one, gemv_multi: several reading the same x): matrix k owns blocks [block_begin[k],
+// block_begin[k + 1]) and a block maps to R * kGemvWarps consecutive rows of one matrix, so a
+// row's arithmetic is exactly that of a gemv of its matrix alone.
 
 constexpr int kGemvWarps = 4;  // warps (output row groups) per block
 constexpr int kGemvThreads = 32 * kGemvWarps;
+constexpr int kGemvMaxMats = 4;
+
+struct GemvMats {  // passed by value (kernel parameter space)
+  const uint8_t* w[kGemvMaxMats];
+  float* y[kGemvMaxMats];
+  int64_t rows[kGemvMaxMats];
+  uint64_t row_bytes[kGemvMaxMats];
+  uint32_t block_begin[kGemvMaxMats];  // block_begin[0] = 0
+  int count;
+};
 
 template <class F, int N, int R, int T>
 __device__ __forceinline__ void dot_run(const typename F::Raw (&raw)[R], int p, const float* __restrict__ x,
@@ -387,21 +598,97 @@ __device__ __forceinline__ void dot_runs(const typename F::Raw (&raw)[R], int p,
   }
 }
 
-template <class F, int N, int R>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __restrict__ wdata, int64_t rows,
-                                                            int64_t cols, uint64_t row_bytes,
-                                                            const float* __restrict__ x, float* __restrict__ y) {
-  // Pieces per lane loaded ahead: about the same bytes in flight whatever R; fewer for large N,
-  // where the accumulators take the registers.
-  constexpr int U = F::kU / R / (N >= 5 ? 2 : 1) > 0 ? F::kU / R / (N >= 5 ? 2 : 1) : 1;
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
-  if (r0 >= rows) return;  // whole warp leaves together
-  const uint8_t* rp[R];
+// Loads the U pieces base, base + 32, ... of each of the R rows (indices past the row's end are
+// clamped to its last piece, whose result consume_pieces discards).
+template <class F, int R, int U>
+__device__ __forceinline__ void load_pieces(typename F::Raw (&raw)[U][R], const uint8_t* const (&rp)[R], int base,
+                                            int n_pieces) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = r0 + r < rows ? r0 + r : rows - 1;  // duplicate rows past the end (not stored)
-    rp[r] = wdata + static_cast<uint64_t>(row) * row_bytes;
+  for (int u = 0; u < U; ++u) {
+    const int p = min(base + 32 * u, n_pieces - 1);
+#pragma unroll
+    for (int r = 0; r < R; ++r) raw[u][r] = F::load(rp[r], p);
+  }
+}
+
+// acc += piece sums of pieces base, base + 32, ... in ascending order (the fixed per-lane order).
+template <class F, int N, int R, int U>
+__device__ __forceinline__ void consume_pieces(const typename F::Raw (&raw)[U][R], int base, int n_pieces,
+                                               const float* __restrict__ x, int64_t cols, float (&acc)[R][N]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const bool valid = base + 32 * u < n_pieces;
+    const int p = min(base + 32 * u, n_pieces - 1);
+    float s[R][N];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[r][i] = 0.0f;
+    if constexpr (F::kReassoc) {
+      F::template dot<N, R>(raw[u], p, x, cols, s);
+    } else {
+      dot_runs<F, N, R, 0>(raw[u], p, x, cols, s);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < N; ++i) acc[r][i] = valid ? acc[r][i] + s[r][i] : acc[r][i];
+  }
+}
+
+// Matrix that owns block b. The parameters are __grid_constant__, so m.w[k] etc. with this k are
+// indexed constant-bank loads (no local copy) and need not stay in registers.
+__host__ __device__ __forceinline__ int mat_of_block(const GemvMats& m, uint32_t b) {
+  int k = 0;
+#pragma unroll
+  for (int j = 1; j < kGemvMaxMats; ++j) k += (j < m.count && b >= m.block_begin[j]) ? 1 : 0;
+  return k;
+}
+
+// blockIdx.x read afresh (volatile: not merged with the first read), so that the values derived
+// from it for the final store are recomputed from the parameters instead of being kept in
+// registers through the main loop.
+__device__ __forceinline__ uint32_t fresh_ctaid_x() {
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+
+// kPrefetch (n = 1 and rows longer than 32 U pieces, e.g. [2048 x 8192]): the next U pieces of
+// each lane are loaded before the current ones are used, so loads stay in flight between
+// iterations. Rows of at most 32 U pieces take a single iteration and use kPrefetch = false
+// (fewer registers, more warps per SM).
+// Pieces per lane loaded ahead: about the same bytes in flight whatever R; fewer for large N,
+// where the accumulators take the registers.
+// (The quantized formats' reassociated piece sums keep the x of a piece in registers for all R
+// rows, so they halve U from N = 3.)
+template <class F, int N, int R>
+constexpr int gemv_u() {
+  constexpr int kDiv = (N >= 5 ? 2 : 1) * (F::kReassoc && N >= 3 ? 2 : 1);
+  return F::kU / R / kDiv > 0 ? F::kU / R / kDiv : 1;
+}
+
+// U: pieces per lane in flight (gemv_u, or less for short rows, so that no lane loads and
+// computes clamped duplicates of the last piece in vain).
+template <class F, int N, int R, bool kPrefetch, int U>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                            const float* __restrict__ x) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+
+  const uint8_t* rp[R];
+  {
+    const uint32_t b = blockIdx.x;
+    const int k = mat_of_block(m, b);
+    const int64_t rows = m.rows[k];
+    const int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * kGemvWarps + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return;  // whole warp leaves together
+    const uint8_t* wdata = m.w[k];
+    const uint64_t row_bytes = m.row_bytes[k];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = r0 + r < rows ? r0 + r : rows - 1;  // duplicate rows past the end (not stored)
+      rp[r] = wdata + static_cast<uint64_t>(row) * row_bytes;
+    }
   }
   const int n_pieces = static_cast<int>(cols / F::kPieceElems);
 
@@ -411,30 +698,28 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
 
-  // Pieces past the end of the row (last iteration only) are replaced by the row's last piece,
-  // computed and discarded, so the body has no branches and loads can be scheduled freely.
-  for (int base = lane; base < n_pieces; base += 32 * U) {
+  // Groups of 32 U pieces (prefetch: a warp-uniform loop); lane l takes pieces g + l + 32 u. Pieces past
+  // the end of the row are replaced by the row's last piece, computed and discarded, so the body
+  // has no branches and loads can be scheduled freely.
+  if constexpr (kPrefetch) {
     typename F::Raw raw[U][R];
+    load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+    for (int g = 0; g < n_pieces; g += 32 * U) {
+      typename F::Raw nxt[U][R];
+      const bool more = g + 32 * U < n_pieces;  // warp-uniform
+      if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
+      consume_pieces<F, N, R, U>(raw, g + lane, n_pieces, x, cols, acc);
+      if (!more) break;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int p = min(base + 32 * u, n_pieces - 1);
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int r = 0; r < R; ++r) raw[u][r] = F::load(rp[r], p);
+        for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool valid = base + 32 * u < n_pieces;
-      const int p = min(base + 32 * u, n_pieces - 1);
-      float s[R][N];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int i = 0; i < N; ++i) s[r][i] = 0.0f;
-      dot_runs<F, N, R, 0>(raw[u], p, x, cols, s);
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int i = 0; i < N; ++i) acc[r][i] = valid ? acc[r][i] + s[r][i] : acc[r][i];
+  } else {
+    for (int base = lane; base < n_pieces; base += 32 * U) {
+      typename F::Raw raw[U][R];
+      load_pieces<F, R, U>(raw, rp, base, n_pieces);
+      consume_pieces<F, N, R, U>(raw, base, n_pieces, x, cols, acc);
     }
   }
 
@@ -449,6 +734,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
     }
   }
   if (lane == 0) {
+    const uint32_t b = fresh_ctaid_x();
+    const int k = mat_of_block(m, b);
+    const int64_t rows = m.rows[k];
+    const int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * kGemvWarps + (threadIdx.x >> 5)) * R;
+    float* y = m.y[k];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r0 + r < rows) {
@@ -459,44 +749,113 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
   }
 }
 
-template <class F, int N, int R>
-void launch_gemv_r(const WeightMatrix& w, const float* x, float* y, cudaStream_t s) {
+// Host side: the matrices of one launch (rows > 0 only), their shared cols and the row count
+// that picks R.
+struct GemvLaunch {
+  GemvMats m{};
+  int64_t cols = 0;
+  int64_t rows_total = 0;
+};
+
+// Fills m.block_begin for R rows per warp; returns the grid size.
+int64_t plan_gemv_blocks(GemvMats& m, int R) {
   const int64_t rows_per_block = int64_t{kGemvWarps} * R;
-  const int64_t blocks = (w.rows + rows_per_block - 1) / rows_per_block;
-  gemv_kernel<F, N, R><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(w.data, w.rows, w.cols, w.row_bytes, x,
-                                                                             y);
+  int64_t blocks = 0;
+  for (int k = 0; k < m.count; ++k) {
+    m.block_begin[k] = static_cast<uint32_t>(blocks);
+    blocks += (m.rows[k] + rows_per_block - 1) / rows_per_block;
+  }
+  for (int k = m.count; k < kGemvMaxMats; ++k) m.block_begin[k] = static_cast<uint32_t>(blocks);
+  return blocks;
+}
+
+template <class F, int N, int R>
+void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
+  const int64_t blocks = plan_gemv_blocks(l.m, R);
+  if (blocks > 0x7fffffff) {
+    throw_cuda_error(cudaErrorInvalidValue, "gemv: too many rows for one launch", __FILE__, __LINE__);
+  }
+  constexpr int U = gemv_u<F, N, R>();
+  const int64_t n_pieces = l.cols / F::kPieceElems;
+  if constexpr (N == 1) {
+    if (n_pieces > 32 * U) {
+      gemv_kernel<F, N, R, true, U><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
+      STRATA_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
+  // Short rows at N = 1 (batches keep U: more instantiations, and registers are tighter there).
+  if constexpr (N == 1 && U >= 4) {
+    if (n_pieces <= 32 * (U / 4)) {
+      gemv_kernel<F, N, R, false, U / 4><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
+      STRATA_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
+  if constexpr (N == 1 && U >= 2) {
+    if (n_pieces <= 32 * (U / 2)) {
+      gemv_kernel<F, N, R, false, U / 2><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
+      STRATA_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
+  gemv_kernel<F, N, R, false, U><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
 // Rows per warp: 1 for a single x row (most warps, most memory parallelism); for batches, each x
-// load is shared by R weight rows, 4 where the matrix has rows enough to keep every SM busy.
+// load is shared by R weight rows, 4 where the launch has rows enough to keep every SM busy.
+// (R changes which warp computes a row, never the row's arithmetic.)
 template <class F, int N>
-void launch_gemv_n(const WeightMatrix& w, const float* x, float* y, cudaStream_t s) {
+void launch_gemv_n(const GemvLaunch& l, const float* x, cudaStream_t s) {
   if constexpr (N == 1) {
-    launch_gemv_r<F, 1, 1>(w, x, y, s);
-  } else if constexpr (N < 4) {
-    launch_gemv_r<F, N, 2>(w, x, y, s);
-  } else {
-    if (F::kMaxR >= 4 && w.rows >= 4096) {
-      launch_gemv_r<F, N, (F::kMaxR >= 4 ? 4 : 2)>(w, x, y, s);
+    // Quantized formats: 2 rows per warp where there are rows enough (the x loads and sums of
+    // a piece serve both rows).
+    if (F::kR1 > 1 && l.rows_total >= 4096) {
+      launch_gemv_r<F, 1, (F::kR1 > 1 ? F::kR1 : 1)>(l, x, s);
     } else {
-      launch_gemv_r<F, N, 2>(w, x, y, s);
+      launch_gemv_r<F, 1, 1>(l, x, s);
+    }
+  } else if constexpr (N == 3 && F::kReassoc && F::kMaxR == 2) {
+    launch_gemv_r<F, N, 1>(l, x, s);  // K-quants at n = 3: R = 2 spilled a register
+  } else if constexpr (N < 4) {
+    launch_gemv_r<F, N, 2>(l, x, s);
+  } else if constexpr (N == 4 && F::kPieceElems == 4) {
+    // F32 at n = 4 always with R = 4 (ptxas spilled a register in the R = 2 instantiation).
+    launch_gemv_r<F, N, 4>(l, x, s);
+  } else {
+    if (F::kMaxR >= 4 && l.rows_total >= 4096) {
+      launch_gemv_r<F, N, (F::kMaxR >= 4 ? 4 : 2)>(l, x, s);
+    } else {
+      launch_gemv_r<F, N, 2>(l, x, s);
     }
   }
 }
 
 template <class F>
-void launch_gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s) {
+void launch_gemv(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (n) {
-    case 1: launch_gemv_n<F, 1>(w, x, y, s); break;
-    case 2: launch_gemv_n<F, 2>(w, x, y, s); break;
-    case 3: launch_gemv_n<F, 3>(w, x, y, s); break;
-    case 4: launch_gemv_n<F, 4>(w, x, y, s); break;
-    case 5: launch_gemv_n<F, 5>(w, x, y, s); break;
-    case 6: launch_gemv_n<F, 6>(w, x, y, s); break;
-    case 7: launch_gemv_n<F, 7>(w, x, y, s); break;
-    case 8: launch_gemv_n<F, 8>(w, x, y, s); break;
+    case 1: launch_gemv_n<F, 1>(l, x, s); break;
+    case 2: launch_gemv_n<F, 2>(l, x, s); break;
+    case 3: launch_gemv_n<F, 3>(l, x, s); break;
+    case 4: launch_gemv_n<F, 4>(l, x, s); break;
+    case 5: launch_gemv_n<F, 5>(l, x, s); break;
+    case 6: launch_gemv_n<F, 6>(l, x, s); break;
+    case 7: launch_gemv_n<F, 7>(l, x, s); break;
+    case 8: launch_gemv_n<F, 8>(l, x, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
+  }
+}
+
+void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+  switch (type) {
+    case GgmlType::kF32: launch_gemv<FmtF32>(l, x, n, s); break;
+    case GgmlType::kF16: launch_gemv<Fmt16<false>>(l, x, n, s); break;
+    case GgmlType::kBF16: launch_gemv<Fmt16<true>>(l, x, n, s); break;
+    case GgmlType::kQ8_0: launch_gemv<FmtQ8_0>(l, x, n, s); break;
+    case GgmlType::kQ4_K: launch_gemv<FmtQ4_K>(l, x, n, s); break;
+    case GgmlType::kQ6_K: launch_gemv<FmtQ6_K>(l, x, n, s); break;
+    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
 }
 
@@ -617,19 +976,37 @@ bool matmul_type_supported(GgmlType t) {
 }
 
 void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s) {
-  if (w.rows <= 0 || n <= 0) return;
-  if ((reinterpret_cast<uintptr_t>(x) & 15u) != 0 || (reinterpret_cast<uintptr_t>(w.data) & 15u) != 0) {
+  gemv_multi(&w, &y, 1, x, n, s);
+}
+
+void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s) {
+  if (count < 0 || count > kGemvMaxMats) {
+    throw_cuda_error(cudaErrorInvalidValue, "gemv_multi: count outside 0..4", __FILE__, __LINE__);
+  }
+  if (count == 0 || n <= 0) return;
+  GemvLaunch l;
+  l.cols = ws[0].cols;
+  for (int k = 0; k < count; ++k) {
+    const WeightMatrix& w = ws[k];
+    if (w.type != ws[0].type || w.cols != ws[0].cols) {
+      throw_cuda_error(cudaErrorInvalidValue, "gemv_multi: matrices differ in type or cols", __FILE__, __LINE__);
+    }
+    if (w.rows <= 0) continue;  // nothing to compute (as gemv)
+    if ((reinterpret_cast<uintptr_t>(w.data) & 15u) != 0) {
+      throw_cuda_error(cudaErrorMisalignedAddress, "gemv: x and w.data must be 16-byte aligned", __FILE__, __LINE__);
+    }
+    const int c = l.m.count++;
+    l.m.w[c] = w.data;
+    l.m.y[c] = ys[k];
+    l.m.rows[c] = w.rows;
+    l.m.row_bytes[c] = w.row_bytes;
+    l.rows_total += w.rows;
+  }
+  if (l.m.count == 0) return;
+  if ((reinterpret_cast<uintptr_t>(x) & 15u) != 0) {
     throw_cuda_error(cudaErrorMisalignedAddress, "gemv: x and w.data must be 16-byte aligned", __FILE__, __LINE__);
   }
-  switch (w.type) {
-    case GgmlType::kF32: launch_gemv<FmtF32>(w, x, n, y, s); break;
-    case GgmlType::kF16: launch_gemv<Fmt16<false>>(w, x, n, y, s); break;
-    case GgmlType::kBF16: launch_gemv<Fmt16<true>>(w, x, n, y, s); break;
-    case GgmlType::kQ8_0: launch_gemv<FmtQ8_0>(w, x, n, y, s); break;
-    case GgmlType::kQ4_K: launch_gemv<FmtQ4_K>(w, x, n, y, s); break;
-    case GgmlType::kQ6_K: launch_gemv<FmtQ6_K>(w, x, n, y, s); break;
-    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
-  }
+  launch_gemv_type(ws[0].type, l, x, n, s);
 }
 
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s) {
