@@ -47,7 +47,7 @@ if has diag; then
   STRATA_CUDA_GRAPHS=0 strata generate -m $s --device cuda -p "Once upon a time" -n 24 --temperature 0 2>&1 | tail -3
 fi
 model=/tmp/llama-1b-f16.gguf
-if has bench || has peer || has profile; then
+if has bench || has peer || has profile || has ncu; then
   strata gguf make-random --preset llama-1b --dtype f16 --vocab-from /work/shared/tokenizer/ggml-vocab-llama-spm.gguf \
     -o "$model" >/dev/null 2>&1 || echo "make-random failed"
 fi

@@ -11,7 +11,7 @@
 // Tolerances, per op (relative to the RMS of the reference output unless said otherwise):
 //   matmul, matmul_multi: F32/F16/BF16 weights max 1e-5 (f32 sums of exactly widened weights);
 //     on CUDA, products of more than kGemvMaxRows rows go through cuBLAS with the activations
-//     rounded to the weight's 16-bit type: F16 max 3e-3, BF16 max 1.5e-2 there;
+//     rounded to half (F16: max 3e-3) or split into bf16 hi + lo (BF16: max 5e-3) there;
 //     quantized weights RMS 1e-2 and max 6e-2 (activations are quantized to 8 bits per block of
 //     32 or 256, as ggml does; matmul_test.cpp pins the exact arithmetic of the CPU kernels).
 //     matmul_multi gives each output the same bits as matmul() on its own.
@@ -172,7 +172,7 @@ void expect_matmul_close(GgmlType type, const std::vector<float>& got, const std
   if (is_float(type)) {
     double tol = 1e-5;
     if (dev == DeviceKind::kCuda && n > 8 && type == GgmlType::kF16) tol = 3e-3;
-    if (dev == DeviceKind::kCuda && n > 8 && type == GgmlType::kBF16) tol = 1.5e-2;
+    if (dev == DeviceKind::kCuda && n > 8 && type == GgmlType::kBF16) tol = 5e-3;
     EXPECT_LE(max_abs_diff(got, ref), tol * scale);
   } else {
     EXPECT_LE(rms_diff(got, ref), 1e-2 * scale);

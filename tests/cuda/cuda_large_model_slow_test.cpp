@@ -5,9 +5,9 @@
 //    (one prefill of all 288, logits at every position), must pick the same next token at >= 99%
 //    of the 256 positions, and its logits must be within a relative RMS error of 3e-2 (F16) or
 //    6e-2 (BF16) of the CPU's at every position. The two backends accumulate in f32 in different
-//    orders, and cuBLAS rounds the activations to the weight's 16-bit type for the prefill where
-//    the CPU keeps them in f32; random weights make near-ties common, hence the 99% rather than
-//    100%.
+//    orders, and cuBLAS rounds the activations to half (bf16 hi + lo for BF16 weights) for the
+//    prefill where the CPU keeps them in f32; random weights make near-ties common, hence the 99%
+//    rather than 100%.
 //  - Batch invariance on the GPU: a sequence decoded alone, inside a batch of 64 and after a
 //    prefill in chunks of 7 gives the same greedy tokens at >= 99% of 64 positions (the CPU gives
 //    bit-identical logits; the GPU takes GEMV for up to 8 rows and cuBLAS above, whose rounding

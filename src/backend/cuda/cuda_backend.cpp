@@ -191,7 +191,7 @@ struct CudaBackend::Impl {
   std::vector<std::unique_ptr<CudaBuffer>> owned;  // uploaded weights and vectors
   std::unique_ptr<ArgStager> stager;
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks;
-  Scratch x16, w16, attn_scratch;
+  Scratch x16, x16_lo, w16, attn_scratch;
   std::unique_ptr<CudaBuffer> cublas_workspace;
   std::vector<int32_t> attn_host;
   float* pinned_results = nullptr;  // host_result_buffer
@@ -496,6 +496,7 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
   const int N = static_cast<int>(n), K = static_cast<int>(x.cols);
   X16 converted = X16::kNone;  // what x16 holds now
   void* x16 = nullptr;
+  void* x16_lo = nullptr;  // bf16: the low half
   for (const MatmulOut& o : outs) {
     const WeightMatrix& w = *o.w;
     const int M = static_cast<int>(w.rows);
@@ -512,8 +513,15 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
     }
     if (converted != want) {
       x16 = m.scratch(m.x16, static_cast<uint64_t>(n * x.cols) * 2);
-      m.timed("f32 -> 16-bit activations",
-              [&] { cuda::f32_to_16bit(x.data, n * x.cols, x16, want == X16::kBf16, m.stream); });
+      if (want == X16::kBf16) {
+        // bf16 keeps 8 bits of each activation: split it into hi + lo and multiply by both, so the
+        // product is as exact as an f16 one (two GEMMs; BF16 weights only).
+        x16_lo = m.scratch(m.x16_lo, static_cast<uint64_t>(n * x.cols) * 2);
+        m.timed("f32 -> bf16 hi+lo activations",
+                [&] { cuda::f32_to_bf16_split(x.data, n * x.cols, x16, x16_lo, m.stream); });
+      } else {
+        m.timed("f32 -> 16-bit activations", [&] { cuda::f32_to_16bit(x.data, n * x.cols, x16, false, m.stream); });
+      }
       converted = want;
     }
     const cudaDataType t16 = want == X16::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -526,6 +534,10 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
     m.timed(prof_name, [&] {
       STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16, t16, K, &zero,
                                  o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      if (want == X16::kBf16) {
+        STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16_lo, t16, K, &one,
+                                   o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      }
     });
   }
 }

@@ -2,9 +2,10 @@
 // uploaded once in their GGUF bytes (quantized ones stay quantized: the kernels read their
 // blocks), activations and KV arenas live in device memory, every op is enqueued on one CUDA
 // stream and returns at once; copy_to_host and synchronize() wait. 16-bit and quantized matmuls
-// of more than kGemvMaxRows rows go through cuBLAS (activations rounded to the weight's 16-bit
-// type, quantized weights dequantized one matrix at a time into a scratch buffer); smaller ones
-// (decode) through our own GEMV kernels that read each weight byte once.
+// of more than kGemvMaxRows rows go through cuBLAS (activations rounded to half for F16 and
+// quantized weights, which are dequantized to half one matrix at a time into a scratch buffer;
+// for BF16 weights split into bf16 hi + lo halves and multiplied by both); smaller ones (decode)
+// through our own GEMV kernels that read each weight byte once.
 //
 // The small host arrays an op takes (token ids, positions, KV slots, block tables) are copied to
 // the device through a pinned staging ring with the op; an array equal to the last one of its

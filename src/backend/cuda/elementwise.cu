@@ -3,6 +3,8 @@
 // matmuls; written for exactness against the CPU references (kernels_ref.h) first: RMSNorm sums
 // squares in double, RoPE computes its angles in double, as the reference does.
 
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -105,20 +107,32 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int32_t n_heads, int32
 }
 
 // One block per row: x += d, then y = rms_norm(x) * w (the same arithmetic as add then rms_norm).
+// Rows of up to kAddNormMax * blockDim.x floats keep their values in registers between the passes.
+constexpr int kAddNormMax = 8;
 __global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, float* y, int64_t cols, float eps) {
   __shared__ double partial[32];
   float* xr = x + blockIdx.x * cols;
   const float* dr = d + blockIdx.x * cols;
   float* yr = y + blockIdx.x * cols;
+  float v[kAddNormMax];
   double ss = 0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float v = xr[c] + dr[c];
-    xr[c] = v;
-    ss += static_cast<double>(v) * v;
+#pragma unroll
+  for (int j = 0; j < kAddNormMax; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    v[j] = 0.0f;
+    if (c < cols) {
+      v[j] = xr[c] + dr[c];
+      xr[c] = v[j];
+      ss += static_cast<double>(v[j]) * v[j];
+    }
   }
   const double total = block_sum(ss, partial);
   const float inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(cols) + static_cast<double>(eps)));
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * inv * w[c];
+#pragma unroll
+  for (int j = 0; j < kAddNormMax; ++j) {
+    const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
+    if (c < cols) yr[c] = v[j] * inv * w[c];
+  }
 }
 
 __device__ uint16_t half_bits(float f) {
@@ -134,28 +148,34 @@ __device__ uint16_t bf16_bits(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
-// One block per token: RoPE of its q and k heads (as rope_kernel), then its K and V rows into the
-// KV slot (as kv_store).
+// Blocks of (token, group of heads): the angles of the token's position into shared memory, RoPE
+// of the group's q and k heads (as rope_kernel), then the K and V rows of its kv heads into their
+// KV slot (as kv_store). Heads 0..n_head-1 are q heads, n_head.. the kv heads.
 __global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const int32_t* pos, int32_t n_head,
-                                     int32_t n_kv, int32_t head_dim, RopeArgs a, KvLayerView kv, const int32_t* slots) {
+                                     int32_t n_kv, int32_t head_dim, int32_t heads_per_block, RopeArgs a,
+                                     KvLayerView kv, const int32_t* slots) {
   __shared__ double cs[kMaxRotPairs], sn[kMaxRotPairs];
   const int64_t t = blockIdx.x;
+  const int32_t h0 = blockIdx.y * heads_per_block;
+  const int32_t h1 = min(h0 + heads_per_block, n_head + n_kv);
   const int32_t half = a.n_rot / 2;
   for (int32_t i = threadIdx.x; i < half; i += blockDim.x) rope_angle(a, pos[t], i, &cs[i], &sn[i]);
   __syncthreads();
-  for (int32_t w = threadIdx.x; w < (n_head + n_kv) * half; w += blockDim.x) {
-    const int32_t h = w / half, i = w % half;
+  for (int32_t w = threadIdx.x; w < (h1 - h0) * half; w += blockDim.x) {
+    const int32_t h = h0 + w / half, i = w % half;
     float* row = h < n_head ? q + (t * n_head + h) * head_dim : k + (t * n_kv + (h - n_head)) * head_dim;
     rope_rotate(row, i, half, a.neox, cs[i], sn[i]);
   }
   __syncthreads();
   const int32_t s = slots[t];
-  if (s < 0) return;
+  const int32_t k0 = max(h0, n_head) - n_head, k1 = h1 - n_head;  // kv heads of this block
+  if (s < 0 || k1 <= k0) return;
   const int64_t width = int64_t{n_kv} * head_dim;
-  const float* kr = k + t * width;
-  const float* vr = v + t * width;
-  const int64_t dst = int64_t{s} * width;
-  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+  const int64_t base = int64_t{k0} * head_dim, count = int64_t{k1 - k0} * head_dim;
+  const float* kr = k + t * width + base;
+  const float* vr = v + t * width + base;
+  const int64_t dst = int64_t{s} * width + base;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
     switch (kv.dtype) {
       case KvDtype::kF32:
         reinterpret_cast<float*>(kv.k)[dst + e] = kr[e];
@@ -170,6 +190,17 @@ __global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const i
         reinterpret_cast<uint16_t*>(kv.v)[dst + e] = bf16_bits(vr[e]);
         break;
     }
+  }
+}
+
+// hi = bf16(x), lo = bf16(x - hi): hi + lo carries ~16 significant bits of x (a bf16 product of
+// W with both, summed, is as close to W.x as an f16 one).
+__global__ void bf16_split_kernel(const float* src, int64_t n, uint16_t* hi, uint16_t* lo) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float x = src[i];
+    const __nv_bfloat16 h = __float2bfloat16_rn(x);
+    hi[i] = __bfloat16_as_ushort(h);
+    lo[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
   }
 }
 
@@ -242,7 +273,13 @@ void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head
 void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t rows, int64_t cols, float eps,
                   cudaStream_t s) {
   if (rows == 0) return;
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), cols >= 1024 ? 512 : 128, 0, s>>>(x, d, w, y, cols, eps);
+  const int threads = cols > 4 * 256 ? 1024 : 256;
+  if (cols > int64_t{kAddNormMax} * threads) {  // wider than the register path: add, then norm
+    add(x, d, rows * cols, s);
+    rms_norm(x, w, y, rows, cols, eps, s);
+    return;
+  }
+  add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, d, w, y, cols, eps);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
@@ -251,7 +288,16 @@ void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64
                    const int32_t* slots, cudaStream_t s) {
   if (n == 0) return;
   const RopeArgs a{inv_freq, p.freq_factors, p.freq_scale, p.n_rot, p.neox};
-  rope_kv_store_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(q, k, v, pos, n_head, n_kv, head_dim, a, kv, slots);
+  const int32_t half = std::max(p.n_rot / 2, 1);
+  const int32_t heads_per_block = std::max(1, 256 / half);
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((n_head + n_kv + heads_per_block - 1) / heads_per_block));
+  rope_kv_store_kernel<<<grid, 256, 0, s>>>(q, k, v, pos, n_head, n_kv, head_dim, heads_per_block, a, kv, slots);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void f32_to_bf16_split(const float* src, int64_t n, void* hi, void* lo, cudaStream_t s) {
+  if (n == 0) return;
+  bf16_split_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, n, static_cast<uint16_t*>(hi), static_cast<uint16_t*>(lo));
   STRATA_CUDA_LAUNCH_CHECK();
 }
 

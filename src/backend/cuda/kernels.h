@@ -31,6 +31,8 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t co
 void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, const RopeParams& p,
           const double* inv_freq, cudaStream_t s);
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s);
+// hi = bf16(x), lo = bf16(x - hi) (n elements each): the two halves of a split-precision bf16 product.
+void f32_to_bf16_split(const float* src, int64_t n, void* hi, void* lo, cudaStream_t s);
 // x += d, then y = rms_norm(x) * w; x, d, y [rows][cols].
 void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t rows, int64_t cols, float eps,
                   cudaStream_t s);

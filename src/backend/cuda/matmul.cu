@@ -564,6 +564,7 @@ struct GemvMats {  // passed by value (kernel parameter space)
   uint64_t row_bytes[kGemvMaxMats];
   uint32_t block_begin[kGemvMaxMats];  // block_begin[0] = 0
   int count;
+  int l2_prefetch;  // kPrefetch kernels: 1 = bulk-prefetch each warp's whole rows into L2 at start
 };
 
 template <class F, int N, int R, int T>
@@ -654,6 +655,27 @@ __device__ __forceinline__ uint32_t fresh_ctaid_x() {
   return v;
 }
 
+// Whole-row L2 prefetch for the long-row (kPrefetch) kernels: one bulk (TMA) request per row at
+// kernel start puts every weight byte of the launch in flight at once, so DRAM streams at full
+// rate from the first microsecond instead of following each warp's register-limited window
+// (the demand loads below then mostly hit L2). A hint only: the loads and the arithmetic are
+// unchanged. The range is shrunk to 16-byte boundaries (the bulk copy's alignment rule), so
+// nothing outside the row is touched; sm_90+ only. Enabled by the host (GemvMats::l2_prefetch)
+// only for launches of at most 40 MB of weights, which the L2 holds.
+__device__ __forceinline__ void prefetch_row_l2(const uint8_t* row, uint64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint64_t a = static_cast<uint64_t>(__cvta_generic_to_global(row));
+  const uint64_t b = (a + 15u) & ~uint64_t{15};
+  const uint64_t e = (a + bytes) & ~uint64_t{15};
+  if (e > b && e - b <= 0xfffffff0u) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"(static_cast<uint32_t>(e - b)) : "memory");
+  }
+#else
+  (void)row;
+  (void)bytes;
+#endif
+}
+
 // kPrefetch (n = 1 and rows longer than 32 U pieces, e.g. [2048 x 8192]): the next U pieces of
 // each lane are loaded before the current ones are used, so loads stay in flight between
 // iterations. Rows of at most 32 U pieces take a single iteration and use kPrefetch = false
@@ -688,6 +710,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r < rows ? r0 + r : rows - 1;  // duplicate rows past the end (not stored)
       rp[r] = wdata + static_cast<uint64_t>(row) * row_bytes;
+    }
+    if (kPrefetch && m.l2_prefetch != 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (lane == r) prefetch_row_l2(rp[r], row_bytes);
+      }
     }
   }
   const int n_pieces = static_cast<int>(cols / F::kPieceElems);
@@ -779,6 +807,11 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
   const int64_t n_pieces = l.cols / F::kPieceElems;
   if constexpr (N == 1) {
     if (n_pieces > 32 * U) {
+      // Whole-row L2 prefetch only where the launch's weights fit well within the L2 (50 MB on
+      // H100/H200); larger launches would evict prefetched lines before their use.
+      uint64_t total = 0;
+      for (int k = 0; k < l.m.count; ++k) total += static_cast<uint64_t>(l.m.rows[k]) * l.m.row_bytes[k];
+      l.m.l2_prefetch = total <= (uint64_t{40} << 20) ? 1 : 0;
       gemv_kernel<F, N, R, true, U><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
       STRATA_CUDA_LAUNCH_CHECK();
       return;
