@@ -70,6 +70,9 @@ if has ncu; then
   unset STRATA_CUDA_GRAPHS
   grep -E '^  [a-zA-Z_].*\(|gpu__time_duration.sum' "$out/ncu-decode.txt" | paste - - | awk '{print}' | head -40
 fi
+if [[ -n $peer_pid ]]; then  # benchmarks on a quiet machine: the peer's build first
+  wait "$peer_pid"; tail -3 "$out/peer-build.log"; peer_pid=built
+fi
 if has bench; then
   { echo "== bench model pp512/tg128"; strata bench model -m "$model" --device cuda --pp 512 --tg 128 --reps 3;
     for b in 8 64; do echo "== bench model B=$b"; strata bench model -m "$model" --device cuda --pp 0 --tg 128 --batch $b --reps 2 --no-bandwidth; done
@@ -78,8 +81,7 @@ if has bench; then
     echo "== bench model Q4_K pp512/tg128"; strata bench model -m /tmp/llama-1b-q4_k.gguf --device cuda --pp 512 --tg 128 --reps 3;
   } 2>&1 | tee "$out/bench.log"
 fi
-if [[ -n $peer_pid ]]; then
-  wait "$peer_pid"; tail -3 "$out/peer-build.log"
+if [[ $peer_pid == built ]]; then
   b=/tmp/llama-cuda/bin
   { echo "== llama-bench"; $b/llama-bench -m "$model" -p 512 -n 128 -fa 1 -ngl 99;
     [[ -f /tmp/llama-1b-q4_k.gguf ]] && $b/llama-bench -m /tmp/llama-1b-q4_k.gguf -p 512 -n 128 -fa 1 -ngl 99;
