@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -22,13 +24,64 @@ namespace strata {
 
 namespace cuda {
 
+// cuBLAS is opened with dlopen when the first CudaBackend is made, not linked: its libraries are
+// ~700 MB, and mapping them at every start of `strata` (most runs never touch a GPU) cost ~70 ms.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  // Spelled out: cublasGemmEx has C++ overloads.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+namespace {
+
+CublasApi* g_cublas = nullptr;
+
+template <typename F>
+void load_symbol(void* lib, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(lib, name));
+  if (out == nullptr) fail("--device cuda: {} has no symbol {}", fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR), name);
+}
+
+}  // namespace
+
+// Loads cuBLAS once (the loader's search path, then the toolkit's library folder of the build).
+const CublasApi& cublas_api() {
+  static std::once_flag once;
+  static CublasApi api;
+  std::call_once(once, [] {
+    const std::string name = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen((std::string(STRATA_CUDA_LIB_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      fail("--device cuda: cannot load {} ({}); put the CUDA toolkit's lib64 on LD_LIBRARY_PATH", name, dlerror());
+    }
+    load_symbol(lib, "cublasCreate_v2", api.create);
+    load_symbol(lib, "cublasDestroy_v2", api.destroy);
+    load_symbol(lib, "cublasSetStream_v2", api.set_stream);
+    load_symbol(lib, "cublasSetMathMode", api.set_math_mode);
+    load_symbol(lib, "cublasSetWorkspace_v2", api.set_workspace);
+    load_symbol(lib, "cublasGemmEx", api.gemm_ex);
+    load_symbol(lib, "cublasGetStatusString", api.status_string);
+    g_cublas = &api;
+  });
+  if (g_cublas == nullptr) fail("--device cuda: cuBLAS could not be loaded");
+  return *g_cublas;
+}
+
 void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   throw Error(fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(e), cudaGetErrorString(e), call, file, line));
 }
 
 void throw_cublas_error(int status, const char* call, const char* file, int line) {
-  throw Error(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", status,
-                          cublasGetStatusString(static_cast<cublasStatus_t>(status)), call, file, line));
+  const char* what = g_cublas != nullptr ? g_cublas->status_string(static_cast<cublasStatus_t>(status)) : "?";
+  throw Error(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", status, what, call, file, line));
 }
 
 }  // namespace cuda
@@ -309,14 +362,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   STRATA_CUDA(cudaSetDevice(device));
   STRATA_CUDA(cudaGetDeviceProperties(&m.props, device));
   STRATA_CUDA(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
-  STRATA_CUBLAS(cublasCreate(&m.cublas));
-  STRATA_CUBLAS(cublasSetStream(m.cublas, m.stream));
+  const cuda::CublasApi& blas = cuda::cublas_api();
+  STRATA_CUBLAS(blas.create(&m.cublas));
+  STRATA_CUBLAS(blas.set_stream(m.cublas, m.stream));
   // Plain fp32 products for F32 weights (no TF32 rounding), so F32 models match the CPU closely.
-  STRATA_CUBLAS(cublasSetMathMode(m.cublas, CUBLAS_DEFAULT_MATH));
+  STRATA_CUBLAS(blas.set_math_mode(m.cublas, CUBLAS_DEFAULT_MATH));
   m.stager = std::make_unique<ArgStager>(size_t{8} << 20);
   // An explicit workspace: cuBLAS then allocates nothing while a graph is being recorded.
   m.cublas_workspace = std::make_unique<CudaBuffer>(uint64_t{64} << 20);
-  STRATA_CUBLAS(cublasSetWorkspace(m.cublas, m.cublas_workspace->data(), m.cublas_workspace->bytes()));
+  STRATA_CUBLAS(blas.set_workspace(m.cublas, m.cublas_workspace->data(), m.cublas_workspace->bytes()));
   void* h = nullptr;
   STRATA_CUDA(cudaHostAlloc(&h, m.arena_cap, cudaHostAllocDefault));
   m.arena_host = static_cast<uint8_t*>(h);
@@ -338,7 +392,7 @@ CudaBackend::~CudaBackend() {
   if (impl_->pinned_results) (void)cudaFreeHost(impl_->pinned_results);
   impl_->owned.clear();
   impl_->stager.reset();
-  if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->cublas) cuda::cublas_api().destroy(impl_->cublas);
   if (impl_->stream) (void)cudaStreamDestroy(impl_->stream);
 }
 
@@ -505,7 +559,7 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
     const X16 want = x16_for(w.type);
     if (want == X16::kNone) {
       m.timed(prof_name, [&] {
-        STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, w.data, CUDA_R_32F, K, x.data,
+        STRATA_CUBLAS(cuda::cublas_api().gemm_ex(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, w.data, CUDA_R_32F, K, x.data,
                                    CUDA_R_32F, K, &zero, o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT));
       });
@@ -532,10 +586,10 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
       a = w16;
     }
     m.timed(prof_name, [&] {
-      STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16, t16, K, &zero,
+      STRATA_CUBLAS(cuda::cublas_api().gemm_ex(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16, t16, K, &zero,
                                  o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       if (want == X16::kBf16) {
-        STRATA_CUBLAS(cublasGemmEx(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16_lo, t16, K, &one,
+        STRATA_CUBLAS(cuda::cublas_api().gemm_ex(m.cublas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, a, t16, K, x16_lo, t16, K, &one,
                                    o.y.data, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       }
     });
