@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #define XXH_STATIC_LINKING_ONLY  // for XXH3_state_t on the stack
@@ -172,23 +173,25 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     shape.max_blocks = (max_blocks + 31) / 32 * 32;
     // Everything a recording bakes in: sizes, every buffer address (the carving of the activation
     // buffers depends on their capacity) and the KV views of the layers (address and geometry).
-    std::vector<uint64_t> parts = {static_cast<uint64_t>(T),
-                                   static_cast<uint64_t>(n_logits),
-                                   static_cast<uint64_t>(shape.max_blocks),
-                                   static_cast<uint64_t>(capacity_tokens_),
-                                   static_cast<uint64_t>(capacity_logit_rows_),
-                                   reinterpret_cast<uint64_t>(x_.data),
-                                   reinterpret_cast<uint64_t>(logit_in_.data)};
-    for (const KvLayerView* kv : {&kv_layers.front(), &kv_layers.back()}) {
-      parts.insert(parts.end(), {reinterpret_cast<uint64_t>(kv->k), reinterpret_cast<uint64_t>(kv->v),
-                                 static_cast<uint64_t>(kv->dtype), static_cast<uint64_t>(kv->block_size),
-                                 static_cast<uint64_t>(kv->n_kv_heads), static_cast<uint64_t>(kv->head_dim),
-                                 static_cast<uint64_t>(kv->n_hot_blocks), static_cast<uint64_t>(kv->warm_format),
-                                 static_cast<uint64_t>(kv->warm_span), reinterpret_cast<uint64_t>(kv->warm_k),
-                                 reinterpret_cast<uint64_t>(kv->warm_v), static_cast<uint64_t>(kv->warm_k_slot_bytes),
-                                 static_cast<uint64_t>(kv->warm_v_slot_bytes)});
+    std::array<uint64_t, 7 + 2 * 13> parts{};
+    size_t n_parts = 0;
+    for (uint64_t v : {static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits), static_cast<uint64_t>(shape.max_blocks),
+                       static_cast<uint64_t>(capacity_tokens_), static_cast<uint64_t>(capacity_logit_rows_),
+                       reinterpret_cast<uint64_t>(x_.data), reinterpret_cast<uint64_t>(logit_in_.data)}) {
+      parts[n_parts++] = v;
     }
-    shape.key = XXH3_64bits(parts.data(), parts.size() * sizeof(uint64_t));
+    for (const KvLayerView* kv : {&kv_layers.front(), &kv_layers.back()}) {
+      for (uint64_t v : {reinterpret_cast<uint64_t>(kv->k), reinterpret_cast<uint64_t>(kv->v),
+                         static_cast<uint64_t>(kv->dtype), static_cast<uint64_t>(kv->block_size),
+                         static_cast<uint64_t>(kv->n_kv_heads), static_cast<uint64_t>(kv->head_dim),
+                         static_cast<uint64_t>(kv->n_hot_blocks), static_cast<uint64_t>(kv->warm_format),
+                         static_cast<uint64_t>(kv->warm_span), reinterpret_cast<uint64_t>(kv->warm_k),
+                         reinterpret_cast<uint64_t>(kv->warm_v), static_cast<uint64_t>(kv->warm_k_slot_bytes),
+                         static_cast<uint64_t>(kv->warm_v_slot_bytes)}) {
+        parts[n_parts++] = v;
+      }
+    }
+    shape.key = XXH3_64bits(parts.data(), n_parts * sizeof(uint64_t));
     replay = be.begin_replay(shape);
   }
   const ActView x = x_.row_range(0, T), h = h_.row_range(0, T), q = q_.row_range(0, T), k = k_.row_range(0, T),

@@ -266,7 +266,6 @@ struct CudaBackend::Impl {
   uint64_t mem_epoch = 0, graphs_epoch = 0;
   cudaEvent_t replay_done = nullptr;
   bool replay_pending = false;
-  int64_t captured = 0, replays = 0;
 
   template <typename F>
   void timed(const std::string_view name, F&& launch) {
@@ -801,9 +800,6 @@ void CudaBackend::end_replay() {
     (void)cudaGraphDestroy(g);
     STRATA_CUDA(e);
     m.graphs[m.key] = exec;
-    ++m.captured;
-  } else {
-    ++m.replays;
   }
   m.mode = Mode::kEager;
   ++m.graph_seq;
@@ -811,9 +807,6 @@ void CudaBackend::end_replay() {
   STRATA_CUDA(cudaEventRecord(m.replay_done, m.stream));
   m.replay_pending = true;
 }
-
-int64_t CudaBackend::graphs_captured() const { return impl_->captured; }
-int64_t CudaBackend::graph_replays() const { return impl_->replays; }
 
 double CudaBackend::measure_read_bandwidth_gbs(uint64_t bytes, int reps) {
   bytes = std::max<uint64_t>(bytes / 16 * 16, 1 << 20);

@@ -74,9 +74,6 @@ class CudaBackend final : public Backend {
   float* host_result_buffer(size_t n) override;
   bool begin_replay(const ReplayShape& shape) override;
   void end_replay() override;
-  // Graphs captured and replays launched so far (tests, bench reports).
-  int64_t graphs_captured() const;
-  int64_t graph_replays() const;
 
   // Device memory free and total, in bytes (cudaMemGetInfo).
   void memory_info(uint64_t* free_bytes, uint64_t* total_bytes) const;

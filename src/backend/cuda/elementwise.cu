@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -135,18 +136,6 @@ __global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, fl
   }
 }
 
-__device__ uint16_t half_bits(float f) {
-  const uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {  // NaN: as core/fp16.h
-    return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7c00u | 0x200u | ((x >> 13) & 0x3ffu));
-  }
-  return __half_as_ushort(__float2half_rn(f));
-}
-__device__ uint16_t bf16_bits(float f) {
-  const uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
 
 // Blocks of (token, group of heads): the angles of the token's position into shared memory, RoPE
 // of the group's q and k heads (as rope_kernel), then the K and V rows of its kv heads into their
@@ -175,22 +164,7 @@ __global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const i
   const float* kr = k + t * width + base;
   const float* vr = v + t * width + base;
   const int64_t dst = int64_t{s} * width + base;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
-    switch (kv.dtype) {
-      case KvDtype::kF32:
-        reinterpret_cast<float*>(kv.k)[dst + e] = kr[e];
-        reinterpret_cast<float*>(kv.v)[dst + e] = vr[e];
-        break;
-      case KvDtype::kF16:
-        reinterpret_cast<uint16_t*>(kv.k)[dst + e] = half_bits(kr[e]);
-        reinterpret_cast<uint16_t*>(kv.v)[dst + e] = half_bits(vr[e]);
-        break;
-      case KvDtype::kBF16:
-        reinterpret_cast<uint16_t*>(kv.k)[dst + e] = bf16_bits(kr[e]);
-        reinterpret_cast<uint16_t*>(kv.v)[dst + e] = bf16_bits(vr[e]);
-        break;
-    }
-  }
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) store_kv_elem(kv, dst + e, kr[e], vr[e]);
 }
 
 // hi = bf16(x), lo = bf16(x - hi): hi + lo carries ~16 significant bits of x (a bf16 product of
