@@ -245,6 +245,9 @@ void Engine::finish_seq(SeqId id, FinishReason reason) {
   sched_->finish(id);
   runtimes_.erase(id);
   if (++rs.n_finished >= rs.n_samples) {
+    // The blocks this request held are free now: publish that before the reader sees kDone, so a
+    // client that reads /metrics after its response never sees its blocks still in use.
+    publish_stats();
     EngineEvent done;
     done.kind = EngineEvent::Kind::kDone;
     done.usage = rs.usage;
