@@ -157,6 +157,13 @@ int32_t KvManager::query_prefix(SeqId s, std::span<const TokenId> tokens) const 
   return matched * geo_.block_size;
 }
 
+int32_t KvManager::prefix_hits(SeqId s, std::span<const TokenId> tokens) const {
+  const Seq& q = seqs_.at(s);
+  if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0) return 0;
+  int32_t taken = 0;
+  return static_cast<int32_t>(find_hits(prompt_chain(q, tokens), &taken).size()) * geo_.block_size;
+}
+
 const std::vector<BlockHash>& KvManager::prompt_chain(const Seq& q, std::span<const TokenId> tokens) const {
   if (q.chain_ready) return q.chain;
   const int32_t bs = geo_.block_size;
@@ -193,15 +200,19 @@ std::vector<KvManager::Hit> KvManager::find_hits(std::span<const BlockHash> chai
     if (it == cache_.end()) break;
     const Loc& l = it->second;
     if (seen.insert({l.tier, l.slot}).second) {
+      // A hit that takes a hot block leaves at least one available: the tokens after the hits
+      // start a new hot block, and without one the sequence could never be allocated, however
+      // long it waited (an unreferenced cached block counts as available until it is revived).
       if (l.tier == Tier::kCold) {
         // Brought back into a RAM slot of the kind it holds.
         const Tier content = cold_info_[static_cast<size_t>(l.slot)].content;
         int32_t& avail = content == Tier::kHot ? hot_avail : warm_avail;
-        if (avail <= 0) break;
+        if (avail <= (content == Tier::kHot ? 1 : 0)) break;
         --avail;
         if (content == Tier::kHot) ++*hot_taken;
       } else if (pool(l.tier).ref_count(l.slot) == 0) {
         // A cached slot is revived: it leaves the available set.
+        if (l.tier == Tier::kHot && hot_avail <= 1) break;
         --(l.tier == Tier::kHot ? hot_avail : warm_avail);
         if (l.tier == Tier::kHot) ++*hot_taken;
       }
@@ -423,7 +434,9 @@ bool KvManager::swap_out(SeqId s) {
   for (const Loc& l : q.table) ++refs[{l.tier, l.slot}];
   int32_t exclusive = 0;
   for (const auto& [key, n] : refs) exclusive += pool(key.first).ref_count(key.second) == n;
-  if (exclusive > cold_pool_.num_available()) return false;
+  // Nothing held alone: swapping would free no RAM (and a preemption that frees nothing cannot
+  // make room); the caller recomputes instead, which at least drops the sharing.
+  if (exclusive == 0 || exclusive > cold_pool_.num_available()) return false;
   std::map<std::pair<Tier, int32_t>, int32_t> moved;  // RAM slot -> cold slot
   for (const auto& [key, n] : refs) {
     if (pool(key.first).ref_count(key.second) != n) continue;
@@ -447,7 +460,7 @@ bool KvManager::swap_out(SeqId s) {
   return true;
 }
 
-int32_t KvManager::blocks_to_swap_in(SeqId s) const {
+int32_t KvManager::blocks_to_swap_in(SeqId s, int32_t n_tokens) const {
   const Seq& q = seqs_.at(s);
   std::map<int32_t, bool> seen;
   int32_t n = 0;
@@ -456,7 +469,9 @@ int32_t KvManager::blocks_to_swap_in(SeqId s) const {
     seen[l.slot] = true;
     n += cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot;
   }
-  return n;
+  // Blocks that come back from the cold tier are this sequence's alone (no copy-on-write); one
+  // that stayed in RAM because it is shared may need its copy (cow_needed looks at hot ones only).
+  return n + std::max(0, ceil_div(n_tokens, geo_.block_size) - static_cast<int32_t>(q.table.size())) + cow_needed(q, n_tokens);
 }
 
 bool KvManager::swap_in(SeqId s) {

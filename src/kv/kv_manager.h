@@ -70,6 +70,12 @@ class KvManager {
   // computed once and kept for blocks_needed and allocate (and commit). Precondition: `tokens`
   // stay the same across these calls, up to the tokens allocate is given.
   int32_t query_prefix(SeqId s, std::span<const TokenId> tokens) const;
+  // Tokens the first allocate(s, tokens, ...) would attach from the prefix cache right now: the
+  // hits of query_prefix(s, tokens) as far as the pools can take them (a cold hit needs a free RAM
+  // slot, and hits that take hot blocks (cold ones brought back, cached ones revived) always leave
+  // one hot block available for the first token after them, so that the hits alone never make
+  // the sequence's allocation impossible). 0 unless s is tracked and still empty. Pure query.
+  int32_t prefix_hits(SeqId s, std::span<const TokenId> tokens) const;
 
   // Hot blocks that allocate(s, tokens, n_tokens) would take from the pool now (new blocks,
   // copy-on-write copies, cold prefix hits brought back, cached blocks revived). Pure query.
@@ -97,10 +103,12 @@ class KvManager {
   void free_sequence(SeqId s);
 
   // Swap preemption: moves the blocks only this sequence holds to the cold tier and frees their
-  // RAM. False (nothing changed) without a cold tier or when it is full.
+  // RAM. False (nothing changed) without a cold tier, when it is full, or when the sequence holds
+  // no block alone (all shared with forks or prefix sharers: swapping would free nothing).
   bool swap_out(SeqId s);
-  // Hot blocks (and warm slots) swap_in(s) needs.
-  int32_t blocks_to_swap_in(SeqId s) const;
+  // Hot blocks swap_in(s) needs, plus those allocating n_tokens right after it would take (new
+  // blocks, a copy of a shared partial block; nothing for n_tokens within its slots).
+  int32_t blocks_to_swap_in(SeqId s, int32_t n_tokens = 0) const;
   // Brings a swapped sequence back; its data is in RAM once the planned fetches ran. False when
   // RAM cannot hold it (nothing changed).
   bool swap_in(SeqId s);
@@ -173,8 +181,9 @@ class KvManager {
   };
   // The prompt hash chain of fresh sequence q (see Seq::chain).
   const std::vector<BlockHash>& prompt_chain(const Seq& q, std::span<const TokenId> tokens) const;
-  // The cached prefix of a fresh sequence's chain, stopping at the first miss or where the pools
-  // could not bring a cold block back; *hot_taken = hot blocks the hits take from availability.
+  // The cached prefix of a fresh sequence's chain, stopping at the first miss, where the pools
+  // could not bring a cold block back, or where a hit would take the last available hot block
+  // (the tokens after the hits need one); *hot_taken = hot blocks the hits take from availability.
   std::vector<Hit> find_hits(std::span<const BlockHash> chain, int32_t* hot_taken) const;
 
   BlockPool& pool(Tier t);

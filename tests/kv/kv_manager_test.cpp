@@ -290,6 +290,8 @@ TEST(KvManager, SwapOutAndInThroughTheColdTier) {
   ASSERT_TRUE(extend(hz, 2, b, 32));
   kv.free_sequence(2);
   EXPECT_EQ(kv.blocks_to_swap_in(1), 4);
+  EXPECT_EQ(kv.blocks_to_swap_in(1, 16), 4) << "14 tokens in 4 blocks: room for 2 more";
+  EXPECT_EQ(kv.blocks_to_swap_in(1, 17), 5);
   ASSERT_TRUE(kv.swap_in(1));
   hz.apply();
   kv.check_invariants();
@@ -307,6 +309,70 @@ TEST(KvManager, SwapOutAndInThroughTheColdTier) {
   kv.free_sequence(1);
   kv.check_invariants();
   std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, SwapOutRefusesASequenceThatHoldsNoBlockAlone) {
+  // A fork shares every block of its parent: swapping it out would free nothing, so a scheduler
+  // that preempts it to make room must recompute it instead (dropping its references).
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(4, 8);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 10; ++i) a.push(i + 40);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 10));
+  kv.fork(1, 2);
+  EXPECT_FALSE(kv.swap_out(2));
+  EXPECT_FALSE(kv.swap_out(1));
+  kv.check_invariants();
+  EXPECT_EQ(kv.stats().swap_outs, 0);
+  EXPECT_EQ(kv.stats().hot.used, 3);
+  EXPECT_TRUE(kv.take_ops().empty()) << "a refused swap plans nothing";
+  // Alone, its blocks move.
+  kv.free_sequence(1);
+  ASSERT_TRUE(kv.swap_out(2));
+  hz.apply();
+  EXPECT_EQ(kv.stats().hot.used, 0);
+  EXPECT_EQ(kv.stats().cold.used, 3);
+  kv.free_sequence(2);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, PrefixHitsNeverTakeTheLastAvailableHotBlock) {
+  // a's 3 full blocks are cached; c holds the 4th block. b has a's tokens and more: reviving all
+  // 3 cached blocks would leave no block for b's next token, so b could never be allocated while
+  // c lives. Its hits stop one block short instead.
+  Harness hz(small_cfg(4, 4), small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 13; ++i) a.push(i + 60);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 13));
+  kv.free_sequence(1);
+  ModelSeq c;
+  for (int i = 0; i < 3; ++i) c.push(i + 500);
+  kv.add_sequence(3);
+  ASSERT_TRUE(extend(hz, 3, c, 3));
+  EXPECT_EQ(kv.num_available_blocks(), 3);
+  ModelSeq b = a;
+  b.push(7);
+  b.push(8);
+  kv.add_sequence(2);
+  EXPECT_EQ(kv.query_prefix(2, b.tokens), 12) << "three blocks are cached";
+  EXPECT_EQ(kv.prefix_hits(2, b.tokens), 8) << "two can be taken";
+  EXPECT_EQ(kv.blocks_needed(2, b.tokens, 9), 3);
+  int32_t cached = 0;
+  ASSERT_TRUE(kv.allocate(2, b.tokens, 9, &cached));
+  EXPECT_EQ(cached, 8);
+  EXPECT_EQ(kv.num_available_blocks(), 0);
+  kv.check_invariants();
+  kv.free_sequence(2);
+  kv.free_sequence(3);
+  kv.check_invariants();
 }
 
 TEST(KvManager, EvictedPrefixBlocksComeBackFromTheColdTier) {
