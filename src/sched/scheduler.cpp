@@ -124,10 +124,16 @@ SchedulerOutput Scheduler::schedule() {
   StepPlan plan;
   plan.budget = cfg_.max_batched_tokens;
   plan.seq_budget = cfg_.max_seqs;
-  swap_in(plan);
-  schedule_running(plan);
-  // Admitting while the running ones are short of blocks would only preempt them again.
-  if (!plan.preempted_any) admit_waiting(plan);
+  for (;;) {
+    swap_in(plan);
+    schedule_running(plan);
+    // Admitting while the running ones are short of blocks would only preempt them again.
+    if (!plan.preempted_any) admit_waiting(plan);
+    // Nothing runs and nothing could start: the free blocks are short because swapped sequences
+    // hold hot blocks they share (forks), none of which fits beside the others' ones. Waiting
+    // would wait for ever; the first swapped sequence gives its KV up and recomputes instead.
+    if (!plan.out.seqs.empty() || any_running() || !recompute_first_swapped()) break;
+  }
   // The plan as a value: each sequence's block table and the step's KV operations travel with it.
   for (ScheduledSeq& sc : plan.out.seqs) {
     const std::span<const BlockId> table = kv_.block_table(sc.id);
@@ -137,10 +143,29 @@ SchedulerOutput Scheduler::schedule() {
   return std::move(plan.out);
 }
 
+bool Scheduler::recompute_first_swapped() {
+  const std::vector<Sequence*> swapped = in_order(SeqStatus::kSwapped, false);
+  if (swapped.empty()) return false;
+  Sequence& s = *swapped.front();
+  kv_.free_sequence(s.id);
+  kv_.add_sequence(s.id);
+  s.num_computed = 0;
+  s.status = SeqStatus::kWaiting;
+  return true;
+}
+
 void Scheduler::swap_in(StepPlan& plan) {
   for (Sequence* s : in_order(SeqStatus::kSwapped, false)) {
     if (plan.seq_budget <= 0) break;
-    if (kv_.blocks_to_swap_in(s->id) + watermark_blocks() > kv_.num_available_blocks() || !kv_.swap_in(s->id)) break;
+    // With room for its next token too: a sequence swapped in without it would preempt itself
+    // again at once (and, with nothing else running, for ever).
+    const int32_t next = s->num_computed + std::min(s->n_uncomputed(), 1);
+    if (kv_.blocks_to_swap_in(s->id, next) + admission_watermark() > kv_.num_available_blocks() || !kv_.swap_in(s->id)) {
+      // Queue order, but with nothing running a swapped sequence may wait for hot blocks that
+      // those behind it share (and free when they finish): then they go first.
+      if (any_running()) break;
+      continue;
+    }
     s->status = SeqStatus::kRunning;
     s->protected_from_preemption = true;
     s->progress_mark = s->n_generated();
@@ -154,7 +179,7 @@ void Scheduler::schedule_running(StepPlan& plan) {
       // An earlier sequence's allocation may have preempted this one.
       if (s->status != SeqStatus::kRunning || plan.scheduled.count(s->id)) continue;
       if (plan.seq_budget <= 0 || plan.budget <= 0) break;
-      const int32_t n = std::min(s->n_uncomputed(), plan.budget);
+      int32_t n = std::min(s->n_uncomputed(), plan.budget);
       if (n <= 0) continue;
       if (grow_running(plan, *s, n, allow_protected)) add_to_step(plan, *s, n);
     }
@@ -166,11 +191,25 @@ void Scheduler::schedule_running(StepPlan& plan) {
   }
 }
 
-bool Scheduler::grow_running(StepPlan& plan, Sequence& s, int32_t n, bool allow_protected) {
+bool Scheduler::grow_running(StepPlan& plan, Sequence& s, int32_t& n, bool allow_protected) {
   while (s.status == SeqStatus::kRunning) {
     if (kv_.allocate(s.id, s.tokens, s.num_computed + n)) return true;
     const SeqId victim = pick_victim(plan.scheduled, allow_protected);
-    if (victim == kNoSeq) return false;  // nobody to take blocks from: wait for a later step
+    if (victim == s.id || victim == kNoSeq) {
+      // Nobody else to take blocks from: a smaller prompt chunk that fits is progress, where
+      // preempting itself (or waiting) would leave a sequence alone in the pool stuck for ever.
+      int32_t lo = 0, hi = n - 1;
+      while (lo < hi) {
+        const int32_t mid = hi - (hi - lo) / 2;
+        if (kv_.blocks_needed(s.id, s.tokens, s.num_computed + mid) <= kv_.num_available_blocks()) lo = mid;
+        else hi = mid - 1;
+      }
+      if (lo > 0 && kv_.allocate(s.id, s.tokens, s.num_computed + lo)) {
+        n = lo;
+        return true;
+      }
+      if (victim == kNoSeq) return false;  // wait for a later step
+    }
     preempt(victim, plan.out);
     plan.preempted_any = true;
   }
@@ -181,12 +220,21 @@ void Scheduler::admit_waiting(StepPlan& plan) {
   for (Sequence* s : in_order(SeqStatus::kWaiting, true)) {
     if (plan.seq_budget <= 0 || plan.budget <= 0) break;
     const int32_t len = static_cast<int32_t>(s->tokens.size());
-    const int32_t cached = kv_.query_prefix(s->id, s->tokens);
-    const int32_t target = cached + std::min(len - cached, plan.budget);
+    // The hits allocate will attach (those it can bring back now), so that the step's new tokens
+    // stay within the budget.
+    const int32_t hits = kv_.prefix_hits(s->id, s->tokens);
+    int32_t target = hits + std::min(len - hits, plan.budget);
     if (!admission_fits(*s, target) && cfg_.policy == SchedulingPolicy::kPriority) {
       preempt_for_priority(plan, *s, target);
     }
-    if (!admission_fits(*s, target)) break;  // keep the queue order: no overtaking
+    if (!admission_fits(*s, target)) {
+      // With nothing running every hot block is free or cached, and any sequence that fits the
+      // pool fits with a smaller first chunk (the hits leave a block for it: KvManager::
+      // prefix_hits); waiting for more room would wait forever.
+      if (any_running()) break;  // keep the queue order: no overtaking
+      target = largest_fitting_target(*s, hits, target);
+      if (target <= hits) break;
+    }
     int32_t hit = 0;
     const bool ok = kv_.allocate(s->id, s->tokens, target, &hit);
     STRATA_CHECK(ok, "blocks_needed said it fits");
@@ -201,8 +249,27 @@ void Scheduler::admit_waiting(StepPlan& plan) {
 }
 
 bool Scheduler::admission_fits(const Sequence& s, int32_t target) const {
-  return kv_.blocks_needed(s.id, s.tokens, target) + watermark_blocks() <= kv_.num_available_blocks();
+  return kv_.blocks_needed(s.id, s.tokens, target) + admission_watermark() <= kv_.num_available_blocks();
 }
+
+int32_t Scheduler::largest_fitting_target(const Sequence& s, int32_t lo, int32_t hi) const {
+  // blocks_needed grows with the target: binary search for the largest one in (lo, hi] that fits.
+  while (lo < hi) {
+    const int32_t mid = hi - (hi - lo) / 2;
+    if (admission_fits(s, mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+bool Scheduler::any_running() const {
+  for (const auto& [id, s] : seqs_) {
+    if (s->status == SeqStatus::kRunning) return true;
+  }
+  return false;
+}
+
+int32_t Scheduler::admission_watermark() const { return any_running() ? watermark_blocks() : 0; }
 
 void Scheduler::preempt_for_priority(StepPlan& plan, const Sequence& s, int32_t target) {
   while (!admission_fits(s, target)) {

@@ -13,6 +13,17 @@
 //     as computed. With --scheduling priority a waiting sequence may preempt lower-priority running
 //     ones.
 //
+// Liveness, so that no request that fits the pool waits for ever (tests/sched/
+// admission_liveness_test.cpp): the watermark only protects running sequences, so it yields when
+// none is running (in 1 and 3); then a waiting sequence that does not fit with a whole budget's
+// chunk is admitted with the largest chunk that fits, and a swapped one that does not fit does not
+// hold back the swapped ones behind it. A running sequence that no other can make room for runs a
+// smaller prompt chunk rather than preempt itself; one is swapped in only with room for its next
+// token. If nothing could start while nothing runs (swapped forks holding shared hot blocks), the
+// first swapped sequence is recomputed instead. With nothing running every hot block is then free
+// or cached, and a sequence whose tokens (at most prompt + max_tokens - 1) fit the pool always
+// starts: the engine rejects a prompt that cannot fit at submit and clips max_tokens to the pool.
+//
 // Planning mutates only bookkeeping (KV block allocations included); the KV data movement it
 // implies is part of the plan (SchedulerOutput::kv_ops, for KvStorage::execute), with the block
 // table of every scheduled sequence, and the token counts advance in on_step_done(). The step
@@ -114,15 +125,26 @@ class Scheduler {
 
   // The steps of schedule(), in order (the numbers of the comment at the top of this file).
   void swap_in(StepPlan& plan);           // 1
+  // The first swapped sequence in queue order drops its KV and waits to be recomputed; false when
+  // none is swapped.
+  bool recompute_first_swapped();
   void schedule_running(StepPlan& plan);  // 2
   // Allocates n more tokens for running sequence s, preempting others (protected ones only when
-  // allow_protected) until it fits; false when nobody is left to preempt or s itself was.
-  bool grow_running(StepPlan& plan, Sequence& s, int32_t n, bool allow_protected);
+  // allow_protected) until it fits; when nobody else is left to preempt, lowers n to the largest
+  // chunk that fits. False when not even one token fits and nobody is left to preempt, or s
+  // itself was preempted.
+  bool grow_running(StepPlan& plan, Sequence& s, int32_t& n, bool allow_protected);
   void admit_waiting(StepPlan& plan);  // 3
   // Priority preemption within 3: preempts lower-priority running sequences until waiting
   // sequence s fits with `target` tokens, or none is left.
   void preempt_for_priority(StepPlan& plan, const Sequence& s, int32_t target);
+  // Whether allocating `target` tokens for waiting s leaves the admission watermark free.
   bool admission_fits(const Sequence& s, int32_t target) const;
+  // The largest target in (lo, hi] for which admission_fits holds, or lo when none.
+  int32_t largest_fitting_target(const Sequence& s, int32_t lo, int32_t hi) const;
+  bool any_running() const;
+  // Blocks admissions (and swap-ins) leave free: the watermark while sequences run, 0 otherwise.
+  int32_t admission_watermark() const;
   // Puts the next n_new tokens of s (from num_computed) into the step and charges them.
   void add_to_step(StepPlan& plan, Sequence& s, int32_t n_new);
   // Sequences with status st, in queue order (running/swapped) or admission order (waiting).

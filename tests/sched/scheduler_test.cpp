@@ -4,80 +4,13 @@
 
 #include <map>
 
-#include "engine/step_runner.h"
-#include "sched/scheduler.h"
+#include "sched/fake_engine.h"
 
 namespace strata {
 namespace {
 
-KvConfig kv_cfg(int32_t blocks) {
-  KvConfig c;
-  c.block_size = 4;
-  c.dtype = KvDtype::kF32;
-  c.num_blocks = blocks;
-  return c;
-}
-const KvGeometry kGeo{1, 1, 2, 4, KvDtype::kF32};
-
-// Drives a scheduler like the engine does, with a fake model: the next token of a sequence is a
-// function of its last token; sequences stop after max_tokens.
-class FakeEngine {
- public:
-  FakeEngine(SchedulerConfig sc, const KvConfig& kc)
-      : storage_(kGeo, kc), kv_(kGeo, kc, storage_.capacity(), 7), sched_(sc, kv_), runner_(sched_, kv_, storage_) {}
-  FakeEngine(SchedulerConfig sc, int32_t blocks) : FakeEngine(sc, kv_cfg(blocks)) {}
-
-  SeqId add(int32_t prompt_len, int32_t max_tokens, int32_t priority = 0, std::string tenant = "",
-            TokenId first = 1) {
-    Sequence s;
-    s.id = next_id_++;
-    s.request = s.id;
-    s.priority = priority;
-    s.tenant = std::move(tenant);
-    s.arrival = Clock::time_point(std::chrono::milliseconds(s.id));
-    s.arrival_seq = static_cast<uint64_t>(s.id);
-    for (int i = 0; i < prompt_len; ++i) s.tokens.push_back(first + i);
-    s.n_prompt = prompt_len;
-    s.max_tokens = max_tokens;
-    sched_.add(std::move(s));
-    return next_id_ - 1;
-  }
-
-  // A dry run: the plan of the next step, nothing executed.
-  SchedulerOutput plan() { return sched_.schedule(); }
-
-  SchedulerOutput step() {
-    SchedulerOutput out = runner_.prepare().out;
-    runner_.done(out);
-    for (const auto& sc : out.seqs) {
-      if (!sc.logits) continue;
-      Sequence& s = sched_.seq(sc.id);
-      sched_.append_token(sc.id, (s.tokens.back() * 31 + 7) % 1000);
-      ++generated_[sc.id];
-      served_[s.tenant] += 1;
-      if (s.n_generated() >= s.max_tokens) {
-        finished_.push_back(sc.id);
-        sched_.finish(sc.id);
-      }
-    }
-    for (const auto& sc : out.seqs) {
-      if (sched_.has(sc.id) && sc.start < sched_.seq(sc.id).n_prompt) {
-        served_[sched_.seq(sc.id).tenant] += std::min(sc.n_new, sched_.seq(sc.id).n_prompt - sc.start);
-      }
-    }
-    kv_.check_invariants();
-    return out;
-  }
-
-  KvStorage storage_;
-  KvManager kv_;
-  Scheduler sched_;
-  StepRunner runner_;
-  std::map<SeqId, int> generated_;
-  std::map<std::string, int64_t> served_;
-  std::vector<SeqId> finished_;
-  SeqId next_id_ = 1;
-};
+using test::FakeEngine;
+using test::kv_cfg;
 
 TEST(Scheduler, ChunkedPrefillRespectsTheTokenBudgetAndDecodesGoFirst) {
   SchedulerConfig sc;
