@@ -111,9 +111,13 @@ std::shared_ptr<RequestHandle> Engine::submit(Request r) {
   if (n_prompt >= n_ctx_) {
     reject(fmt::format("the prompt has {} tokens, but the context is {} tokens (at least one must be left to generate)", n_prompt, n_ctx_));
   }
+  // The prompt and the first generated token must fit the pool together; a longer request could
+  // never be admitted and would wait forever (max_tokens is clipped to the pool in start_request).
   if (n_prompt + 1 > capacity_tokens_) {
-    reject(fmt::format("the prompt has {} tokens, more than the whole KV pool holds ({} tokens); raise --kv-memory",
-                       n_prompt, capacity_tokens_));
+    const int32_t bs = cfg_.kv.block_size;
+    reject(fmt::format("the prompt has {} tokens; with the first generated token it needs {} KV blocks of {} tokens, "
+                       "more than the whole KV pool holds ({} blocks, {} tokens; --kv-blocks or --kv-memory sets it)",
+                       n_prompt, (n_prompt + 1 + bs - 1) / bs, bs, capacity_tokens_ / bs, capacity_tokens_));
   }
   if (auto err = r.params.validate(model_.config().n_vocab)) reject(*err);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -240,6 +244,8 @@ void Engine::finish_seq(SeqId id, FinishReason reason) {
   if (!rt.stops->stopped() && reason != FinishReason::kAbort) e.text = rt.stops->feed(rt.detok->flush()).text + rt.stops->flush();
   rs.usage.completion_tokens += s.n_generated();
   rs.usage.preemptions += s.preemptions;
+  // The request's first sequence is the one admitted with the prompt (forks share its blocks).
+  if (s.id == rid) rs.usage.cached_tokens = s.cached_tokens;
   if (s.n_fork_children > 0) rs.n_finished += s.n_fork_children;  // children that were never forked
   emit(rs, std::move(e));
   sched_->finish(id);
@@ -251,7 +257,6 @@ void Engine::finish_seq(SeqId id, FinishReason reason) {
     EngineEvent done;
     done.kind = EngineEvent::Kind::kDone;
     done.usage = rs.usage;
-    if (done.usage.cached_tokens < 0) done.usage.cached_tokens = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.requests_finished;
@@ -337,10 +342,6 @@ void Engine::step() {
     const auto rl = logits.subspan(row++ * V, V);
     Sequence& s = sched_->seq(sc.id);
     RequestState& rs = requests_.at(s.request);
-    if (rs.cached_tokens < 0 && s.sample_index == 0) {
-      rs.cached_tokens = sc.start == 0 ? 0 : std::min(sc.start, rs.n_prompt);
-      rs.usage.cached_tokens = rs.cached_tokens;
-    }
     std::vector<SeqId> group{sc.id};
     if (s.n_fork_children > 0) {
       for (SeqId c : sched_->fork_children(sc.id)) {

@@ -129,7 +129,6 @@ class Engine {
     int32_t n_samples = 1;
     int32_t n_finished = 0;
     int32_t max_tokens = 0;
-    int32_t cached_tokens = -1;
     Usage usage;
   };
 

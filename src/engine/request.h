@@ -32,7 +32,11 @@ struct Request {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;  // over all n samples
-  int32_t cached_tokens = 0;      // prompt tokens served from the prefix cache
+  // Prompt tokens served from the prefix cache (any tier) for this request: what its admission
+  // found cached before it computed anything (Sequence::cached_tokens); never its own earlier
+  // chunks, nor what a recompute after preemption finds of its own blocks. A multiple of the block
+  // size; 0 with the prefix cache off.
+  int32_t cached_tokens = 0;
   int32_t preemptions = 0;
 };
 

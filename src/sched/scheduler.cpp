@@ -239,6 +239,10 @@ void Scheduler::admit_waiting(StepPlan& plan) {
     const bool ok = kv_.allocate(s->id, s->tokens, target, &hit);
     STRATA_CHECK(ok, "blocks_needed said it fits");
     s->num_computed = hit;
+    // Until its first forward pass a sequence has computed nothing itself, so what an admission
+    // attaches is served by the prefix cache; after it, a readmission (recompute) also finds the
+    // blocks it computed, which are no cache service to this request.
+    if (!s->computed_any) s->cached_tokens = std::min(hit, s->n_prompt);
     s->status = SeqStatus::kRunning;
     if (s->preemptions > 0 || s->kv_losses > 0) {
       s->protected_from_preemption = true;
@@ -313,6 +317,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
     Sequence& s = *it->second;
     if (s.status != SeqStatus::kRunning) continue;
     s.num_computed = sc.start + sc.n_new;
+    s.computed_any = true;
     kv_.commit(s.id, s.tokens, s.num_computed);
   }
 }

@@ -38,6 +38,10 @@ struct Sequence {
   int32_t kv_losses = 0;          // times its KV could not be read back from the cold tier
   bool protected_from_preemption = false;  // resumed and has not made progress since
   int32_t progress_mark = 0;      // num_computed when it was resumed
+  bool computed_any = false;      // a forward pass has computed some of its tokens
+  // Prompt tokens the prefix cache served this sequence: what its admission attached from the
+  // cache, as long as it had computed nothing itself (usage.prompt_tokens_details.cached_tokens).
+  int32_t cached_tokens = 0;
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
   int32_t n_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }

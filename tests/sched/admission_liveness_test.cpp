@@ -39,6 +39,8 @@ TEST(AdmissionLiveness, ARepeatedPromptThatFillsThePoolIsAdmittedAgain) {
     }
     EXPECT_FALSE(e.sched_.has(id)) << "run " << run;
     EXPECT_EQ(e.generated_[id], 3);
+    // The first run's later chunks are no cache hits; the second run was served 63 blocks.
+    EXPECT_EQ(e.cached_tokens_[id], run == 0 ? 0 : 252);
   }
   EXPECT_EQ(e.kv_.stats().prefix_hit_tokens, 252) << "the second run's first admission hit 63 blocks";
   EXPECT_EQ(e.kv_.stats().hot.used, 0);
@@ -193,6 +195,13 @@ TEST(AdmissionLiveness, EveryRequestThatFitsThePoolFinishesWithinBoundedSteps) {
       const int32_t want = expected.count(id) ? expected[id] : -1;
       if (want >= 0) {
         EXPECT_EQ(e.generated_[id], want) << "sequence " << id;
+        // Cached tokens: whole blocks of the prompt, never all of it, none without the cache.
+        const int32_t cached = e.cached_tokens_[id];
+        EXPECT_EQ(cached % kBlockSize, 0);
+        EXPECT_LT(cached, static_cast<int32_t>(c.reqs[static_cast<size_t>(id - 1)].prompt.size()));
+        if (!c.kv.prefix_cache) {
+          EXPECT_EQ(cached, 0);
+        }
       }
     }
     EXPECT_EQ(e.kv_.stats().hot.used, 0);

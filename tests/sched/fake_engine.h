@@ -79,6 +79,7 @@ class FakeEngine {
         served_[s.tenant] += 1;
         if (s.n_generated() >= s.max_tokens) {
           finished_.push_back(id);
+          cached_tokens_[id] = s.cached_tokens;
           sched_.finish(id);
         }
       }
@@ -100,6 +101,7 @@ class FakeEngine {
   std::map<SeqId, int> generated_;
   std::map<std::string, int64_t> served_;
   std::vector<SeqId> finished_;
+  std::map<SeqId, int32_t> cached_tokens_;  // Sequence::cached_tokens of each finished sequence
   SeqId next_id_ = 1;
 };
 
