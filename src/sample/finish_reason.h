@@ -1,4 +1,6 @@
-// Why a sequence stopped generating, named as the OpenAI API reports it in `finish_reason`.
+// Why a sequence stopped generating. kStop and kLength are OpenAI's `finish_reason` values; kAbort
+// is not one: the HTTP API reports it as "finish_reason": null with "stop_reason": "abort"
+// (server/response_formatter.h); `strata generate` prints its name.
 // Thread-safety: constants only.
 #pragma once
 
@@ -9,7 +11,7 @@ namespace strata {
 enum class FinishReason {
   kStop,    // EOS, a stop token id or a stop string
   kLength,  // max_tokens reached or the context is full
-  kAbort,   // cancelled by the client or the server (vLLM's name; not an OpenAI value)
+  kAbort,   // cancelled by the client, drained or failed by the server (vLLM's name)
 };
 
 constexpr std::string_view finish_reason_name(FinishReason reason) {

@@ -98,7 +98,7 @@ class ChatFormatter final : public ResponseFormatter {
     c["index"] = index;
     c[key] = std::move(body);
     c["logprobs"] = std::move(logprobs);
-    c["finish_reason"] = finish_json(finish);
+    set_finish_reason(c, finish);
     return c;
   }
 

@@ -86,7 +86,7 @@ class CompletionFormatter final : public ResponseFormatter {
     c["text"] = std::move(text);
     c["index"] = index;
     c["logprobs"] = std::move(logprobs);
-    c["finish_reason"] = finish_json(finish);
+    set_finish_reason(c, finish);
     return c;
   }
 

@@ -11,9 +11,13 @@ Json usage_json(const Usage& usage) {
   return u;
 }
 
-Json finish_json(std::optional<FinishReason> finish) {
-  if (!finish) return nullptr;
-  return std::string(finish_reason_name(*finish));
+void set_finish_reason(Json& choice, std::optional<FinishReason> finish) {
+  if (finish == FinishReason::kAbort) {
+    choice["finish_reason"] = nullptr;
+    choice["stop_reason"] = std::string(finish_reason_name(FinishReason::kAbort));
+    return;
+  }
+  choice["finish_reason"] = finish ? Json(std::string(finish_reason_name(*finish))) : Json(nullptr);
 }
 
 double reported_logprob(float logprob) {

@@ -67,8 +67,14 @@ class ResponseFormatter {
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
 Json usage_json(const Usage& usage);
 
-// The finish_reason value: "stop", "length" or "abort" (cancelled; vLLM's name).
-Json finish_json(std::optional<FinishReason> finish);
+// Sets a choice's "finish_reason" (and, for an aborted choice, "stop_reason"). finish_reason holds
+// only values OpenAI defines: null while the choice goes on, "stop" (EOS, a stop token or string),
+// "length" (max_tokens or the context). A choice the server ended before either (the client
+// cancelled, the server drained at shutdown, or the request failed) gets "finish_reason": null
+// and the extension field "stop_reason": "abort" (vLLM's choices carry a stop_reason field too);
+// the other choices have no stop_reason. Clients that only know OpenAI's values see a choice
+// that never finished, which is what happened.
+void set_finish_reason(Json& choice, std::optional<FinishReason> finish);
 
 // A log-probability as reported (clamped at kMinReportedLogprob).
 double reported_logprob(float logprob);
