@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ninja-build pkg-config
-  libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libcpp-httplib-dev libboost-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libxxhash-dev libhwy-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libfuzzer-14-dev libclang-rt-14-dev

@@ -65,9 +65,13 @@ void add_serve_commands(Cli& cli) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--http-threads", o->server.http_threads,
-                  "HTTP worker threads (each streaming response holds one while it streams)")
+                  "I/O threads of the HTTP front end; they serve every connection and stream (no thread per stream)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--max-connections", o->server.max_connections,
+                  "Open connections at most; one more is answered 503 and closed (the open-file limit is raised to fit)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--chat-template", o->chat_template_file,
                   "Jinja chat template file overriding the model's tokenizer.chat_template");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body accepted (413 beyond), e.g. 8MiB")

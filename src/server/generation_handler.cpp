@@ -4,22 +4,20 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "server/chat_api.h"
 #include "server/completion_api.h"
 #include "server/json_fields.h"
+#include "server/utility_routes.h"
 
 namespace strata::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// How long one call of the stream provider waits for an event before letting httplib check for
-// shutdown; and after how much silence a comment line is sent, which also finds clients that left
-// while their request waited in the queue.
-constexpr auto kEventPoll = std::chrono::milliseconds(100);
-constexpr auto kKeepAliveInterval = std::chrono::seconds(10);
 
 std::string sse(const Json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
@@ -36,155 +34,165 @@ void check_model(const ServerContext& ctx, const Json& body) {
                    "model", "model_not_found");
 }
 
-// The state of one streamed response, shared by httplib's content provider and releaser.
-class EventStream {
+// One generation answer, streamed or whole. Engine events arrive on the engine thread
+// (on_engine_event) and are handed to the connection's strand, where everything else runs.
+class GenerationExchange : public DeferredResponse, public std::enable_shared_from_this<GenerationExchange> {
  public:
-  EventStream(ServerContext& ctx, std::shared_ptr<RequestHandle> handle, std::unique_ptr<ResponseFormatter> fmt,
-              const GenerationRequest& g, Clock::time_point arrival, CounterHold slot, CounterHold exchange)
+  GenerationExchange(ServerContext& ctx, std::unique_ptr<ResponseFormatter> fmt, const GenerationRequest& g, Clock::time_point arrival,
+                     CounterHold slot, CounterHold exchange)
       : ctx_(ctx),
-        handle_(std::move(handle)),
         fmt_(std::move(fmt)),
         n_(g.request.params.n),
         logprobs_(g.request.params.logprobs),
         include_usage_(g.include_usage),
+        stream_(g.stream),
         timer_(arrival, g.request.params.n),
         pending_(static_cast<size_t>(g.request.params.n)),
+        choices_(static_cast<size_t>(g.request.params.n)),
         slot_(std::move(slot)),
         exchange_(std::move(exchange)) {}
 
-  // httplib calls this until sink.done() or a false return; false means the client is gone.
-  bool pump(httplib::DataSink& sink) {
-    if (!opened_) {
-      opened_ = true;
+  void set_handle(std::shared_ptr<RequestHandle> h) { handle_ = std::move(h); }
+
+  // Engine thread: queue the event for the strand (events before start() wait for it).
+  void on_engine_event(const EngineEvent& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!started_) {
+      early_.push_back(e);
+      return;
+    }
+    deliver(e);
+  }
+
+  void start(std::weak_ptr<ResponseChannel> channel) override {
+    channel_ = std::move(channel);
+    if (stream_) {
+      auto ch = channel_.lock();
+      if (!ch) return;
+      ch->begin_stream("text/event-stream", {{"Cache-Control", "no-cache"}});
       for (int32_t i = 0; i < n_; ++i) {
-        if (auto c = fmt_->stream_open(i); c && !write(sink, sse(*c))) return false;
+        if (auto c = fmt_->stream_open(i)) ch->write(sse(*c));
       }
     }
-    EngineEvent e;
-    const std::optional<bool> got = handle_->next_for(e, kEventPoll);
-    if (!got) {
-      if (Clock::now() - last_write_ >= kKeepAliveInterval) return write(sink, ": keep-alive\n\n");
-      return true;
-    }
-    if (!*got) return finish(sink);  // the engine went away without kDone: end the stream
+    std::lock_guard<std::mutex> lock(mutex_);
+    started_ = true;
+    for (const EngineEvent& e : early_) deliver(e);
+    early_.clear();
+  }
+
+  void client_gone() override {
+    if (ended_) return;
+    if (handle_) handle_->cancel();
+    end(RequestOutcome::kAborted);
+  }
+
+ private:
+  // Called with mutex_ held.
+  void deliver(const EngineEvent& e) {
+    auto ch = channel_.lock();
+    if (!ch) return;
+    ch->post([self = shared_from_this(), e] { self->on_event(e); });
+  }
+
+  // On the strand.
+  void on_event(const EngineEvent& e) {
+    if (ended_) return;
+    auto ch = channel_.lock();
+    if (!ch) return;
     timer_.observe(e);
-    if (e.index < 0 || e.index >= n_) return true;  // not expected from the engine; never index out of range
+    if (e.index < 0 || e.index >= n_) return;  // not expected from the engine; never index out of range
+    if (stream_) return on_stream_event(*ch, e);
+    ChoiceResult& c = choices_[static_cast<size_t>(e.index)];
+    switch (e.kind) {
+      case EngineEvent::Kind::kToken:
+        c.text += e.text;
+        if (logprobs_) c.steps.push_back(step_of(e));
+        return;
+      case EngineEvent::Kind::kFinish:
+        c.text += e.text;
+        c.finish_reason = e.finish_reason;
+        aborted_ |= e.finish_reason == FinishReason::kAbort;
+        return;
+      case EngineEvent::Kind::kError:
+        error_ = e.error;
+        return;
+      case EngineEvent::Kind::kDone: {
+        HttpResponse r;
+        if (error_) {
+          respond_error(r, ApiError(500, fmt::format("generation failed: {}", *error_)));
+          ch->respond(std::move(r));
+          return end(RequestOutcome::kError);
+        }
+        r.set_content(dump_json(fmt_->response(choices_, e.usage)), "application/json");
+        ch->respond(std::move(r));
+        return end(aborted_ ? RequestOutcome::kAborted : RequestOutcome::kSuccess);
+      }
+    }
+  }
+
+  void on_stream_event(ResponseChannel& ch, const EngineEvent& e) {
     std::vector<TokenStep>& pending = pending_[static_cast<size_t>(e.index)];
     switch (e.kind) {
       case EngineEvent::Kind::kToken:
         if (logprobs_) pending.push_back(step_of(e));
         // A token whose text is held back (part of a character or of a possible stop string)
         // travels with the next chunk that has text.
-        if (e.text.empty()) return true;
-        return send_chunk(sink, e.index, e.text, std::nullopt);
+        if (e.text.empty()) return;
+        return send_chunk(ch, e.index, e.text, std::nullopt);
       case EngineEvent::Kind::kFinish:
         if (e.finish_reason == FinishReason::kAbort) aborted_ = true;
-        return send_chunk(sink, e.index, e.text, e.finish_reason);
+        return send_chunk(ch, e.index, e.text, e.finish_reason);
       case EngineEvent::Kind::kError:
-        failed_ = true;
-        return write(sink, sse(ApiError(500, fmt::format("generation failed: {}", e.error)).body()));
+        error_ = e.error;
+        ch.write(sse(ApiError(500, fmt::format("generation failed: {}", e.error)).body()));
+        return;
       case EngineEvent::Kind::kDone:
-        if (include_usage_ && !write(sink, sse(fmt_->stream_usage(e.usage)))) return false;
-        return finish(sink);
+        if (include_usage_) ch.write(sse(fmt_->stream_usage(e.usage)));
+        ch.write("data: [DONE]\n\n");
+        ch.end_stream();
+        return end(error_ ? RequestOutcome::kError : aborted_ ? RequestOutcome::kAborted : RequestOutcome::kSuccess);
     }
-    return true;
   }
 
-  // httplib's releaser: runs when the response is destroyed, whether or not the stream completed.
-  void release() {
-    if (!completed_) handle_->cancel();
-    RequestOutcome outcome = RequestOutcome::kSuccess;
-    if (!completed_ || aborted_) outcome = RequestOutcome::kAborted;
-    else if (failed_) outcome = RequestOutcome::kError;
-    ctx_.metrics().count_request(outcome);
-    if (completed_ && outcome == RequestOutcome::kSuccess) ctx_.metrics().observe_latency(timer_.latency());
-  }
-
- private:
-  bool send_chunk(httplib::DataSink& sink, int32_t index, const std::string& text, std::optional<FinishReason> finish) {
+  void send_chunk(ResponseChannel& ch, int32_t index, const std::string& text, std::optional<FinishReason> finish) {
     std::vector<TokenStep>& pending = pending_[static_cast<size_t>(index)];
-    const bool ok = write(sink, sse(fmt_->stream_chunk(index, text, pending, finish)));
+    ch.write(sse(fmt_->stream_chunk(index, text, pending, finish)));
     pending.clear();
-    return ok;
   }
 
-  bool finish(httplib::DataSink& sink) {
-    if (!write(sink, "data: [DONE]\n\n")) return false;
-    completed_ = true;
-    sink.done();
-    return true;
-  }
-
-  // httplib ends the stream on an empty write, so `bytes` is never empty here.
-  bool write(httplib::DataSink& sink, const std::string& bytes) {
-    if (!sink.write(bytes.data(), bytes.size())) {
-      handle_->cancel();
-      return false;
-    }
-    last_write_ = Clock::now();
-    return true;
+  void end(RequestOutcome outcome) {
+    ended_ = true;
+    ctx_.metrics().count_request(outcome);
+    if (outcome == RequestOutcome::kSuccess) ctx_.metrics().observe_latency(timer_.latency());
+    slot_.reset();
+    exchange_.reset();
   }
 
   ServerContext& ctx_;
-  std::shared_ptr<RequestHandle> handle_;
   std::unique_ptr<ResponseFormatter> fmt_;
-  int32_t n_;
-  bool logprobs_;
-  bool include_usage_;
+  const int32_t n_;
+  const bool logprobs_;
+  const bool include_usage_;
+  const bool stream_;
   RequestTimer timer_;
-  std::vector<std::vector<TokenStep>> pending_;  // per choice: tokens not yet sent with text
-  CounterHold slot_;
-  CounterHold exchange_;
-  Clock::time_point last_write_ = Clock::now();
-  bool opened_ = false;
-  bool completed_ = false;  // [DONE] written
+  std::vector<std::vector<TokenStep>> pending_;  // streaming, per choice: tokens not yet sent with text
+  std::vector<ChoiceResult> choices_;            // whole answer, per choice
+  std::optional<CounterHold> slot_;
+  std::optional<CounterHold> exchange_;
+  std::shared_ptr<RequestHandle> handle_;
+  std::weak_ptr<ResponseChannel> channel_;
+  std::optional<std::string> error_;
   bool aborted_ = false;
-  bool failed_ = false;
-};
+  bool ended_ = false;  // counted; nothing more is written
 
-void respond_whole(ServerContext& ctx, RequestHandle& handle, ResponseFormatter& fmt, const GenerationRequest& g,
-                   Clock::time_point arrival, httplib::Response& res) {
-  const int32_t n = g.request.params.n;
-  std::vector<ChoiceResult> choices(static_cast<size_t>(n));
-  RequestTimer timer(arrival, n);
-  Usage usage;
-  bool done = false, aborted = false;
-  std::optional<std::string> error;
-  EngineEvent e;
-  while (handle.next(e)) {
-    timer.observe(e);
-    if (e.index < 0 || e.index >= n) continue;
-    ChoiceResult& c = choices[static_cast<size_t>(e.index)];
-    switch (e.kind) {
-      case EngineEvent::Kind::kToken:
-        c.text += e.text;
-        if (g.request.params.logprobs) c.steps.push_back(step_of(e));
-        break;
-      case EngineEvent::Kind::kFinish:
-        c.text += e.text;
-        c.finish_reason = e.finish_reason;
-        aborted |= e.finish_reason == FinishReason::kAbort;
-        break;
-      case EngineEvent::Kind::kError:
-        error = e.error;
-        break;
-      case EngineEvent::Kind::kDone:
-        usage = e.usage;
-        done = true;
-        break;
-    }
-  }
-  if (error) throw ApiError(500, fmt::format("generation failed: {}", *error));
-  if (!done) throw ApiError(503, "the server is shutting down", "", "shutting_down");
-  res.status = 200;
-  res.set_content(dump_json(fmt.response(choices, usage)), "application/json");
-  ctx.metrics().count_request(aborted ? RequestOutcome::kAborted : RequestOutcome::kSuccess);
-  if (!aborted) ctx.metrics().observe_latency(timer.latency());
-}
+  std::mutex mutex_;  // guards started_, early_ and channel_ reads from the engine thread
+  bool started_ = false;
+  std::vector<EngineEvent> early_;
+};
 
 }  // namespace
 
-void handle_generation(ServerContext& ctx, Api api, const httplib::Request& req, httplib::Response& res) {
+void handle_generation(ServerContext& ctx, Api api, const HttpRequest& req, HttpResponse& res) {
   const Clock::time_point arrival = Clock::now();
   CounterHold exchange = ctx.hold_exchange();
   ModelHost& host = ctx.host();
@@ -205,25 +213,18 @@ void handle_generation(ServerContext& ctx, Api api, const httplib::Request& req,
   rc.include_usage = g.include_usage;
   std::unique_ptr<ResponseFormatter> fmt = api == Api::kChat ? make_chat_formatter(rc, g) : make_completion_formatter(rc, g);
 
+  auto ex = std::make_shared<GenerationExchange>(ctx, std::move(fmt), g, arrival, std::move(*slot), std::move(exchange));
+  g.request.on_event = [ex](const EngineEvent& e) { ex->on_engine_event(e); };
   std::shared_ptr<RequestHandle> handle;
   try {
-    handle = host.engine().submit(g.request);
+    handle = host.engine().submit(std::move(g.request));
   } catch (const Error& e) {
     // submit refuses after Engine::shutdown began; that is the drain, not the client's fault.
     if (ctx.draining()) throw ApiError(503, "the server is shutting down", "", "shutting_down");
     throw bad_request(e.what(), api == Api::kChat ? "messages" : "prompt");
   }
-
-  if (!g.stream) {
-    respond_whole(ctx, *handle, *fmt, g, arrival, res);
-    return;
-  }
-  auto stream = std::make_shared<EventStream>(ctx, std::move(handle), std::move(fmt), g, arrival, std::move(*slot), std::move(exchange));
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); },
-      [stream](bool) { stream->release(); });
+  ex->set_handle(std::move(handle));
+  res.deferred = std::move(ex);
 }
 
 }  // namespace strata::server

@@ -1,12 +1,19 @@
 #include "server/serve.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
 
+#include "gguf/gguf_file.h"
 #include "server/http_server.h"
 #include "server/model_host.h"
 #include "server/server_context.h"
@@ -18,6 +25,19 @@ namespace {
 // After the engine has drained, streamed responses may still be writing their last chunks.
 constexpr auto kFlushGrace = std::chrono::seconds(5);
 
+// A model file that cannot be opened or is not GGUF fails the start before anything listens (the
+// full load runs in the background while /health says 503).
+void check_model_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || ::access(path.c_str(), R_OK) != 0)
+    throw std::runtime_error(fmt::format("cannot read the model '{}': {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return;  // a pipe or device: the loader says what is wrong with it
+  std::ifstream in(path, std::ios::binary);
+  uint32_t magic = 0;
+  in.read(reinterpret_cast<char*>(&magic), sizeof(magic));
+  if (!in || magic != kGgufMagic) throw std::runtime_error(fmt::format("the model '{}' is not a GGUF file", path));
+}
+
 }  // namespace
 
 int run_server(const ServerConfig& config) {
@@ -25,6 +45,7 @@ int run_server(const ServerConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   ShutdownSignal signals;
 
+  check_model_file(config.model_path);
   ModelHost host(ModelHost::Options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device});
   ServerContext ctx(config, host);
   HttpServer http(ctx);

@@ -17,7 +17,8 @@ struct ServerConfig {
   std::string api_key;            // "" = no authentication
   std::string served_model_name;  // "" = the model file's name without .gguf
   int32_t max_queue = 256;        // generation requests in flight (waiting + running) before 429
-  int32_t http_threads = 32;      // a streaming response holds a thread for its whole length
+  int32_t http_threads = 2;       // I/O threads serving every connection (none is held by a stream)
+  int32_t max_connections = 8192; // open connections beyond this are answered 503 and closed
   uint64_t max_body_bytes = uint64_t{8} << 20;
   double shutdown_timeout_s = 30;  // how long SIGINT/SIGTERM lets in-flight requests finish
 

@@ -13,7 +13,7 @@
 namespace strata::server {
 namespace {
 
-void respond_json(httplib::Response& res, const Json& j) {
+void respond_json(HttpResponse& res, const Json& j) {
   res.status = 200;
   res.set_content(dump_json(j), "application/json");
 }
@@ -29,18 +29,18 @@ Json model_object(const ServerContext& ctx) {
 
 }  // namespace
 
-void respond_error(httplib::Response& res, const ApiError& error) {
+void respond_error(HttpResponse& res, const ApiError& error) {
   res.status = error.status();
   res.set_content(dump_json(error.body()), "application/json");
 }
 
-void handle_health(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_health(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
   if (ctx.draining()) return respond_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
   if (!ctx.host().ready()) return respond_error(res, ApiError(503, "the model is loading", "", "model_loading"));
   respond_json(res, Json{{"status", "ok"}});
 }
 
-void handle_metrics(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_metrics(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
   std::optional<EngineStats> stats;
   if (ctx.host().ready()) stats = ctx.host().engine().stats();
   res.status = 200;
@@ -48,24 +48,24 @@ void handle_metrics(ServerContext& ctx, const httplib::Request&, httplib::Respon
                   "text/plain; version=0.0.4; charset=utf-8");
 }
 
-void handle_status_page(ServerContext&, const httplib::Request&, httplib::Response& res) {
+void handle_status_page(ServerContext&, const HttpRequest&, HttpResponse& res) {
   const std::string_view html = status_page_html();
   res.status = 200;
-  res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+  res.set_content(std::string(html), "text/html; charset=utf-8");
 }
 
-void handle_models(ServerContext& ctx, const httplib::Request&, httplib::Response& res) {
+void handle_models(ServerContext& ctx, const HttpRequest&, HttpResponse& res) {
   respond_json(res, Json{{"object", "list"}, {"data", Json::array({model_object(ctx)})}});
 }
 
-void handle_model(ServerContext& ctx, std::string_view id, httplib::Response& res) {
+void handle_model(ServerContext& ctx, std::string_view id, HttpResponse& res) {
   if (!ctx.accepts_model(id))
     throw ApiError(404, fmt::format("The model `{}` does not exist (this server serves `{}`)", id, ctx.model_name()), "model",
                    "model_not_found");
   respond_json(res, model_object(ctx));
 }
 
-void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_tokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_object(req.body);
   const std::optional<std::string> content = get_string(body, "content");
   if (!content) throw bad_request("'content' is required", "content");
@@ -93,7 +93,7 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
   respond_json(res, Json{{"tokens", std::move(tokens)}});
 }
 
-void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_detokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_object(req.body);
   const Json* tokens = find_field(body, "tokens");
   if (tokens == nullptr) throw bad_request("'tokens' is required", "tokens");
@@ -110,7 +110,7 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
   respond_json(res, Json{{"content", tok.decode(ids, /*render_special=*/false)}});
 }
 
-void handle_apply_template(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_apply_template(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const Json body = parse_json_object(req.body);
   const Json messages = normalize_messages(find_field(body, "messages"));
   const bool add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);

@@ -14,24 +14,24 @@
 // ctx.host().ready() (the router checks); they throw ApiError for bad requests.
 #pragma once
 
-#include <httplib.h>
+#include "server/http_message.h"
 
 #include "server/api_error.h"
 #include "server/server_context.h"
 
 namespace strata::server {
 
-void handle_health(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_metrics(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_status_page(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_models(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_health(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_metrics(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_status_page(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_models(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 // `id` is the path after /v1/models/.
-void handle_model(ServerContext& ctx, std::string_view id, httplib::Response& res);
-void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_apply_template(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_model(ServerContext& ctx, std::string_view id, HttpResponse& res);
+void handle_tokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_detokenize(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+void handle_apply_template(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 
 // Writes `error` as the response: its status and OpenAI error body.
-void respond_error(httplib::Response& res, const ApiError& error);
+void respond_error(HttpResponse& res, const ApiError& error);
 
 }  // namespace strata::server

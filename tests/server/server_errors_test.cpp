@@ -381,7 +381,9 @@ TEST(ServerErrors, WhileTheModelLoadsHealthAndRequestsAre503) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(ServerErrors, BadFlagsAndABusyPortExitTwo) {
+// Exit codes: 2 for bad usage (flags), 1 for runtime failures (a busy port, an unreadable model),
+// both with a message before anything says "listening".
+TEST(ServerErrors, BadFlagsExitTwoAndABusyPortOrAMissingModelExitOne) {
   auto r = test::run_command({test::strata_bin(), "serve", "--model", test::shared_path("models/stories260K.gguf"), "--port",
                               "0", "--max-body-bytes", "lots"});
   EXPECT_EQ(r.exit_code, 2);
@@ -394,8 +396,17 @@ TEST(ServerErrors, BadFlagsAndABusyPortExitTwo) {
   ServerProcess first;
   r = test::run_command({test::strata_bin(), "serve", "--model", test::shared_path("models/stories260K.gguf"), "--host", "127.0.0.1",
                          "--port", std::to_string(first.port())});
-  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("listening"), std::string::npos) << r.err;
+
+  r = test::run_command({test::strata_bin(), "serve", "--model", "/nonexistent/model.gguf", "--port", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot read the model '/nonexistent/model.gguf'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("listening"), std::string::npos) << r.err;
+  r = test::run_command({test::strata_bin(), "serve", "--model", test::shared_path("README.md"), "--port", "0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is not a GGUF file"), std::string::npos) << r.err;
 }
 
 }  // namespace
