@@ -1,5 +1,7 @@
 #include "bench_client/bench_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace strata::bench {
@@ -50,6 +52,9 @@ BenchReport make_report(const BenchRun& run) {
   r.itl_ms = summarize(std::move(itl));
   r.e2e_ms = summarize(std::move(e2e));
   if (run.metrics_before && run.metrics_after) r.prefix_hit_rate = prefix_hit_rate_delta(*run.metrics_before, *run.metrics_after);
+  for (double h : run.health_ms) r.health_max_ms = std::max(r.health_max_ms, h);
+  r.health_ms = summarize(run.health_ms);
+  r.health_failures = run.health_failures;
   return r;
 }
 
@@ -93,6 +98,12 @@ std::string format_report(const BenchReport& r) {
   dist("ITL", r.itl_ms);
   section(" End-to-end Latency ");
   dist("E2EL", r.e2e_ms);
+  if (r.health_ms.count > 0) {
+    section(" GET /health during the run ");
+    line("Probes (failed):", fmt::format("{} ({})", r.health_ms.count, r.health_failures));
+    dist("answer", r.health_ms);
+    line("Max answer (ms):", num(r.health_max_ms));
+  }
   s += std::string(52, '=') + "\n";
   if (r.completed > 0 && r.requests_with_usage < r.completed) {
     s += fmt::format("note: {} of {} responses had no usage; their tokens were counted from the stream\n",
@@ -119,6 +130,12 @@ nlohmann::ordered_json report_to_json(const BenchReport& r) {
   j["itl_ms"] = summary_json(r.itl_ms);
   j["e2e_ms"] = summary_json(r.e2e_ms);
   j["prefix_hit_rate"] = r.prefix_hit_rate ? nlohmann::ordered_json(*r.prefix_hit_rate) : nlohmann::ordered_json(nullptr);
+  if (r.health_ms.count > 0) {
+    j["health_ms"] = summary_json(r.health_ms);
+    j["health_max_ms"] = r.health_max_ms;
+    j["health_probes"] = r.health_ms.count;
+    j["health_failures"] = r.health_failures;
+  }
   return j;
 }
 

@@ -33,6 +33,9 @@ struct BenchReport {
   double total_tok_s = 0;            // (input + output) tokens per second
   LatencySummary ttft_ms, tpot_ms, itl_ms, e2e_ms;
   std::optional<double> prefix_hit_rate;  // nullopt when the server does not expose it
+  LatencySummary health_ms;       // --probe-health-ms: GET /health answer times (count 0: not probed)
+  double health_max_ms = 0;
+  size_t health_failures = 0;
 };
 
 BenchReport make_report(const BenchRun& run);

@@ -1,6 +1,7 @@
 #include "bench_client/bench_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -176,6 +177,22 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   std::vector<std::thread> workers;
   workers.reserve(n_workers);
   const auto start = Clock::now();
+  // The health prober: how long the server takes to answer GET /health while it is loaded.
+  std::atomic<bool> stop_probe{false};
+  std::thread prober;
+  if (cfg.probe_health_ms > 0) {
+    prober = std::thread([&] {
+      OpenAiStreamClient client(url, cfg.api_key, std::min(cfg.timeout_s, 10.0));
+      const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(cfg.probe_health_ms));
+      while (!stop_probe.load()) {
+        const auto t0 = Clock::now();
+        const bool ok = client.get("/health").has_value();
+        run.health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        if (!ok) ++run.health_failures;
+        std::this_thread::sleep_until(t0 + gap);
+      }
+    });
+  }
   for (size_t w = 0; w < n_workers; ++w) {
     workers.emplace_back([&] {
       OpenAiStreamClient client(url, cfg.api_key, cfg.timeout_s);
@@ -189,6 +206,8 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   queue.close();
   for (auto& w : workers) w.join();
   run.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  stop_probe.store(true);
+  if (prober.joinable()) prober.join();
 
   {
     OpenAiStreamClient probe(url, cfg.api_key, std::min(cfg.timeout_s, 10.0));

@@ -32,6 +32,7 @@ struct BenchConfig {
   int32_t max_concurrency = 0;      // requests in flight at most; 0 = no cap
   uint64_t seed = 0;                // of the arrival times
   double timeout_s = 600;           // per request
+  double probe_health_ms = 0;       // > 0: GET /health this often during the run, timing each answer
   std::optional<double> temperature;
   bool ignore_eos = false;
   // Counts generated tokens from the text when a response has no usage; null: one per text chunk.
@@ -55,6 +56,8 @@ struct BenchRun {
   std::vector<RequestRecord> records;  // one per request, in dataset order
   double duration_s = 0;               // from the first arrival to the last response
   std::optional<MetricSamples> metrics_before, metrics_after;  // nullopt when /metrics failed
+  std::vector<double> health_ms;  // --probe-health-ms: each probe's answer time (200 or not)
+  size_t health_failures = 0;     // probes without a 200 answer in time
 };
 
 // Throws strata::Error for an unusable configuration (bad URL, multi-turn or "messages" requests

@@ -2,6 +2,8 @@
 // streamed requests from a synthetic or JSONL dataset with Poisson arrivals, reporting throughput,
 // TTFT, TPOT, ITL, end-to-end latency, failures and the server's prefix-cache hit rate. The
 // client logic lives in src/bench_client/; this file is flags, wiring and output.
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -41,6 +43,7 @@ struct BenchServeOptions {
   std::string tokenizer;
   std::string json_out;
   double timeout_s = 600;
+  double probe_health_ms = 0;
   double temperature = 0;
   bool ignore_eos = false;
   bool quiet = false;
@@ -74,6 +77,11 @@ std::string discover_model(const bench::ServerUrl& url, const std::string& api_k
 }
 
 int run_bench_serve(BenchServeOptions o) {
+  // Every request in flight is a connection: take the open-file hard limit (the soft one is often 1024).
+  if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
   bench::Endpoint endpoint;
   if (o.endpoint == "completions") {
     endpoint = bench::Endpoint::kCompletions;
@@ -85,6 +93,7 @@ int run_bench_serve(BenchServeOptions o) {
   const double rate = parse_rate(o.request_rate);
   if (o.max_concurrency < 0) fail("--max-concurrency must be >= 0 (0 = no cap), got {}", o.max_concurrency);
   if (!(o.timeout_s > 0)) fail("--timeout-s must be > 0, got {}", o.timeout_s);
+  if (!(o.probe_health_ms >= 0)) fail("--probe-health-ms must be >= 0 (0 = off), got {}", o.probe_health_ms);
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("OPENAI_API_KEY")) o.api_key = env;
   }
@@ -124,6 +133,7 @@ int run_bench_serve(BenchServeOptions o) {
   cfg.max_concurrency = o.max_concurrency;
   cfg.seed = o.seed;
   cfg.timeout_s = o.timeout_s;
+  cfg.probe_health_ms = o.probe_health_ms;
   cfg.temperature = o.temperature;
   cfg.ignore_eos = o.ignore_eos;
   cfg.output_counter = counter;
@@ -166,6 +176,7 @@ int run_bench_serve(BenchServeOptions o) {
     j["ignore_eos"] = o.ignore_eos;
     j["tokenizer"] = o.tokenizer.empty() ? nullptr : nlohmann::ordered_json(o.tokenizer);
     j["timeout_s"] = o.timeout_s;
+    j["probe_health_ms"] = o.probe_health_ms;
     std::ofstream out(o.json_out, std::ios::trunc);
     if (!out) fail("cannot write --json-out '{}'", o.json_out);
     out << j.dump(2) << "\n";
@@ -206,6 +217,9 @@ void add_bench_serve_command(Cli& cli, CLI::App* bench) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Send ignore_eos: true (vLLM/llama.cpp/strata extension) for exact output lengths");
   cmd->add_option("--json-out", o->json_out, "Also write the results and parameters as one JSON object to this file");
   cmd->add_option("--timeout-s", o->timeout_s, "Per-request time limit in seconds")->capture_default_str();
+  cmd->add_option("--probe-health-ms", o->probe_health_ms,
+                  "During the run, GET /health every this many ms and report its answer times (0 = off)")
+      ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress lines on stderr");
   cmd->callback([&cli, o] { cli.run = [o] { return run_bench_serve(*o); }; });
 }

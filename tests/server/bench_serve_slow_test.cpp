@@ -109,6 +109,25 @@ TEST_F(BenchServe, CompletionsEndpointRandomPrompts) {
   EXPECT_NE(last_.out.find("Mean TTFT (ms):"), std::string::npos) << last_.out;
 }
 
+// --probe-health-ms: GET /health during the run, each answer timed (count, summary, max, failures).
+TEST_F(BenchServe, HealthProbesDuringTheRun) {
+  const json j = bench({"--num-prompts", "16", "--input-len", "16", "--output-len", "32", "--ignore-eos", "--probe-health-ms", "5"});
+  expect_all_completed(j, 16);
+  EXPECT_EQ(j["probe_health_ms"], 5.0);
+  ASSERT_TRUE(j["health_probes"].is_number_integer()) << j.dump(2);
+  EXPECT_GE(j["health_probes"].get<int64_t>(), 1);
+  EXPECT_EQ(j["health_failures"], 0);
+  for (const char* stat : {"mean", "median", "p99"}) EXPECT_GT(j["health_ms"][stat].get<double>(), 0) << stat;
+  EXPECT_GE(j["health_max_ms"].get<double>(), j["health_ms"]["p99"].get<double>());
+  EXPECT_NE(last_.out.find("GET /health during the run"), std::string::npos) << last_.out;
+  // Without the flag there is no probe section.
+  const json plain = bench({"--num-prompts", "2", "--input-len", "8", "--output-len", "4"});
+  EXPECT_FALSE(plain.contains("health_probes"));
+  auto r = test::run_command({test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--probe-health-ms", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--probe-health-ms must be >= 0"), std::string::npos) << r.err;
+}
+
 TEST_F(BenchServe, ChatEndpointWithPoissonArrivalsAndAConcurrencyCap) {
   const json j = bench({"--endpoint", "chat", "--model", "stories260K", "--dataset", "random", "--num-prompts", "8",
                         "--input-len", "24", "--output-len", "12", "--request-rate", "50", "--max-concurrency", "3"});
