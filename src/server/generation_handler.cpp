@@ -214,7 +214,10 @@ void handle_generation(ServerContext& ctx, Api api, const HttpRequest& req, Http
   std::unique_ptr<ResponseFormatter> fmt = api == Api::kChat ? make_chat_formatter(rc, g) : make_completion_formatter(rc, g);
 
   auto ex = std::make_shared<GenerationExchange>(ctx, std::move(fmt), g, arrival, std::move(*slot), std::move(exchange));
-  g.request.on_event = [ex](const EngineEvent& e) { ex->on_engine_event(e); };
+  // The connection owns the exchange; once it has closed, the engine's events have nowhere to go.
+  g.request.on_event = [weak = std::weak_ptr<GenerationExchange>(ex)](const EngineEvent& e) {
+    if (auto ex = weak.lock()) ex->on_engine_event(e);
+  };
   std::shared_ptr<RequestHandle> handle;
   try {
     handle = host.engine().submit(std::move(g.request));

@@ -70,7 +70,12 @@ HttpServer::HttpServer(ServerContext& ctx) : ctx_(ctx), io_(std::make_unique<Io>
   limits_.max_body_bytes = ctx_.config().max_body_bytes;
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  // Handlers still queued hold connections, which refer to live_, limits_ and this handler: free
+  // them while those exist.
+  io_.reset();
+}
 
 bool HttpServer::authorized(const HttpRequest& req) const {
   const std::string& key = ctx_.config().api_key;
