@@ -23,27 +23,20 @@ Category category(uint32_t cpt) {
 
 uint32_t to_lower(uint32_t cpt) { return static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cpt))); }
 
-void append_nfd(uint32_t cpt, std::vector<uint32_t>& out) {
-  // ASCII and most letters have no decomposition; skip the ICU call for the common case.
-  if (cpt < 0xC0) {
-    out.push_back(cpt);
-    return;
-  }
+uint32_t nfd_first(uint32_t cpt) {
+  // Nothing below U+00C0 decomposes; skip the ICU call for the common case.
+  if (cpt < 0xC0) return cpt;
   UErrorCode err = U_ZERO_ERROR;
   // ICU owns the instance for the life of the process; fetching it is cheap and thread-safe.
   const UNormalizer2* nfd = unorm2_getNFDInstance(&err);
   STRATA_CHECK(U_SUCCESS(err), "ICU NFD data unavailable: {}", u_errorName(err));
   UChar buf[32];
   const int32_t n = unorm2_getDecomposition(nfd, static_cast<UChar32>(cpt), buf, 32, &err);
-  if (n < 0 || U_FAILURE(err)) {
-    out.push_back(cpt);
-    return;
-  }
-  for (int32_t i = 0; i < n;) {
-    UChar32 c;
-    U16_NEXT(buf, i, n, c);
-    out.push_back(static_cast<uint32_t>(c));
-  }
+  if (n <= 0 || U_FAILURE(err)) return cpt;
+  int32_t i = 0;
+  UChar32 first;
+  U16_NEXT(buf, i, n, first);
+  return static_cast<uint32_t>(first);
 }
 
 }  // namespace strata::unicode

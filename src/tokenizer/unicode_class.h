@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 namespace strata::unicode {
 
@@ -32,7 +31,9 @@ Category category(uint32_t cpt);
 // Simple (one code point to one code point) lowercase mapping.
 uint32_t to_lower(uint32_t cpt);
 
-// Appends the full canonical decomposition (NFD) of `cpt` to `out`; `cpt` itself when it has none.
-void append_nfd(uint32_t cpt, std::vector<uint32_t>& out);
+// The first code point of the canonical decomposition (NFD) of `cpt`; `cpt` itself when it has none.
+// This is llama.cpp's unicode_cpts_normalize_nfd: its table keeps only that code point, so "é" becomes
+// "e" and a Hangul syllable its leading jamo, while a combining mark written as such stays.
+uint32_t nfd_first(uint32_t cpt);
 
 }  // namespace strata::unicode

@@ -267,39 +267,44 @@ Vocab Vocab::from_gguf(const GgufFile& f) {
   return v;
 }
 
-// llama.cpp finds EOT, EOM and FIM tokens by their text when the file does not name them, and makes
-// sure such tokens are control tokens. Scanning ids in order makes the choice deterministic.
+// llama.cpp finds EOT, EOM and FIM tokens by their text when the file does not name them. A token
+// found by a name llama.cpp b4748 knows becomes a control token, as there; a name that later releases
+// added (`later`) finds the token but leaves its type alone, so such a token written in plain text is
+// split out or not exactly as b4748 does it. Scanning ids in order makes the choice deterministic
+// (llama.cpp takes the first in hash order).
 void Vocab::detect_special_tokens() {
   struct Rule {
     TokenId* id;
     std::initializer_list<std::string_view> texts;
+    std::initializer_list<std::string_view> later;
   };
   const Rule rules[] = {
       {&special_.eot,
-       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-        "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "<end_of_utterance>"}},
-      {&special_.eom, {"<|eom_id|>"}},
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
+       {"<|end_of_text|>", "_<EOT>", "[EOT]", "<end_of_utterance>"}},
+      {&special_.eom, {"<|eom_id|>"}, {}},
       {&special_.fim_pre,
-       {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
-        "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"}},
+       {"<|fim_prefix|>", "<fim-prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>"},
+       {"<fim_prefix>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"}},
       {&special_.fim_suf,
-       {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>",
-        "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"}},
+       {"<|fim_suffix|>", "<fim-suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>", "<SUF>"},
+       {"<fim_suffix>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"}},
       {&special_.fim_mid,
-       {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
-        "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"}},
-      {&special_.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
-      {&special_.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
-      {&special_.fim_sep, {"<|file_sep|>"}},
+       {"<|fim_middle|>", "<fim-middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>"},
+       {"<fim_middle>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"}},
+      {&special_.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}, {"<fim_pad>", "[PAD]"}},
+      {&special_.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}, {"<reponame>"}},
+      {&special_.fim_sep, {"<|file_sep|>"}, {}},
   };
   for (const Rule& rule : rules) {
     if (*rule.id != kNoToken) continue;
     for (TokenId id = 0; id < size(); ++id) {
-      if (one_of(text(id), rule.texts)) {
-        *rule.id = id;
-        attrs_[static_cast<size_t>(id)] |= token_attr::kControl;
-        break;
-      }
+      const bool known = one_of(text(id), rule.texts);
+      if (!known && !one_of(text(id), rule.later)) continue;
+      *rule.id = id;
+      if (known && !has_attr(id, token_attr::kControl)) attrs_[static_cast<size_t>(id)] = token_attr::kControl;
+      break;
     }
   }
   // Control tokens named "unused" are placeholders.
@@ -317,12 +322,16 @@ void Vocab::collect_eog_tokens() {
   }
   for (TokenId id = 0; id < size(); ++id) {
     const std::string& t = text(id);
-    if (one_of(t, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-                   "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-                   "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-                   "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["})) {
+    // The names llama.cpp b4748 ends generation at, making them control tokens; then the names later
+    // releases added, which end generation here without changing the token's type (see
+    // detect_special_tokens: Phi-3's "</s>" is a user-defined token that b4748 splits out of text).
+    if (one_of(t, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"})) {
       eog.push_back(id);
-      attrs_[static_cast<size_t>(id)] |= token_attr::kControl;
+      if (!has_attr(id, token_attr::kControl)) attrs_[static_cast<size_t>(id)] = token_attr::kControl;
+    } else if (one_of(t, {"<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "</s>", "_<EOT>", "[EOT]", "[EOS]",
+                          "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                          "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~["})) {
+      eog.push_back(id);
     }
     // gpt-oss's channel markers are rendered in the text.
     if (one_of(t, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) {

@@ -21,28 +21,24 @@ constexpr std::string_view kWordStart = "\xE2\x96\x81";  // U+2581
 
 }  // namespace
 
+// llama.cpp's llm_tokenizer_wpm_session::preprocess, code point by code point.
 std::vector<std::string> WpmEncoder::split_words(std::string_view text) const {
   const VocabFlags& flags = vocab_.flags();
-  std::vector<uint32_t> cpts;
-  cpts.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) {
-    const uint32_t c = utf8::decode_lenient(text, pos);
-    if (flags.strip_accents) {
-      unicode::append_nfd(c, cpts);
-    } else {
-      cpts.push_back(c);
-    }
-  }
   std::vector<std::string> words(1);
-  for (const uint32_t c : cpts) {
+  for (size_t pos = 0; pos < text.size();) {
+    uint32_t c = utf8::decode_lenient(text, pos);
+    // Past U+10FFFF llama.cpp throws out of llama_tokenize; Strata drops the code point.
+    if (c > utf8::kMaxCodepoint) continue;
+    // Not a full NFD: the marks of a precomposed letter go, a mark written on its own stays in its
+    // word (and usually makes it [UNK]: the vocabulary has few marks as continuations).
+    if (flags.strip_accents) c = unicode::nfd_first(c);
     if (unicode::is_whitespace(c)) {
       if (!words.back().empty()) words.emplace_back();
       continue;
     }
-    if (c == 0 || c > utf8::kMaxCodepoint || (c >= 0xD800 && c <= 0xDFFF) || c == utf8::kReplacement) continue;
+    if (c == 0 || c == utf8::kReplacement) continue;
     const unicode::Category cat = unicode::category(c);
-    if (cat == unicode::Category::kControl) continue;
-    if (flags.strip_accents && cat == unicode::Category::kMark) continue;
+    if (cat == unicode::Category::kControl) continue;  // Cc, Cf, Co, Cs
     std::string s;
     utf8::append(s, flags.lowercase ? unicode::to_lower(c) : c);
     if (cat == unicode::Category::kPunctuation || (c < 0x7F && cat == unicode::Category::kSymbol) ||
@@ -66,7 +62,8 @@ void WpmEncoder::encode(std::string_view text, std::vector<TokenId>& out) const 
     word += w;
     const size_t n = word.size();
     const size_t first = out.size();
-    // Greedy longest match over byte positions, as llama.cpp does.
+    // Greedy longest match over byte positions, as llama.cpp does; one unmatchable position makes the
+    // whole word the unknown token.
     for (size_t i = 0; i < n;) {
       size_t j = std::min(n, i + max_len + 1);
       TokenId id = kNoToken;

@@ -1,8 +1,12 @@
-// WordPiece for BERT-style embedding vocabularies (llama.cpp's llm_tokenizer_wpm): a BertNormalizer-
-// like pass (drop control characters, lowercase, strip accents through NFD, split at whitespace,
-// punctuation, ASCII symbols and CJK ideographs), then per word a greedy longest match from the
-// word's start with the U+2581 word-start marker that GGUF WordPiece vocabularies use instead of
-// "##" continuations. A word with an unmatchable part becomes the unknown token.
+// WordPiece for BERT-style embedding vocabularies, as llama.cpp (b4748) does it: each code point is
+// replaced by the first code point of its canonical decomposition (so "é" becomes "e", while a
+// combining mark written on its own, as in Devanagari, stays), control characters are dropped, the
+// rest lowercased, and words are split at whitespace, punctuation, ASCII symbols and CJK ideographs.
+// Then per word a greedy longest match from the word's start with the U+2581 word-start marker that
+// GGUF WordPiece vocabularies use instead of "##" continuations. A word with an unmatchable part
+// becomes the unknown token as a whole.
+// tokenizer.ggml.normalizer.lowercase / strip_accents = false (keys b4748 does not read) turn off the
+// lowercasing / the decomposition.
 // Thread-safety: immutable after construction; encode() may run concurrently.
 #pragma once
 
