@@ -24,7 +24,7 @@ SAN_FLAGS  := -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" $(LAUNC
 # ThreadSanitizer runs: the modules with threads of their own (tests/CMakeLists.txt builds only these).
 TSAN_LABELS ?= ^(core|kv|engine|server)
 
-.PHONY: all deps test-deps build build-asan build-tsan run test test-long test-asan test-asan-binary test-tsan \
+.PHONY: all deps test-deps configure build build-strata build-asan build-tsan run test test-long test-asan test-asan-binary test-tsan \
   fuzz fuzz-request fuzz-build fuzz-short fuzz-seeds bench clean
 
 all: build
@@ -37,12 +37,19 @@ test-deps: deps
 	@scripts/install-test-deps.sh
 	@scripts/install-browser-deps.sh
 
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+# Everything: libraries, `strata`, every test and benchmark binary (what `make test` needs).
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Only what serving needs: the `strata` executable and the libraries it links.
+build-strata: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target strata
+
 # Starts the OpenAI-compatible server (Ctrl-C stops it).
-run: build
+run: build-strata
 ifeq ($(strip $(MODEL)),)
 	@test -f $(RANDOM_MODEL) || { mkdir -p $(dir $(RANDOM_MODEL)) && \
 	  $(BUILD)/bin/strata gguf make-random --preset llama-134m --dtype f16 \
