@@ -54,14 +54,13 @@ class GenerationExchange : public DeferredResponse, public std::enable_shared_fr
 
   void set_handle(std::shared_ptr<RequestHandle> h) { handle_ = std::move(h); }
 
-  // Engine thread: queue the event for the strand (events before start() wait for it).
+  // Engine thread: queue the event for the strand. Events queue up while a hand-over is pending,
+  // so a connection that falls behind gets them in one batch (one handler, one write) instead of
+  // one handler per token; events before start() wait for it.
   void on_engine_event(const EngineEvent& e) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!started_) {
-      early_.push_back(e);
-      return;
-    }
-    deliver(e);
+    queued_.push_back(e);
+    if (started_ && !handover_pending_) schedule_handover();
   }
 
   void start(std::weak_ptr<ResponseChannel> channel) override {
@@ -76,8 +75,7 @@ class GenerationExchange : public DeferredResponse, public std::enable_shared_fr
     }
     std::lock_guard<std::mutex> lock(mutex_);
     started_ = true;
-    for (const EngineEvent& e : early_) deliver(e);
-    early_.clear();
+    if (!queued_.empty()) schedule_handover();
   }
 
   void client_gone() override {
@@ -88,10 +86,22 @@ class GenerationExchange : public DeferredResponse, public std::enable_shared_fr
 
  private:
   // Called with mutex_ held.
-  void deliver(const EngineEvent& e) {
+  void schedule_handover() {
     auto ch = channel_.lock();
     if (!ch) return;
-    ch->post([self = shared_from_this(), e] { self->on_event(e); });
+    handover_pending_ = true;
+    ch->post([self = shared_from_this()] { self->take_events(); });
+  }
+
+  // On the strand: everything queued so far, in order.
+  void take_events() {
+    std::vector<EngineEvent> events;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      events.swap(queued_);
+      handover_pending_ = false;
+    }
+    for (const EngineEvent& e : events) on_event(e);
   }
 
   // On the strand.
@@ -185,9 +195,10 @@ class GenerationExchange : public DeferredResponse, public std::enable_shared_fr
   bool aborted_ = false;
   bool ended_ = false;  // counted; nothing more is written
 
-  std::mutex mutex_;  // guards started_, early_ and channel_ reads from the engine thread
+  std::mutex mutex_;  // guards started_, queued_, handover_pending_ and channel_ reads from the engine thread
   bool started_ = false;
-  std::vector<EngineEvent> early_;
+  bool handover_pending_ = false;  // a take_events() is posted and has not yet taken the queue
+  std::vector<EngineEvent> queued_;
 };
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include <boost/beast/http/string_body.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
+#include <vector>
 #include <string>
 
 namespace strata::server {
@@ -30,6 +32,8 @@ constexpr size_t kMaxPipelinedBytes = size_t{1} << 20;
 // After an answer that closes the connection, what the client still sends is read and dropped
 // for this long, so the answer is not destroyed by a reset before the client has read it.
 constexpr auto kLingerTime = std::chrono::seconds(2);
+// Queued pieces (SSE chunks) written by one gathered write at most.
+constexpr size_t kMaxGather = 64;
 
 std::string str(beast::string_view v) { return std::string(v.data(), v.size()); }
 
@@ -263,7 +267,11 @@ class HttpConnection : public ResponseChannel, public std::enable_shared_from_th
     write_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec && self->writing_) self->close();  // no progress for write_timeout
     });
-    net::async_write(socket_, net::buffer(out_.front()), [self = shared_from_this()](error_code ec, size_t) { self->on_write(ec); });
+    // Everything queued goes out in one gathered write.
+    in_flight_ = std::min(out_.size(), kMaxGather);
+    gather_.clear();
+    for (size_t i = 0; i < in_flight_; ++i) gather_.push_back(net::buffer(out_[i]));
+    net::async_write(socket_, gather_, [self = shared_from_this()](error_code ec, size_t) { self->on_write(ec); });
   }
 
   void on_write(error_code ec) {
@@ -271,7 +279,8 @@ class HttpConnection : public ResponseChannel, public std::enable_shared_from_th
     write_timer_.cancel();
     if (closed_) return;
     if (ec) return close();
-    out_.pop_front();
+    out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(in_flight_));
+    in_flight_ = 0;
     if (!out_.empty()) return do_write();
     maybe_next();
   }
@@ -352,7 +361,9 @@ class HttpConnection : public ResponseChannel, public std::enable_shared_from_th
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpRequest head_;
-  std::deque<std::string> out_;
+  std::deque<std::string> out_;                 // queued bytes; the first in_flight_ are being written
+  std::vector<net::const_buffer> gather_;       // the buffers of the write in flight
+  size_t in_flight_ = 0;
   std::shared_ptr<DeferredResponse> deferred_;
   int version_ = 11;
   bool keep_alive_ = true;
