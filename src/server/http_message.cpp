@@ -24,10 +24,6 @@ std::string HttpRequest::header_or(std::string_view name, std::string_view fallb
 }
 
 void HttpResponse::set_header(std::string name, std::string value) {
-  if (header_name_equal(name, "Connection")) {
-    if (header_name_equal(value, "close")) close = true;
-    return;
-  }
   for (auto& [k, v] : headers) {
     if (header_name_equal(k, name)) {
       v = std::move(value);

@@ -47,7 +47,7 @@ struct HttpResponse {
   // When set, the answer comes later through this object (status/body above are unused).
   std::shared_ptr<DeferredResponse> deferred;
 
-  void set_header(std::string name, std::string value);
+  void set_header(std::string name, std::string value);  // replaces a header of that name (not Connection: use close)
   void set_content(std::string content, std::string type) {
     body = std::move(content);
     content_type = std::move(type);

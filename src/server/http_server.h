@@ -41,8 +41,6 @@ class HttpServer : public HttpHandler {
   bool wait_idle(std::chrono::steady_clock::time_point deadline) const;
   // Stops accepting, closes every connection (cancelling what they wait for), joins the threads.
   void stop();
-  // Open connections now.
-  int64_t connections() const { return live_.load(std::memory_order_acquire); }
 
   struct Route;  // an entry of the route table (http_server.cpp)
 
