@@ -85,8 +85,15 @@ class HttpConnection : public ResponseChannel, public std::enable_shared_from_th
     });
   }
 
+  // Server stop: an answer that is complete but not yet written goes out first (then the
+  // connection closes instead of reading the next request); anything else closes now.
   void close_async() {
-    net::post(socket_.get_executor(), [self = shared_from_this()] { self->close(); });
+    net::post(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->closed_) return;
+      self->keep_alive_ = false;
+      if (self->exchange_active() || (!self->writing_ && self->out_.empty())) return self->close();
+      // maybe_next() closes once the queued bytes are out (bounded by write_timeout and stop()).
+    });
   }
 
   // ResponseChannel.

@@ -50,7 +50,8 @@ class HttpConnection;
 std::shared_ptr<HttpConnection> start_connection(boost::asio::ip::tcp::socket socket, HttpHandler& handler,
                                                  const ConnectionLimits& limits, std::atomic<int64_t>& live, bool overloaded);
 
-// Closes the connection (cancelling a pending answer) from any thread.
+// Server stop, from any thread: closes the connection, cancelling an answer still being made;
+// an answer already complete is written out first.
 void close_connection_async(const std::shared_ptr<HttpConnection>& c);
 
 }  // namespace strata::server
