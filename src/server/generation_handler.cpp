@@ -127,15 +127,17 @@ class GenerationExchange : public DeferredResponse, public std::enable_shared_fr
         error_ = e.error;
         return;
       case EngineEvent::Kind::kDone: {
+        // Counted before the answer goes out: a client that reads /metrics after its answer sees it.
         HttpResponse r;
         if (error_) {
           respond_error(r, ApiError(500, fmt::format("generation failed: {}", *error_)));
-          ch->respond(std::move(r));
-          return end(RequestOutcome::kError);
+          end(RequestOutcome::kError);
+        } else {
+          r.set_content(dump_json(fmt_->response(choices_, e.usage)), "application/json");
+          end(aborted_ ? RequestOutcome::kAborted : RequestOutcome::kSuccess);
         }
-        r.set_content(dump_json(fmt_->response(choices_, e.usage)), "application/json");
         ch->respond(std::move(r));
-        return end(aborted_ ? RequestOutcome::kAborted : RequestOutcome::kSuccess);
+        return;
       }
     }
   }
@@ -157,10 +159,11 @@ class GenerationExchange : public DeferredResponse, public std::enable_shared_fr
         ch.write(sse(ApiError(500, fmt::format("generation failed: {}", e.error)).body()));
         return;
       case EngineEvent::Kind::kDone:
+        end(error_ ? RequestOutcome::kError : aborted_ ? RequestOutcome::kAborted : RequestOutcome::kSuccess);  // counted first
         if (include_usage_) ch.write(sse(fmt_->stream_usage(e.usage)));
         ch.write("data: [DONE]\n\n");
         ch.end_stream();
-        return end(error_ ? RequestOutcome::kError : aborted_ ? RequestOutcome::kAborted : RequestOutcome::kSuccess);
+        return;
     }
   }
 
