@@ -129,7 +129,18 @@ Dataset read_dataset_file(const DatasetOptions& o, const TokenCounter& count) {
     } else {
       fail("{}:{}: needs a string \"prompt\" or a non-empty \"messages\" array", o.path, line_no);
     }
-    d.conversations.push_back({{std::move(t)}});
+    std::string id;
+    if (j.contains("conversation_id")) {
+      const auto& v = j["conversation_id"];
+      if (v.is_string() && !v.get<std::string>().empty()) {
+        id = v.get<std::string>();
+      } else if (v.is_number_integer()) {
+        id = std::to_string(v.get<int64_t>());
+      } else {
+        fail("{}:{}: \"conversation_id\" must be a non-empty string or an integer", o.path, line_no);
+      }
+    }
+    d.conversations.push_back({{std::move(t)}, std::move(id)});
     return static_cast<int32_t>(d.conversations.size()) < o.num_prompts;
   });
   if (d.conversations.empty()) fail("--dataset '{}' holds no requests", o.path);
@@ -177,12 +188,12 @@ Dataset make_dataset(const DatasetOptions& o) {
   };
   switch (o.kind) {
     case DatasetKind::kRandom:
-      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text("", o.input_len))}});
+      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text("", o.input_len))}, ""});
       break;
     case DatasetKind::kSharedPrefix: {
       // Same generator state as shared_prefix_text(): the prefix is drawn first.
       const std::string prefix = g.text("", o.shared_prefix_len);
-      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text(prefix, o.input_len))}});
+      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text(prefix, o.input_len))}, ""});
       break;
     }
     case DatasetKind::kMultiTurn:

@@ -39,9 +39,12 @@ struct Turn {
 };
 
 // Turns sent one after another, each with the earlier turns and the server's replies as history
-// (multi-turn); the other datasets have conversations of one turn.
+// (multi-turn); the other datasets have conversations of one turn. `id` groups conversations for
+// `--route conversation` (a JSONL line's "conversation_id"); "" when the dataset gives none, and
+// then the routing key is the start of the first turn's text.
 struct Conversation {
   std::vector<Turn> turns;
+  std::string id;
 };
 
 struct Dataset {
@@ -66,7 +69,8 @@ struct DatasetOptions {
 // Builds the dataset. Throws strata::Error naming the problem for invalid options (lengths < 1,
 // prefix out of range) and for unreadable or malformed files (with the line number).
 // JSONL lines: {"prompt": "..."} or {"messages": [{"role": ..., "content": ...}, ...]}, each with
-// an optional integer "max_tokens"; blank lines are skipped.
+// an optional integer "max_tokens" and an optional string or integer "conversation_id" (lines with
+// the same id are routed to the same server by `--route conversation`); blank lines are skipped.
 Dataset make_dataset(const DatasetOptions& o);
 
 // The text common to every prompt of a kSharedPrefix dataset made with the same options (exposed

@@ -1,6 +1,7 @@
 #include "bench_client/bench_report.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,15 @@ constexpr CounterPair kPrefixCounters[] = {
 
 nlohmann::ordered_json summary_json(const LatencySummary& s) {
   return {{"mean", s.mean}, {"median", s.median}, {"p99", s.p99}};
+}
+
+nlohmann::ordered_json optional_json(const std::optional<double>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+
+std::optional<double> hit_rate(const std::optional<PrefixCacheDelta>& d) {
+  if (!d || !(d->queried_tokens > 0)) return std::nullopt;
+  return d->hit_tokens / d->queried_tokens;
 }
 
 }  // namespace
@@ -51,23 +61,68 @@ BenchReport make_report(const BenchRun& run) {
   r.tpot_ms = summarize(std::move(tpot));
   r.itl_ms = summarize(std::move(itl));
   r.e2e_ms = summarize(std::move(e2e));
-  if (run.metrics_before && run.metrics_after) r.prefix_hit_rate = prefix_hit_rate_delta(*run.metrics_before, *run.metrics_after);
-  for (double h : run.health_ms) r.health_max_ms = std::max(r.health_max_ms, h);
-  r.health_ms = summarize(run.health_ms);
-  r.health_failures = run.health_failures;
+
+  // Per server: its requests, and its own scrapes and probes; the totals sum and pool them.
+  const size_t n_servers = run.servers.size();
+  r.servers.resize(n_servers);
+  std::vector<std::vector<double>> server_ttft(n_servers);
+  std::vector<size_t> last_conversation(n_servers, SIZE_MAX);
+  for (const auto& rec : run.records) {
+    if (rec.server >= n_servers) continue;
+    ServerReport& sr = r.servers[rec.server];
+    ++sr.requests;
+    // Records come conversation by conversation, so a change of conversation is a new one.
+    if (last_conversation[rec.server] != rec.conversation) ++sr.conversations;
+    last_conversation[rec.server] = rec.conversation;
+    if (!rec.result.ok) {
+      ++sr.failed;
+      continue;
+    }
+    ++sr.completed;
+    sr.total_output_tokens += rec.output_tokens;
+    if (rec.result.text_chunks > 0) server_ttft[rec.server].push_back(1000 * rec.result.ttft_s);
+  }
+  std::vector<double> health;
+  for (size_t i = 0; i < n_servers; ++i) {
+    const ServerRun& in = run.servers[i];
+    ServerReport& sr = r.servers[i];
+    sr.base_url = in.base_url;
+    if (run.duration_s > 0) {
+      sr.request_throughput = static_cast<double>(sr.completed) / run.duration_s;
+      sr.output_tok_s = static_cast<double>(sr.total_output_tokens) / run.duration_s;
+    }
+    sr.ttft_ms = summarize(std::move(server_ttft[i]));
+    if (in.metrics_before && in.metrics_after) sr.prefix_cache = prefix_cache_delta(*in.metrics_before, *in.metrics_after);
+    sr.prefix_hit_rate = hit_rate(sr.prefix_cache);
+    if (sr.prefix_cache) {
+      if (!r.prefix_cache) r.prefix_cache = PrefixCacheDelta{};
+      r.prefix_cache->hit_tokens += sr.prefix_cache->hit_tokens;
+      r.prefix_cache->queried_tokens += sr.prefix_cache->queried_tokens;
+    }
+    for (double h : in.health_ms) sr.health_max_ms = std::max(sr.health_max_ms, h);
+    sr.health_ms = summarize(in.health_ms);
+    sr.health_failures = in.health_failures;
+    health.insert(health.end(), in.health_ms.begin(), in.health_ms.end());
+    r.health_max_ms = std::max(r.health_max_ms, sr.health_max_ms);
+    r.health_failures += in.health_failures;
+  }
+  r.prefix_hit_rate = hit_rate(r.prefix_cache);
+  r.health_ms = summarize(std::move(health));
   return r;
 }
 
-std::optional<double> prefix_hit_rate_delta(const MetricSamples& before, const MetricSamples& after) {
+std::optional<PrefixCacheDelta> prefix_cache_delta(const MetricSamples& before, const MetricSamples& after) {
   for (const auto& names : kPrefixCounters) {
     const auto h0 = before.sum(names.hits), q0 = before.sum(names.queries);
     const auto h1 = after.sum(names.hits), q1 = after.sum(names.queries);
     if (!h0 || !q0 || !h1 || !q1) continue;
-    const double queried = *q1 - *q0;
-    if (!(queried > 0)) return std::nullopt;
-    return (*h1 - *h0) / queried;
+    return PrefixCacheDelta{*h1 - *h0, *q1 - *q0};
   }
   return std::nullopt;
+}
+
+std::optional<double> prefix_hit_rate_delta(const MetricSamples& before, const MetricSamples& after) {
+  return hit_rate(prefix_cache_delta(before, after));
 }
 
 std::string format_report(const BenchReport& r) {
@@ -104,6 +159,24 @@ std::string format_report(const BenchReport& r) {
     dist("answer", r.health_ms);
     line("Max answer (ms):", num(r.health_max_ms));
   }
+  if (r.servers.size() > 1) {
+    for (size_t i = 0; i < r.servers.size(); ++i) {
+      const ServerReport& sr = r.servers[i];
+      section(fmt::format(" Server {} of {} ", i + 1, r.servers.size()));
+      s += sr.base_url + "\n";
+      line("Requests (failed):", fmt::format("{} ({})", sr.requests, sr.failed));
+      line("Conversations:", std::to_string(sr.conversations));
+      line("Request throughput (req/s):", num(sr.request_throughput));
+      line("Output token throughput (tok/s):", num(sr.output_tok_s));
+      line("Median TTFT (ms):", num(sr.ttft_ms.median));
+      line("P99 TTFT (ms):", num(sr.ttft_ms.p99));
+      line("Prefix cache hit rate:", sr.prefix_hit_rate ? fmt::format("{:.1f}%", 100 * *sr.prefix_hit_rate) : "n/a");
+      if (sr.health_ms.count > 0) {
+        line("GET /health probes (failed):", fmt::format("{} ({})", sr.health_ms.count, sr.health_failures));
+        line("GET /health P99 / max (ms):", fmt::format("{} / {}", num(sr.health_ms.p99, 1), num(sr.health_max_ms, 1)));
+      }
+    }
+  }
   s += std::string(52, '=') + "\n";
   if (r.completed > 0 && r.requests_with_usage < r.completed) {
     s += fmt::format("note: {} of {} responses had no usage; their tokens were counted from the stream\n",
@@ -129,13 +202,41 @@ nlohmann::ordered_json report_to_json(const BenchReport& r) {
   j["tpot_ms"] = summary_json(r.tpot_ms);
   j["itl_ms"] = summary_json(r.itl_ms);
   j["e2e_ms"] = summary_json(r.e2e_ms);
-  j["prefix_hit_rate"] = r.prefix_hit_rate ? nlohmann::ordered_json(*r.prefix_hit_rate) : nlohmann::ordered_json(nullptr);
+  j["prefix_hit_rate"] = optional_json(r.prefix_hit_rate);
   if (r.health_ms.count > 0) {
     j["health_ms"] = summary_json(r.health_ms);
     j["health_max_ms"] = r.health_max_ms;
     j["health_probes"] = r.health_ms.count;
     j["health_failures"] = r.health_failures;
   }
+  j["prefix_hit_tokens"] = r.prefix_cache ? nlohmann::ordered_json(r.prefix_cache->hit_tokens) : nlohmann::ordered_json(nullptr);
+  j["prefix_queried_tokens"] =
+      r.prefix_cache ? nlohmann::ordered_json(r.prefix_cache->queried_tokens) : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json servers = nlohmann::ordered_json::array();
+  for (const ServerReport& sr : r.servers) {
+    nlohmann::ordered_json o;
+    o["base_url"] = sr.base_url;
+    o["requests"] = sr.requests;
+    o["completed"] = sr.completed;
+    o["failed"] = sr.failed;
+    o["conversations"] = sr.conversations;
+    o["total_output_tokens"] = sr.total_output_tokens;
+    o["request_throughput"] = sr.request_throughput;
+    o["output_tok_s"] = sr.output_tok_s;
+    o["ttft_ms"] = summary_json(sr.ttft_ms);
+    o["prefix_hit_rate"] = optional_json(sr.prefix_hit_rate);
+    o["prefix_hit_tokens"] = sr.prefix_cache ? nlohmann::ordered_json(sr.prefix_cache->hit_tokens) : nlohmann::ordered_json(nullptr);
+    o["prefix_queried_tokens"] =
+        sr.prefix_cache ? nlohmann::ordered_json(sr.prefix_cache->queried_tokens) : nlohmann::ordered_json(nullptr);
+    if (sr.health_ms.count > 0) {
+      o["health_ms"] = summary_json(sr.health_ms);
+      o["health_max_ms"] = sr.health_max_ms;
+      o["health_probes"] = sr.health_ms.count;
+      o["health_failures"] = sr.health_failures;
+    }
+    servers.push_back(std::move(o));
+  }
+  j["servers"] = std::move(servers);
   return j;
 }
 

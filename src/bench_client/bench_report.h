@@ -13,12 +13,38 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench_client/bench_runner.h"
 #include "bench_client/latency_stats.h"
 #include "bench_client/prometheus_text.h"
 
 namespace strata::bench {
+
+// Prefix-cache tokens one server counted between two scrapes.
+struct PrefixCacheDelta {
+  double hit_tokens = 0;
+  double queried_tokens = 0;
+};
+
+// One server's share of a run (several --base-url): its requests, their outcome and latency, and
+// its own /metrics and /health measurements.
+struct ServerReport {
+  std::string base_url;
+  size_t requests = 0;       // routed to this server (including ones not sent after a failed turn)
+  size_t completed = 0;
+  size_t failed = 0;
+  size_t conversations = 0;  // conversations with at least one request here
+  int64_t total_output_tokens = 0;
+  double request_throughput = 0;  // completed requests per second of the whole run
+  double output_tok_s = 0;
+  LatencySummary ttft_ms;
+  std::optional<PrefixCacheDelta> prefix_cache;  // nullopt when its /metrics lacks the counters
+  std::optional<double> prefix_hit_rate;         // nullopt also when nothing was queried
+  LatencySummary health_ms;  // count 0: not probed
+  double health_max_ms = 0;
+  size_t health_failures = 0;
+};
 
 struct BenchReport {
   size_t completed = 0;
@@ -32,10 +58,14 @@ struct BenchReport {
   double output_tok_s = 0;
   double total_tok_s = 0;            // (input + output) tokens per second
   LatencySummary ttft_ms, tpot_ms, itl_ms, e2e_ms;
-  std::optional<double> prefix_hit_rate;  // nullopt when the server does not expose it
-  LatencySummary health_ms;       // --probe-health-ms: GET /health answer times (count 0: not probed)
+  // Summed over the servers that expose the counters; nullopt when none does.
+  std::optional<PrefixCacheDelta> prefix_cache;
+  std::optional<double> prefix_hit_rate;  // of the sums; nullopt when n/a or nothing was queried
+  // --probe-health-ms: GET /health answer times, pooled over the servers (count 0: not probed).
+  LatencySummary health_ms;
   double health_max_ms = 0;
   size_t health_failures = 0;
+  std::vector<ServerReport> servers;  // one per BenchRun::servers entry, in order
 };
 
 BenchReport make_report(const BenchRun& run);
@@ -45,13 +75,22 @@ BenchReport make_report(const BenchRun& run);
 // queries}_total). nullopt when the counters are missing or nothing was queried in between.
 std::optional<double> prefix_hit_rate_delta(const MetricSamples& before, const MetricSamples& after);
 
-// The report as a human reads it (a table in the style of vllm bench serve).
+// The hit and queried tokens between two scrapes from the same counters (queried may be 0);
+// nullopt when the counters are missing.
+std::optional<PrefixCacheDelta> prefix_cache_delta(const MetricSamples& before, const MetricSamples& after);
+
+// The report as a human reads it (a table in the style of vllm bench serve); with more than one
+// server, a section per server follows the totals.
 std::string format_report(const BenchReport& r);
 
 // The report as one JSON object: request_throughput, output_tok_s, total_tok_s,
 // ttft_ms/tpot_ms/itl_ms/e2e_ms {mean, median, p99}, completed, failed, first_error,
-// prefix_hit_rate (null when n/a), duration_s, total_input_tokens, total_output_tokens,
-// requests_with_usage. The caller adds the run parameters.
+// prefix_hit_rate (null when n/a), prefix_hit_tokens, prefix_queried_tokens (null when n/a),
+// duration_s, total_input_tokens, total_output_tokens, requests_with_usage, health_* when probed,
+// and servers: [{base_url, requests, completed, failed, conversations, total_output_tokens,
+// request_throughput, output_tok_s, ttft_ms {mean, median, p99}, prefix_hit_rate,
+// prefix_hit_tokens, prefix_queried_tokens, health_* when probed}]. The caller adds the run
+// parameters.
 nlohmann::ordered_json report_to_json(const BenchReport& r);
 
 }  // namespace strata::bench

@@ -6,10 +6,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "core/check.h"
 #include "core/error.h"
 
 namespace strata::bench {
@@ -69,6 +72,91 @@ void check_endpoint(const BenchConfig& cfg, const Dataset& d) {
 
 }  // namespace
 
+Route parse_route(std::string_view s) {
+  if (s == "round-robin") return Route::kRoundRobin;
+  if (s == "conversation") return Route::kConversation;
+  fail("--route must be round-robin or conversation, got '{}'", s);
+}
+
+std::string_view route_name(Route r) {
+  switch (r) {
+    case Route::kRoundRobin: return "round-robin";
+    case Route::kConversation: return "conversation";
+  }
+  return "?";
+}
+
+std::vector<std::string> parse_base_urls(const std::vector<std::string>& values) {
+  std::vector<std::string> urls;
+  std::vector<std::string> seen;  // origin + API prefix: http://h:1 and http://h:1/v1 are one server
+  for (const std::string& value : values) {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = value.find(',', start);
+      std::string entry = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const size_t b = entry.find_first_not_of(" \t");
+      entry = b == std::string::npos ? "" : entry.substr(b, entry.find_last_not_of(" \t") - b + 1);
+      if (entry.empty()) fail("--base-url '{}' has an empty entry (URLs are separated by single commas)", value);
+      const ServerUrl u = ServerUrl::parse(entry);
+      const std::string server = u.origin + u.api_prefix;
+      for (size_t i = 0; i < seen.size(); ++i) {
+        if (seen[i] == server) fail("--base-url names the same server twice: '{}' and '{}'", urls[i], entry);
+      }
+      seen.push_back(server);
+      urls.push_back(std::move(entry));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (urls.empty()) fail("--base-url: no server given");
+  return urls;
+}
+
+std::string routing_key(const Conversation& c, size_t prefix_chars) {
+  if (!c.id.empty()) return "id:" + c.id;
+  if (c.turns.empty()) return "text:";
+  const Turn& t = c.turns.front();
+  std::string_view text = t.prompt;
+  if (!t.messages.empty()) {
+    text = t.messages.front().content;
+    for (const auto& m : t.messages) {
+      if (m.role != "system") {
+        text = m.content;
+        break;
+      }
+    }
+  }
+  return "text:" + std::string(text.substr(0, prefix_chars));
+}
+
+uint64_t stable_hash(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;  // FNV prime
+  }
+  // splitmix64's finalizer: FNV-1a's low bits, which `% n` keeps, mix poorly on their own.
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h;
+}
+
+std::vector<size_t> route_requests(const Dataset& d, Route route, size_t n_servers, size_t prefix_chars) {
+  STRATA_CHECK(n_servers >= 1);
+  std::vector<size_t> server;
+  server.reserve(d.num_requests());
+  for (const Conversation& c : d.conversations) {
+    const size_t sticky = route == Route::kConversation ? stable_hash(routing_key(c, prefix_chars)) % n_servers : 0;
+    for (size_t t = 0; t < c.turns.size(); ++t) {
+      server.push_back(route == Route::kRoundRobin ? server.size() % n_servers : sticky);
+    }
+  }
+  return server;
+}
+
 std::vector<double> arrival_times(size_t n, double rate, uint64_t seed) {
   std::vector<double> t(n, 0.0);
   if (rate <= 0) return t;
@@ -85,11 +173,15 @@ std::vector<double> arrival_times(size_t n, double rate, uint64_t seed) {
 }
 
 BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
-  const ServerUrl url = ServerUrl::parse(cfg.base_url);
+  if (cfg.base_urls.empty()) fail("no --base-url given");
+  std::vector<ServerUrl> urls;
+  for (const auto& u : cfg.base_urls) urls.push_back(ServerUrl::parse(u));
+  const size_t n_servers = urls.size();
   check_endpoint(cfg, d);
   const TokenCounter prompt_counter = cfg.prompt_counter ? cfg.prompt_counter : TokenCounter(count_words);
 
   BenchRun run;
+  const std::vector<size_t> routes = route_requests(d, cfg.route, n_servers, cfg.route_prefix_chars);
   std::vector<size_t> first_record(d.conversations.size());
   for (size_t c = 0; c < d.conversations.size(); ++c) {
     first_record[c] = run.records.size();
@@ -97,15 +189,21 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
       RequestRecord r;
       r.conversation = c;
       r.turn = t;
+      r.server = routes[run.records.size()];
       run.records.push_back(std::move(r));
     }
   }
   const size_t total = run.records.size();
 
-  {
-    OpenAiStreamClient probe(url, cfg.api_key, std::min(cfg.timeout_s, 10.0));
-    run.metrics_before = scrape(probe, url);
-  }
+  run.servers.resize(n_servers);
+  auto scrape_all = [&](std::optional<MetricSamples> ServerRun::*field) {
+    for (size_t s = 0; s < n_servers; ++s) {
+      OpenAiStreamClient probe(urls[s], cfg.api_key, std::min(cfg.timeout_s, 10.0));
+      run.servers[s].*field = scrape(probe, urls[s]);
+    }
+  };
+  for (size_t s = 0; s < n_servers; ++s) run.servers[s].base_url = cfg.base_urls[s];
+  scrape_all(&ServerRun::metrics_before);
 
   // Counting prompt tokens may call a tokenizer, whose counter is only promised to be
   // deterministic, not thread-safe: serialise the counters.
@@ -113,7 +211,8 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   std::mutex progress_mu;
   size_t done = 0;
 
-  auto run_conversation = [&](OpenAiStreamClient& client, size_t c) {
+  // `client(server)`: the calling worker's client of that server.
+  auto run_conversation = [&](const std::function<OpenAiStreamClient&(size_t)>& client, size_t c) {
     const Conversation& conv = d.conversations[c];
     std::vector<ChatMessage> history;
     bool broken = false;
@@ -144,7 +243,7 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
       if (broken) {
         rec.result.error = "not sent: an earlier turn of its conversation failed";
       } else {
-        rec.result = client.send(cfg.endpoint, req);
+        rec.result = client(rec.server).send(cfg.endpoint, req);
       }
       if (rec.result.ok) {
         rec.usage_reported = rec.result.usage_completion_tokens.has_value();
@@ -177,25 +276,33 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   std::vector<std::thread> workers;
   workers.reserve(n_workers);
   const auto start = Clock::now();
-  // The health prober: how long the server takes to answer GET /health while it is loaded.
+  // The health probers, one per server: how long each takes to answer GET /health while loaded.
   std::atomic<bool> stop_probe{false};
-  std::thread prober;
+  std::vector<std::thread> probers;
   if (cfg.probe_health_ms > 0) {
-    prober = std::thread([&] {
-      OpenAiStreamClient client(url, cfg.api_key, std::min(cfg.timeout_s, 10.0));
-      const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(cfg.probe_health_ms));
-      while (!stop_probe.load()) {
-        const auto t0 = Clock::now();
-        const bool ok = client.get("/health").has_value();
-        run.health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        if (!ok) ++run.health_failures;
-        std::this_thread::sleep_until(t0 + gap);
-      }
-    });
+    for (size_t s = 0; s < n_servers; ++s) {
+      probers.emplace_back([&, s] {
+        ServerRun& server = run.servers[s];
+        OpenAiStreamClient client(urls[s], cfg.api_key, std::min(cfg.timeout_s, 10.0));
+        const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(cfg.probe_health_ms));
+        while (!stop_probe.load()) {
+          const auto t0 = Clock::now();
+          const bool ok = client.get("/health").has_value();
+          server.health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          if (!ok) ++server.health_failures;
+          std::this_thread::sleep_until(t0 + gap);
+        }
+      });
+    }
   }
   for (size_t w = 0; w < n_workers; ++w) {
     workers.emplace_back([&] {
-      OpenAiStreamClient client(url, cfg.api_key, cfg.timeout_s);
+      // A client per server, made when the worker first sends there.
+      std::vector<std::unique_ptr<OpenAiStreamClient>> clients(n_servers);
+      const std::function<OpenAiStreamClient&(size_t)> client = [&](size_t s) -> OpenAiStreamClient& {
+        if (!clients[s]) clients[s] = std::make_unique<OpenAiStreamClient>(urls[s], cfg.api_key, cfg.timeout_s);
+        return *clients[s];
+      };
       while (auto c = queue.pop()) run_conversation(client, *c);
     });
   }
@@ -207,12 +314,9 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   for (auto& w : workers) w.join();
   run.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
   stop_probe.store(true);
-  if (prober.joinable()) prober.join();
+  for (auto& p : probers) p.join();
 
-  {
-    OpenAiStreamClient probe(url, cfg.api_key, std::min(cfg.timeout_s, 10.0));
-    run.metrics_after = scrape(probe, url);
-  }
+  scrape_all(&ServerRun::metrics_after);
   return run;
 }
 

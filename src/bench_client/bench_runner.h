@@ -1,6 +1,11 @@
-// Drives a serving benchmark: sends a Dataset's requests to an OpenAI-compatible server with
-// Poisson arrivals (or all at once) under a concurrency cap, streams every response, and scrapes
-// the server's /metrics before and after.
+// Drives a serving benchmark: sends a Dataset's requests to one or more OpenAI-compatible servers
+// with Poisson arrivals (or all at once) under a concurrency cap, streams every response, and
+// scrapes each server's /metrics before and after.
+//
+// Several servers: every request is assigned a server before the run (route_requests): request i
+// (in dataset order) to server i mod N (round-robin), or every request of a conversation to one
+// server picked by a stable hash of its routing key (conversation), so that a replica sees a
+// conversation's growing prefix. The concurrency cap is over all servers together.
 //
 // Arrivals are per conversation: a multi-turn conversation starts at its arrival time, then sends
 // its turns one after another, each with the earlier turns and the server's actual replies as
@@ -15,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench_client/bench_dataset.h"
@@ -23,8 +29,35 @@
 
 namespace strata::bench {
 
+enum class Route { kRoundRobin, kConversation };
+
+// Parses a --route value: round-robin | conversation; throws strata::Error otherwise.
+Route parse_route(std::string_view s);
+std::string_view route_name(Route r);
+
+// The servers of --base-url values, each either one URL or a comma-separated list (spaces around
+// entries are dropped), in order. Throws strata::Error for an empty entry, a URL ServerUrl::parse
+// refuses (bad scheme, no host), the same server twice, or no server at all.
+std::vector<std::string> parse_base_urls(const std::vector<std::string>& values);
+
+// What --route conversation hashes for a conversation: "id:" + its id when it has one, else
+// "text:" + the first `prefix_chars` bytes of its first turn's prompt, or for a "messages" turn of
+// its first message that is not a system message (a shared system prompt would send everything
+// to one server; a conversation's growing message list keeps its first user message).
+std::string routing_key(const Conversation& c, size_t prefix_chars);
+
+// 64-bit FNV-1a with a final avalanche (splitmix64): the same on every platform and run, unlike
+// std::hash.
+uint64_t stable_hash(std::string_view s);
+
+// The server (index into the base URLs) of each request, in dataset order (conversation by
+// conversation, turn by turn). `n_servers` >= 1.
+std::vector<size_t> route_requests(const Dataset& d, Route route, size_t n_servers, size_t prefix_chars);
+
 struct BenchConfig {
-  std::string base_url;             // e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)
+  std::vector<std::string> base_urls;  // e.g. http://127.0.0.1:8000 (a trailing /v1 is fine); >= 1
+  Route route = Route::kRoundRobin;
+  size_t route_prefix_chars = 256;  // kConversation without conversation ids: chars of text hashed
   std::string model;
   Endpoint endpoint = Endpoint::kCompletions;
   std::string api_key;              // "" sends no Authorization header
@@ -46,22 +79,29 @@ struct BenchConfig {
 struct RequestRecord {
   size_t conversation = 0;
   size_t turn = 0;
+  size_t server = 0;          // index into BenchConfig::base_urls / BenchRun::servers
   StreamResult result;
   int32_t prompt_tokens = 0;  // from usage when given, else counted
   int32_t output_tokens = 0;  // from usage when given, else counted
   bool usage_reported = false;
 };
 
-struct BenchRun {
-  std::vector<RequestRecord> records;  // one per request, in dataset order
-  double duration_s = 0;               // from the first arrival to the last response
+// What was measured of one server apart from its requests.
+struct ServerRun {
+  std::string base_url;
   std::optional<MetricSamples> metrics_before, metrics_after;  // nullopt when /metrics failed
   std::vector<double> health_ms;  // --probe-health-ms: each probe's answer time (200 or not)
   size_t health_failures = 0;     // probes without a 200 answer in time
 };
 
-// Throws strata::Error for an unusable configuration (bad URL, multi-turn or "messages" requests
-// on the completions endpoint). Server and network failures are recorded per request instead.
+struct BenchRun {
+  std::vector<RequestRecord> records;  // one per request, in dataset order
+  double duration_s = 0;               // from the first arrival to the last response
+  std::vector<ServerRun> servers;      // one per base URL, in order
+};
+
+// Throws strata::Error for an unusable configuration (no or bad URL, multi-turn or "messages"
+// requests on the completions endpoint). Server and network failures are recorded per request.
 BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& dataset);
 
 // Arrival offsets in seconds of `n` conversations: 0 for all when rate is 0 (infinite), else a

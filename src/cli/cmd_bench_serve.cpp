@@ -1,7 +1,9 @@
 // `strata bench serve`: load-tests any OpenAI-compatible server over HTTP, like `vllm bench serve`:
 // streamed requests from a synthetic or JSONL dataset with Poisson arrivals, reporting throughput,
-// TTFT, TPOT, ITL, end-to-end latency, failures and the server's prefix-cache hit rate. The
-// client logic lives in src/bench_client/; this file is flags, wiring and output.
+// TTFT, TPOT, ITL, end-to-end latency, failures and the server's prefix-cache hit rate. Several
+// --base-url spread the load over replicas (round-robin or sticky per conversation) and add a
+// report per server. The client logic lives in src/bench_client/; this file is flags, wiring and
+// output.
 #include <sys/resource.h>
 
 #include <fmt/format.h>
@@ -13,6 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "bench_client/bench_dataset.h"
 #include "bench_client/bench_report.h"
@@ -27,7 +31,9 @@ namespace strata::cli {
 namespace {
 
 struct BenchServeOptions {
-  std::string base_url = "http://127.0.0.1:8080";  // strata serve's default port
+  std::vector<std::string> base_urls = {"http://127.0.0.1:8080"};  // strata serve's default port
+  std::string route = "round-robin";
+  int64_t route_prefix_chars = 256;
   std::string model;
   std::string endpoint = "completions";
   std::string dataset = "random";
@@ -62,18 +68,21 @@ double parse_rate(const std::string& s) {
   return rate;
 }
 
-// The first model the server lists, for when --model is not given (the API requires a name).
-std::string discover_model(const bench::ServerUrl& url, const std::string& api_key) {
-  bench::OpenAiStreamClient client(url, api_key, 10);
-  const auto body = client.get(url.api_prefix + "/models");
-  if (body) {
-    const auto j = nlohmann::json::parse(*body, nullptr, false);
-    if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
-        j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
-      return j["data"][0]["id"].get<std::string>();
+// The first model the first answering server lists, for when --model is not given (the API
+// requires a name).
+std::string discover_model(const std::vector<bench::ServerUrl>& urls, const std::string& api_key) {
+  for (const auto& url : urls) {
+    bench::OpenAiStreamClient client(url, api_key, 10);
+    const auto body = client.get(url.api_prefix + "/models");
+    if (body) {
+      const auto j = nlohmann::json::parse(*body, nullptr, false);
+      if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
+          j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
+        return j["data"][0]["id"].get<std::string>();
+      }
     }
   }
-  fail("--model not given and GET {}{}/models named no model", url.origin, url.api_prefix);
+  fail("--model not given and GET {}{}/models named no model", urls.front().origin, urls.front().api_prefix);
 }
 
 int run_bench_serve(BenchServeOptions o) {
@@ -97,7 +106,11 @@ int run_bench_serve(BenchServeOptions o) {
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("OPENAI_API_KEY")) o.api_key = env;
   }
-  const bench::ServerUrl url = bench::ServerUrl::parse(o.base_url);
+  const std::vector<std::string> base_urls = bench::parse_base_urls(o.base_urls);
+  std::vector<bench::ServerUrl> urls;
+  for (const auto& u : base_urls) urls.push_back(bench::ServerUrl::parse(u));
+  const bench::Route route = bench::parse_route(o.route);
+  if (o.route_prefix_chars < 1) fail("--route-prefix-chars must be >= 1, got {}", o.route_prefix_chars);
 
   std::unique_ptr<Tokenizer> tokenizer;
   bench::TokenCounter counter;
@@ -125,8 +138,10 @@ int run_bench_serve(BenchServeOptions o) {
   const bench::Dataset dataset = bench::make_dataset(d);
 
   bench::BenchConfig cfg;
-  cfg.base_url = o.base_url;
-  cfg.model = o.model.empty() ? discover_model(url, o.api_key) : o.model;
+  cfg.base_urls = base_urls;
+  cfg.route = route;
+  cfg.route_prefix_chars = static_cast<size_t>(o.route_prefix_chars);
+  cfg.model = o.model.empty() ? discover_model(urls, o.api_key) : o.model;
   cfg.endpoint = endpoint;
   cfg.api_key = o.api_key;
   cfg.request_rate = rate;
@@ -140,8 +155,11 @@ int run_bench_serve(BenchServeOptions o) {
   cfg.prompt_counter = counter;
   const size_t total = dataset.num_requests();
   if (!o.quiet) {
-    fmt::print(stderr, "bench serve: {} requests ({} conversations) to {}{} model '{}', rate {}, max concurrency {}\n",
-               total, dataset.conversations.size(), url.origin, url.path(endpoint), cfg.model, o.request_rate,
+    const std::string target = urls.size() == 1 ? urls[0].origin + urls[0].path(endpoint)
+                                                : fmt::format("{} servers ({}, {})", urls.size(), bench::route_name(route),
+                                                              urls[0].path(endpoint));
+    fmt::print(stderr, "bench serve: {} requests ({} conversations) to {} model '{}', rate {}, max concurrency {}\n", total,
+               dataset.conversations.size(), target, cfg.model, o.request_rate,
                o.max_concurrency > 0 ? std::to_string(o.max_concurrency) : "none");
     // Progress at every tenth of the run, on stderr so that stdout is only the report.
     cfg.progress = [total, last = std::make_shared<size_t>(0)](size_t done, size_t n) {
@@ -159,7 +177,10 @@ int run_bench_serve(BenchServeOptions o) {
 
   if (!o.json_out.empty()) {
     nlohmann::ordered_json j = bench::report_to_json(report);
-    j["base_url"] = o.base_url;
+    // One URL as given; several as the comma-separated list (also a valid --base-url value).
+    std::string joined;
+    for (const auto& u : base_urls) joined += (joined.empty() ? "" : ",") + u;
+    j["base_url"] = joined;
     j["model"] = cfg.model;
     j["endpoint"] = o.endpoint;
     j["dataset"] = o.dataset;
@@ -177,6 +198,9 @@ int run_bench_serve(BenchServeOptions o) {
     j["tokenizer"] = o.tokenizer.empty() ? nullptr : nlohmann::ordered_json(o.tokenizer);
     j["timeout_s"] = o.timeout_s;
     j["probe_health_ms"] = o.probe_health_ms;
+    j["base_urls"] = base_urls;
+    j["route"] = bench::route_name(route);
+    j["route_prefix_chars"] = o.route_prefix_chars;
     std::ofstream out(o.json_out, std::ios::trunc);
     if (!out) fail("cannot write --json-out '{}'", o.json_out);
     out << j.dump(2) << "\n";
@@ -192,13 +216,23 @@ void add_bench_serve_command(Cli& cli, CLI::App* bench) {
   auto o = std::make_shared<BenchServeOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "serve", "Load-test an OpenAI-compatible server over HTTP (like vllm bench serve): throughput, TTFT, TPOT, ITL");
-  cmd->add_option("--base-url", o->base_url, "Server address, e.g. http://127.0.0.1:8080 (a trailing /v1 is fine)")
+  cmd->add_option("--base-url", o->base_urls,
+                  "Server address, e.g. http://127.0.0.1:8080 (a trailing /v1 is fine); repeat it or give a "
+                  "comma-separated list to spread the load over several servers (see --route)")
+      ->capture_default_str();
+  cmd->add_option("--route", o->route,
+                  "With several --base-url: round-robin (request i to server i mod N) or conversation (every request of "
+                  "a conversation to one server, picked by a stable hash of its conversation_id or the start of its "
+                  "first prompt / first non-system message)")
+      ->capture_default_str();
+  cmd->add_option("--route-prefix-chars", o->route_prefix_chars,
+                  "--route conversation without a conversation_id: leading characters of the prompt that are hashed")
       ->capture_default_str();
   cmd->add_option("--model", o->model, "Model name sent with each request (default: the first of GET /v1/models)");
   cmd->add_option("--endpoint", o->endpoint, "completions (/v1/completions) or chat (/v1/chat/completions)")
       ->capture_default_str();
   cmd->add_option("--dataset", o->dataset,
-                  "random | shared-prefix | multi-turn | FILE.jsonl (lines with \"prompt\" or \"messages\", optional \"max_tokens\")")
+                  "random | shared-prefix | multi-turn | FILE.jsonl (lines with \"prompt\" or \"messages\", optional \"max_tokens\" and \"conversation_id\")")
       ->capture_default_str();
   cmd->add_option("--num-prompts", o->num_prompts, "Requests to send (multi-turn: turns in total)")->capture_default_str();
   cmd->add_option("--input-len", o->input_len, "Prompt length in tokens (words without --tokenizer); multi-turn: per turn")
@@ -218,7 +252,7 @@ void add_bench_serve_command(Cli& cli, CLI::App* bench) {
   cmd->add_option("--json-out", o->json_out, "Also write the results and parameters as one JSON object to this file");
   cmd->add_option("--timeout-s", o->timeout_s, "Per-request time limit in seconds")->capture_default_str();
   cmd->add_option("--probe-health-ms", o->probe_health_ms,
-                  "During the run, GET /health every this many ms and report its answer times (0 = off)")
+                  "During the run, GET /health of each server every this many ms and report its answer times (0 = off)")
       ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress lines on stderr");
   cmd->callback([&cli, o] { cli.run = [o] { return run_bench_serve(*o); }; });

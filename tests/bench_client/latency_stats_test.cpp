@@ -126,8 +126,10 @@ TEST(BenchReport, PrefixHitRateIsTheDeltaBetweenScrapes) {
 
   BenchRun run;
   run.duration_s = 1;
-  run.metrics_before = before;
-  run.metrics_after = after;
+  ServerRun server;
+  server.metrics_before = before;
+  server.metrics_after = after;
+  run.servers.push_back(server);
   const BenchReport r = make_report(run);
   EXPECT_NEAR(r.prefix_hit_rate.value(), 0.75, 1e-9);
   EXPECT_NE(format_report(r).find("75.0%"), std::string::npos);

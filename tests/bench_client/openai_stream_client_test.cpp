@@ -216,7 +216,7 @@ TEST(BenchRunner, MultiTurnSendsTheHistoryWithTheServersReplies) {
   o.output_len = 4;
   const Dataset d = make_dataset(o);
   BenchConfig cfg;
-  cfg.base_url = server.url();
+  cfg.base_urls = {server.url()};
   cfg.model = "m";
   cfg.endpoint = Endpoint::kChat;
   const BenchRun run = run_benchmark(cfg, d);
@@ -250,7 +250,7 @@ TEST(BenchRunner, MaxConcurrencyCapsRequestsInFlight) {
   o.input_len = 3;
   o.output_len = 4;
   BenchConfig cfg;
-  cfg.base_url = server.url();
+  cfg.base_urls = {server.url()};
   cfg.model = "m";
   cfg.max_concurrency = 2;
   size_t last_done = 0;
@@ -277,7 +277,7 @@ TEST(BenchRunner, FailuresAreCountedAndTheFirstErrorKept) {
   o.kind = DatasetKind::kFile;
   o.path = path;
   BenchConfig cfg;
-  cfg.base_url = server.url();
+  cfg.base_urls = {server.url()};
   cfg.model = "m";
   cfg.max_concurrency = 1;
   const BenchReport rep = make_report(run_benchmark(cfg, make_dataset(o)));
@@ -293,7 +293,7 @@ TEST(BenchRunner, CompletionsEndpointRefusesChatOnlyDatasets) {
   o.input_len = 3;
   o.output_len = 2;
   BenchConfig cfg;
-  cfg.base_url = "http://127.0.0.1:1";
+  cfg.base_urls = {"http://127.0.0.1:1"};
   cfg.model = "m";
   EXPECT_THROW(run_benchmark(cfg, make_dataset(o)), Error);
 }
