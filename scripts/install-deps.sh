@@ -8,6 +8,7 @@ packages=(
   libcpp-httplib-dev libboost-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libxxhash-dev libhwy-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  redis-server redis-tools libhiredis-dev
   clang libfuzzer-14-dev libclang-rt-14-dev
 )
 
