@@ -1,5 +1,7 @@
 #include "cli/common_flags.h"
 
+#include "redis/redis_url.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,6 +77,19 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
       ->capture_default_str();
   cmd->add_option("--kv-spill-dir", f.spill_dir, "Directory for the cold KV tier (a file there, deleted on exit)");
   cmd->add_option("--kv-spill-size", f.spill_size, "Size of the cold KV tier, e.g. 8GiB (needs --kv-spill-dir)");
+  cmd->add_option("--kv-remote", f.remote,
+                  "Share prefix KV blocks with other replicas through Redis: redis://[user:password@]host:port[/db] or "
+                  "redis-cluster://host:port,host:port,...");
+  cmd->add_option("--kv-remote-timeout-ms", f.remote_timeout_ms,
+                  "How long a new request waits for the remote lookup of its prefix; a later answer is a miss")
+      ->capture_default_str();
+  cmd->add_option("--kv-remote-ttl", f.remote_ttl_s, "Seconds a published block lives in Redis (0: no expiry)")->capture_default_str();
+  cmd->add_option("--kv-remote-write", f.remote_write,
+                  "Which blocks are published: always (every full prefix block once computed) or on-evict (when "
+                  "evicted from RAM)")
+      ->capture_default_str();
+  cmd->add_option("--kv-remote-queue", f.remote_queue, "Blocks waiting to be published beyond which more are dropped (counted)")
+      ->capture_default_str();
 }
 
 KvConfig KvFlags::to_config() const {
@@ -109,6 +124,23 @@ KvConfig KvFlags::to_config() const {
     c.spill_dir = spill_dir;
     c.spill_bytes = *bytes;
   }
+  if (!remote.empty()) {
+    try {
+      (void)redis::RedisUrl::parse(remote);  // names the problem, never the password
+    } catch (const Error& e) {
+      fail("--kv-remote: {}", e.what());
+    }
+    c.remote_url = remote;
+  }
+  if (!(remote_timeout_ms >= 0 && remote_timeout_ms <= 60000)) fail("--kv-remote-timeout-ms must be in [0, 60000], got {}", remote_timeout_ms);
+  c.remote_timeout_ms = remote_timeout_ms;
+  if (!(remote_ttl_s >= 0 && remote_ttl_s <= int64_t{1} << 31)) fail("--kv-remote-ttl must be in [0, 2^31] seconds, got {}", remote_ttl_s);
+  c.remote_ttl_s = remote_ttl_s;
+  if (remote_write == "always") c.remote_write = KvConfig::RemoteWrite::kAlways;
+  else if (remote_write == "on-evict") c.remote_write = KvConfig::RemoteWrite::kOnEvict;
+  else fail("--kv-remote-write '{}' is not one of always, on-evict", remote_write);
+  if (remote_queue <= 0) fail("--kv-remote-queue must be positive, got {}", remote_queue);
+  c.remote_queue_blocks = remote_queue;
   return c;
 }
 

@@ -37,6 +37,11 @@ struct KvFlags {
   double warm_fraction = 0.75;
   std::string spill_dir;
   std::string spill_size;
+  std::string remote;
+  int32_t remote_timeout_ms = 50;
+  int64_t remote_ttl_s = 86400;
+  std::string remote_write = "always";
+  int32_t remote_queue = 1024;
 
   // Validates and converts; throws strata::Error naming the flag.
   KvConfig to_config() const;

@@ -89,11 +89,28 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   capacity_tokens_ = storage_->capacity().ram_tokens(cfg_.kv.block_size);
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
   runner_ = std::make_unique<StepRunner>(*sched_, *kv_, *storage_);
+  remote_ = make_remote_pool(cfg_.kv, storage_->remote_format(model.fingerprint()));
+  if (remote_) {
+    storage_->attach_remote(remote_.get());
+    remote_->set_on_ready([this] {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        remote_ready_ = true;
+      }
+      cv_.notify_all();
+    });
+    stats_.has_remote = true;
+    fmt::print(stderr, "KV remote tier: {} (lookups wait up to {} ms; publishing {})\n", remote_->describe(),
+               cfg_.kv.remote_timeout_ms, cfg_.kv.remote_write == KvConfig::RemoteWrite::kAlways ? "every committed block" : "blocks evicted from RAM");
+  }
   stats_.kv = kv_->stats();
   thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() { shutdown(false); }
+Engine::~Engine() {
+  shutdown(false);
+  if (remote_) remote_->flush(std::chrono::milliseconds(2000));  // what was queued goes out, briefly
+}
 
 std::shared_ptr<RequestHandle> Engine::submit(Request r) {
   const int32_t n_prompt = static_cast<int32_t>(r.prompt.size());
@@ -172,8 +189,13 @@ const KvManager& Engine::kv_after_shutdown() const {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = stats_;
+  }
+  if (remote_) s.remote = remote_->stats();  // live: the pool works while the engine idles
+  return s;
 }
 
 void Engine::emit(RequestState& rs, EngineEvent e) {
@@ -224,11 +246,73 @@ void Engine::start_request(RequestId id, Request r) {
     return;
   }
   runtimes_.emplace(id, std::move(rt));
+  add_sequence(std::move(s));
+}
+
+void Engine::add_sequence(Sequence s) {
+  if (remote_ && cfg_.kv.prefix_cache) {
+    std::vector<BlockHash> chain = kv_->prefix_chain(s.tokens);
+    const int32_t local = kv_->cached_prefix_blocks(chain);
+    if (local < static_cast<int32_t>(chain.size())) {
+      RemoteWait w;
+      w.first = local;
+      w.deadline = Clock::now() + std::chrono::milliseconds(cfg_.kv.remote_timeout_ms);
+      w.ticket = remote_->lookup(std::vector<BlockHash>(chain.begin() + local, chain.end()), w.deadline);
+      w.chain = std::move(chain);
+      w.seq = std::move(s);
+      remote_waits_.push_back(std::move(w));
+      return;
+    }
+  }
   sched_->add(std::move(s));
+}
+
+void Engine::service_remote(bool all) {
+  if (remote_waits_.empty()) return;
+  const auto now = Clock::now();
+  const int32_t bs = cfg_.kv.block_size;
+  for (auto it = remote_waits_.begin(); it != remote_waits_.end();) {
+    std::optional<std::vector<RemoteBlock>> found = remote_->poll(it->ticket);
+    if (!found && now < it->deadline && !all) {
+      ++it;
+      continue;
+    }
+    if (!found) {
+      remote_->abandon(it->ticket);  // late: a miss, the tokens are computed
+    } else {
+      // Import in chain order while the parent is cached here; never more than the hot pool can
+      // hold besides the block the first computed token needs.
+      const std::span<const TokenId> tokens(it->seq.tokens);
+      int32_t room = kv_->num_available_blocks() - 1;
+      for (size_t i = 0; i < found->size() && room > 0; ++i) {
+        const int32_t b = it->first + static_cast<int32_t>(i);
+        const std::span<const BlockHash> upto(it->chain.data(), static_cast<size_t>(b) + 1);
+        if (kv_->cached_prefix_blocks(upto) == b + 1) continue;  // computed here meanwhile
+        const BlockHash parent = b == 0 ? BlockHash{} : it->chain[static_cast<size_t>(b) - 1];
+        const RemoteBlock& rb = (*found)[i];
+        if (!kv_->import_block(parent, tokens.subspan(static_cast<size_t>(b) * bs, static_cast<size_t>(bs)), rb.content, rb.bytes)) break;
+        remote_hit_tokens_ += bs;
+        if (rb.content == KvTier::kHot) --room;
+      }
+    }
+    sched_->add(std::move(it->seq));
+    it = remote_waits_.erase(it);
+  }
+}
+
+std::optional<Clock::time_point> Engine::next_remote_deadline() const {
+  std::optional<Clock::time_point> t;
+  for (const RemoteWait& w : remote_waits_) {
+    if (!t || w.deadline < *t) t = w.deadline;
+  }
+  return t;
 }
 
 void Engine::abort_request(RequestId id) {
   if (!requests_.count(id)) return;
+  if (std::any_of(remote_waits_.begin(), remote_waits_.end(), [&](const RemoteWait& w) { return w.seq.request == id; })) {
+    service_remote(/*all=*/true);  // its sequence joins the scheduler, to be finished below
+  }
   for (SeqId s : sched_->sequences_of(id)) finish_seq(s, FinishReason::kAbort);
 }
 
@@ -369,6 +453,12 @@ void Engine::publish_stats() {
   stats_.queued = static_cast<int64_t>(pending_.size());
   stats_.max_batch_seqs = max_batch_seqs_;
   stats_.batched_steps = batched_steps_;
+  if (remote_) {
+    stats_.remote = remote_->stats();
+    stats_.remote_hit_tokens = remote_hit_tokens_;
+    stats_.remote_waiting = static_cast<int64_t>(remote_waits_.size());
+    stats_.queued += stats_.remote_waiting;
+  }
 }
 
 void Engine::loop() {
@@ -379,15 +469,22 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (sched_->idle() && pending_.empty() && pending_cancels_.empty()) {
-        if (stop_ || (drain_ && !accepting_)) stop = true;
-        else cv_.wait(lock, [&] { return stop_ || drain_ || !pending_.empty() || !pending_cancels_.empty(); });
+        auto wake = [&] {
+          return stop_ || (drain_ && remote_waits_.empty()) || remote_ready_ || !pending_.empty() || !pending_cancels_.empty();
+        };
+        if (stop_ || (drain_ && !accepting_ && remote_waits_.empty())) stop = true;
+        else if (const auto deadline = next_remote_deadline()) cv_.wait_until(lock, *deadline, wake);
+        else cv_.wait(lock, wake);
       }
+      remote_ready_ = false;
       if (stop_) stop = true;
       fresh.swap(pending_);
       cancels.swap(pending_cancels_);
     }
     for (auto& [id, r] : fresh) start_request(id, std::move(r));
     for (RequestId id : cancels) abort_request(id);
+    if (stop) service_remote(/*all=*/true);
+    else service_remote();
     if (stop) {
       std::vector<RequestId> ids;
       for (const auto& [id, rs] : requests_) ids.push_back(id);

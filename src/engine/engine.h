@@ -22,6 +22,7 @@
 #include "engine/step_runner.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
+#include "kv/remote_pool.h"
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "sample/stop_matcher.h"
@@ -86,6 +87,12 @@ struct EngineStats {
   // Batching: the most sequences one forward pass ran, and how many passes ran more than one.
   int32_t max_batch_seqs = 0;
   int64_t batched_steps = 0;
+  // The remote KV tier (--kv-remote), when there is one: its own counters, and the prompt tokens
+  // whose KV came from it (blocks imported into the local prefix cache).
+  bool has_remote = false;
+  RemoteKvStats remote;
+  int64_t remote_hit_tokens = 0;
+  int64_t remote_waiting = 0;  // requests waiting for a remote lookup now
 };
 
 class Engine {
@@ -145,6 +152,14 @@ class Engine {
   void handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost);
   void emit(RequestState& rs, EngineEvent e);
   void publish_stats();
+  // A new sequence goes to the scheduler, or first waits for a remote lookup of the prompt's
+  // blocks the local prefix cache lacks (--kv-remote).
+  void add_sequence(Sequence s);
+  // Hands every sequence whose lookup finished (or passed its deadline) to the scheduler, after
+  // importing the blocks found. `all`: every waiting one, finished or not (cancel, shutdown).
+  void service_remote(bool all = false);
+  // The earliest deadline of a waiting lookup.
+  std::optional<Clock::time_point> next_remote_deadline() const;
 
   Model& model_;
   const Tokenizer& tokenizer_;
@@ -155,6 +170,17 @@ class Engine {
   std::unique_ptr<KvManager> kv_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<RemoteKvPool> remote_;  // null without --kv-remote
+
+  struct RemoteWait {
+    Sequence seq;
+    std::vector<BlockHash> chain;  // the prompt's full blocks
+    int32_t first = 0;             // chain[first...] was looked up
+    uint64_t ticket = 0;
+    Clock::time_point deadline;
+  };
+  std::vector<RemoteWait> remote_waits_;
+  int64_t remote_hit_tokens_ = 0;
 
   // Engine-thread state.
   std::map<RequestId, RequestState> requests_;
@@ -173,6 +199,7 @@ class Engine {
   bool accepting_ = true;
   bool stop_ = false;
   bool drain_ = false;
+  bool remote_ready_ = false;  // a remote lookup finished since the engine last looked
   RequestId next_id_ = 1;
   EngineStats stats_;
   std::thread thread_;

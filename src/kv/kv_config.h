@@ -38,6 +38,14 @@ struct KvConfig {
   // Tests inject stores that fail on demand through it (tests/engine/engine_cold_failure_test.cpp).
   std::function<std::unique_ptr<ColdStore>(uint64_t slot_bytes)> cold_store_factory;
 
+  // The remote tier shared by replicas (kv/remote_pool.h): a Redis URL, empty = none.
+  std::string remote_url;                // --kv-remote
+  int32_t remote_timeout_ms = 50;        // --kv-remote-timeout-ms: a lookup answered later is a miss
+  int64_t remote_ttl_s = 86400;          // --kv-remote-ttl: expiry of published blocks, 0 = none
+  enum class RemoteWrite : uint8_t { kAlways, kOnEvict };
+  RemoteWrite remote_write = RemoteWrite::kAlways;  // --kv-remote-write: publish at commit, or when evicted from RAM
+  int32_t remote_queue_blocks = 1024;    // --kv-remote-queue: publishes waiting beyond this are dropped (counted)
+
   // Number of blocks for a model of the given geometry: --kv-blocks, else --kv-memory divided by
   // the bytes of one block, else kDefaultKvMemoryBytes worth. Throws strata::Error when the result
   // is zero (memory smaller than one block).

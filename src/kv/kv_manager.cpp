@@ -35,6 +35,7 @@ KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, const KvCapacit
   cold_info_.resize(static_cast<size_t>(cap.cold_slots));
   cold_hashes_.assign(static_cast<size_t>(cap.cold_slots), slot_hashes(warm_span_));
   counters_.block_size = geo.block_size;
+  publish_ = !cfg.remote_url.empty() && cfg.prefix_cache;
 }
 
 BlockPool& KvManager::pool(Tier t) { return t == Tier::kHot ? hot_pool_ : t == Tier::kWarm ? warm_pool_ : cold_pool_; }
@@ -116,10 +117,14 @@ std::optional<int32_t> KvManager::take_slot(Tier t) {
     // A cached slot is reused: keep its content in the cold tier when there is one.
     ++counters_.evicted_blocks;
     const Loc from{t, a->id, 0};
+    if (publish_ && cfg_.remote_write == KvConfig::RemoteWrite::kOnEvict) {
+      const SlotHashes& sh = hashes_of(from);
+      if (sh.hash.size() == 1 && !sh.hash[0].empty()) plan_publish(from, sh.hash[0]);
+    }
     std::optional<int32_t> cold = take_cold_slot();
     if (cold) {
       cold_info_[static_cast<size_t>(*cold)] = ColdInfo{t, span_of(t)};
-      ops_.push_back(KvOp{KvOp::Kind::kSpill, slot_of(from), KvSlot{Tier::kCold, *cold}, {}});
+      ops_.push_back(KvOp{KvOp::Kind::kSpill, slot_of(from), KvSlot{Tier::kCold, *cold}, {}, {}, {}});
       move_slot_hashes(from, Loc{Tier::kCold, *cold, 0});
       cold_pool_.decref(*cold);  // held only by the cache: count 0, in the cold LRU
     } else {
@@ -275,7 +280,7 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
           STRATA_CHECK(ram.has_value(), "find_hits promised a slot");
           const Loc cold{Tier::kCold, l.slot, 0};
           const Loc to{content, *ram, 0};
-          ops_.push_back(KvOp{KvOp::Kind::kFetch, slot_of(cold), slot_of(to), {}});
+          ops_.push_back(KvOp{KvOp::Kind::kFetch, slot_of(cold), slot_of(to), {}, {}, {}});
           move_slot_hashes(cold, to);
           f = fetched.emplace(l.slot, *ram).first;
         } else {
@@ -298,7 +303,7 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
     const size_t b = static_cast<size_t>(q.n_committed / bs);
     std::optional<int32_t> fresh_block = take_slot(Tier::kHot);
     STRATA_CHECK(fresh_block.has_value(), "blocks_needed promised a block");
-    ops_.push_back(KvOp{KvOp::Kind::kCopy, slot_of(q.table[b]), KvSlot{Tier::kHot, *fresh_block}, {}});
+    ops_.push_back(KvOp{KvOp::Kind::kCopy, slot_of(q.table[b]), KvSlot{Tier::kHot, *fresh_block}, {}, {}, {}});
     release_ref(q.table[b]);
     q.table[b] = Loc{Tier::kHot, *fresh_block, 0};
   }
@@ -337,6 +342,7 @@ void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_compu
     sh.parent[static_cast<size_t>(l.sub)] = parent;
     sh.tokens[static_cast<size_t>(l.sub)].assign(block_tokens.begin(), block_tokens.end());
     if (pool(l.tier).hash(l.slot).empty()) pool(l.tier).set_hash(l.slot, h);
+    if (publish_ && cfg_.remote_write == KvConfig::RemoteWrite::kAlways) plan_publish(l, h);
   }
   if (cfg_.warm_format != WarmFormat::kNone) plan_reencode(s, q);
 }
@@ -374,7 +380,7 @@ void KvManager::plan_reencode(SeqId, Seq& q) {
       if (!w) return;  // the warm pool is full: these blocks stay hot
       slot = *w;
       for (int32_t j = 1; j < warm_span_; ++j) warm_pool_.incref(slot);
-      KvOp op{KvOp::Kind::kReencode, {}, KvSlot{Tier::kWarm, slot}, {}};
+      KvOp op{KvOp::Kind::kReencode, {}, KvSlot{Tier::kWarm, slot}, {}, {}, {}};
       for (int32_t j = 0; j < warm_span_; ++j) op.hot.push_back(q.table[first + static_cast<size_t>(j)].slot);
       ops_.push_back(std::move(op));
     }
@@ -404,6 +410,67 @@ void KvManager::plan_reencode(SeqId, Seq& q) {
     changed = true;
   }
   if (changed) rebuild_ids(q);
+}
+
+// --- the remote tier ----------------------------------------------------------------------------
+
+void KvManager::plan_publish(const Loc& l, const BlockHash& h) {
+  // A block travels in the format it has here: a hot block, or a warm slot holding exactly it
+  // (int4 slots of several blocks are not published).
+  if (l.tier == Tier::kCold || span_of(l.tier) != 1) return;
+  KvOp op{KvOp::Kind::kPublish, slot_of(l), {}, {}, h, {}};
+  ops_.push_back(std::move(op));
+}
+
+std::vector<BlockHash> KvManager::prefix_chain(std::span<const TokenId> tokens) const {
+  std::vector<BlockHash> chain;
+  if (tokens.empty()) return chain;
+  const int32_t bs = geo_.block_size;
+  const int32_t n_full = (static_cast<int32_t>(tokens.size()) - 1) / bs;
+  chain.reserve(static_cast<size_t>(n_full));
+  BlockHash parent;
+  for (int32_t i = 0; i < n_full; ++i) {
+    parent = chain_block_hash(parent, tokens.subspan(static_cast<size_t>(i) * bs, bs), fingerprint_);
+    chain.push_back(parent);
+  }
+  return chain;
+}
+
+int32_t KvManager::cached_prefix_blocks(std::span<const BlockHash> chain) const {
+  if (!cfg_.prefix_cache) return 0;
+  int32_t n = 0;
+  for (const BlockHash& h : chain) {
+    if (!cache_.count(h)) break;
+    ++n;
+  }
+  return n;
+}
+
+bool KvManager::import_block(const BlockHash& parent, std::span<const TokenId> tokens, KvTier content,
+                             std::shared_ptr<const std::vector<uint8_t>> bytes) {
+  STRATA_CHECK(static_cast<int32_t>(tokens.size()) == geo_.block_size && bytes != nullptr);
+  if (!cfg_.prefix_cache || content == Tier::kCold || span_of(content) != 1) return false;
+  const BlockHash h = chain_block_hash(parent, tokens, fingerprint_);
+  if (cache_.count(h) || (!parent.empty() && !cache_.count(parent))) return false;
+  if (content == Tier::kHot ? hot_pool_.num_available() <= 1 : warm_pool_.num_available() == 0) return false;
+  // The parent is touched while a slot is taken, so that taking it can never evict the parent.
+  const std::optional<Loc> held = parent.empty() ? std::nullopt : std::optional<Loc>(cache_.at(parent));
+  if (held) pool(held->tier).incref(held->slot);
+  std::optional<int32_t> slot = take_slot(content);
+  if (held) pool(held->tier).decref(held->slot);
+  if (!slot) return false;
+  const Loc l{content, *slot, 0};
+  KvOp op{KvOp::Kind::kLoad, {}, slot_of(l), {}, {}, std::move(bytes)};
+  ops_.push_back(std::move(op));
+  SlotHashes& sh = hashes_of(l);
+  cache_[h] = l;
+  sh.hash[0] = h;
+  sh.parent[0] = parent;
+  sh.tokens[0].assign(tokens.begin(), tokens.end());
+  pool(content).set_hash(*slot, h);
+  pool(content).decref(*slot);  // held by the cache only: count 0, most recently used
+  ++counters_.remote_imported_blocks;
+  return true;
 }
 
 void KvManager::fork(SeqId parent, SeqId child) {
@@ -444,7 +511,7 @@ bool KvManager::swap_out(SeqId s) {
     cold_info_[static_cast<size_t>(cold)] = ColdInfo{key.first, span_of(key.first)};
     const Loc from{key.first, key.second, 0};
     const Loc to{Tier::kCold, cold, 0};
-    ops_.push_back(KvOp{KvOp::Kind::kSpill, slot_of(from), slot_of(to), {}});
+    ops_.push_back(KvOp{KvOp::Kind::kSpill, slot_of(from), slot_of(to), {}, {}, {}});
     move_slot_hashes(from, to);
     for (int32_t i = 1; i < n; ++i) cold_pool_.incref(cold);
     for (int32_t i = 0; i < n; ++i) release_ref(from);
@@ -492,7 +559,7 @@ bool KvManager::swap_in(SeqId s) {
     const int32_t ram = *take_slot(content);
     const Loc from{Tier::kCold, cold, 0};
     const Loc to{content, ram, 0};
-    ops_.push_back(KvOp{KvOp::Kind::kFetch, slot_of(from), slot_of(to), {}});
+    ops_.push_back(KvOp{KvOp::Kind::kFetch, slot_of(from), slot_of(to), {}, {}, {}});
     move_slot_hashes(from, to);
     for (int32_t i = 1; i < n; ++i) pool(content).incref(ram);
     for (int32_t i = 0; i < n; ++i) cold_pool_.decref(cold);
@@ -536,6 +603,12 @@ void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> 
         if (ok) counters_.spill_bytes_in += slot_bytes(op.dst.tier);
         else ++counters_.cold_read_failures;
         break;
+      case KvOp::Kind::kLoad:
+        if (!ok) ++counters_.remote_load_failures;
+        break;
+      case KvOp::Kind::kPublish:
+        if (ok) ++counters_.remote_published_blocks;
+        continue;  // nothing was written here
     }
     if (ok) continue;
     lost.insert({op.dst.tier, op.dst.slot});

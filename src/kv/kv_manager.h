@@ -56,6 +56,7 @@ class KvManager {
   int32_t block_size() const { return geo_.block_size; }
   int32_t num_hot_blocks() const { return hot_pool_.num_blocks(); }
   bool has_cold_tier() const { return cap_.cold_slots > 0; }
+  bool publishes() const { return publish_; }
 
   // --- sequences ---------------------------------------------------------------------------
 
@@ -117,6 +118,27 @@ class KvManager {
   // Block table for attention. Precondition: not swapped; valid until the next call that
   // changes this sequence.
   std::span<const BlockId> block_table(SeqId s) const;
+
+  // --- the remote tier (kv/remote_pool.h) ---------------------------------------------------
+  // With cfg.remote_url set, committed full blocks (--kv-remote-write always) or blocks evicted
+  // from RAM (on-evict) are planned as kPublish ops, and blocks found remotely come in through
+  // import_block as cached blocks, which the next allocate finds like any prefix hit.
+
+  // The hash chain of the full blocks of `tokens` that a new sequence could take from the prefix
+  // cache (all but the last token), and how many of its first blocks are cached here (RAM or
+  // cold). Pure queries.
+  std::vector<BlockHash> prefix_chain(std::span<const TokenId> tokens) const;
+  int32_t cached_prefix_blocks(std::span<const BlockHash> chain) const;
+
+  // Makes the block (parent, tokens) a cached block whose content is `bytes` (one hot block, or a
+  // warm slot of one block, all layers, as KvStorage lays them out: `content` says which), planning
+  // a kLoad op. The parent must be cached (or empty for a first block). Takes a slot of that tier,
+  // evicting the least recently used cached one but never the parent; always leaves one hot block
+  // available. False, changing nothing, when the block is already cached, the parent is not, the
+  // tier has no slot for it, or the prefix cache is off. Importing a chain longer than the
+  // blocks available (num_available_blocks()) would evict its own first blocks: callers bound it.
+  bool import_block(const BlockHash& parent, std::span<const TokenId> tokens, KvTier content,
+                    std::shared_ptr<const std::vector<uint8_t>> bytes);
 
   // --- the plan ----------------------------------------------------------------------------
 
@@ -210,6 +232,8 @@ class KvManager {
   KvCapacity cap_;
   uint64_t fingerprint_;
   int32_t warm_span_ = 1;
+  bool publish_ = false;  // plan kPublish ops (a remote tier is configured and the prefix cache is on)
+  void plan_publish(const Loc& l, const BlockHash& h);
 
   BlockPool hot_pool_;
   BlockPool warm_pool_;

@@ -19,6 +19,8 @@ std::string_view kv_op_kind_name(KvOp::Kind k) {
     case KvOp::Kind::kReencode: return "reencode";
     case KvOp::Kind::kSpill: return "spill";
     case KvOp::Kind::kFetch: return "fetch";
+    case KvOp::Kind::kLoad: return "load";
+    case KvOp::Kind::kPublish: return "publish";
   }
   return "?";
 }
@@ -30,6 +32,10 @@ std::ostream& operator<<(std::ostream& os, const KvOp& op) {
   if (op.kind == KvOp::Kind::kReencode) {
     os << "hot";
     for (BlockId b : op.hot) os << ' ' << b;
+  } else if (op.kind == KvOp::Kind::kLoad) {
+    os << "remote (" << (op.bytes ? op.bytes->size() : 0) << " bytes)";
+  } else if (op.kind == KvOp::Kind::kPublish) {
+    return os << op.src << " -> remote";
   } else {
     os << op.src;
   }

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string_view>
 #include <vector>
 
+#include "kv/block_hash.h"
 #include "kv/kv_types.h"
 
 namespace strata {
@@ -28,11 +30,15 @@ struct KvOp {
     kReencode,  // hot blocks `hot` (warm_span of them, in order) -> warm slot dst
     kSpill,     // RAM slot src (hot or warm) -> cold slot dst
     kFetch,     // cold slot src -> RAM slot dst (of the tier the cold slot's content came from)
+    kLoad,      // `bytes` (a block fetched from the remote pool) -> RAM slot dst (a hot block or a one-block warm slot)
+    kPublish,   // RAM slot src (a hot block, or a warm slot of one block) -> the remote pool, as `hash`
   };
   Kind kind = Kind::kCopy;
-  KvSlot src;                // kCopy, kSpill, kFetch
-  KvSlot dst;                // every kind
+  KvSlot src;                // kCopy, kSpill, kFetch, kPublish
+  KvSlot dst;                // every kind but kPublish
   std::vector<BlockId> hot;  // kReencode only
+  BlockHash hash;            // kPublish: the block's prefix-cache hash
+  std::shared_ptr<const std::vector<uint8_t>> bytes;  // kLoad: the block's bytes
 
   friend bool operator==(const KvOp&, const KvOp&) = default;
 };
@@ -40,10 +46,12 @@ std::string_view kv_op_kind_name(KvOp::Kind k);
 std::ostream& operator<<(std::ostream& os, const KvSlot& s);  // "hot 3" (test output, logs)
 std::ostream& operator<<(std::ostream& os, const KvOp& op);   // "spill hot 3 -> cold 0"
 
-// The outcome of one op. Only fetches fail by themselves (the cold tier reported an error, or the
-// bytes were short or failed their checksum); an op whose input was lost earlier in the same list
-// (or a fetch of a cold slot whose spill was skipped for that reason) reports kSourceLost. Either
-// way the op's destination holds no valid content.
+// The outcome of one op. Only fetches and loads fail by themselves (the cold tier reported an
+// error, or the bytes were short or failed their checksum; a load's bytes of the wrong size); an
+// op whose input was lost earlier in the same list (or a fetch of a cold slot whose spill was
+// skipped for that reason) reports kSourceLost. Either way the op's destination holds no valid
+// content. A publish never fails (the remote pool counts its own losses); of lost content it
+// reports kSourceLost and publishes nothing.
 enum class KvOpStatus : uint8_t { kOk, kReadFailed, kSourceLost };
 
 // What a KvStorage holds (KvStorage::capacity()): the sizes the KV manager's pools mirror.

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kv/remote_pool.h"
 #include "kv/warm_format.h"
 
 #define XXH_INLINE_ALL
@@ -85,6 +86,19 @@ KvStorage::~KvStorage() { drain_io(); }
 
 void KvStorage::drain_io() {
   if (cold_store_) cold_store_->drain();
+}
+
+RemoteBlockFormat KvStorage::remote_format(uint64_t model_fingerprint) const {
+  RemoteBlockFormat f;
+  f.model_fingerprint = model_fingerprint;
+  f.hot_dtype = geo_.dtype;
+  f.block_size = geo_.block_size;
+  f.hot_bytes = cap_.hot_block_bytes;
+  if (warm_format_ != WarmFormat::kNone && cap_.warm_span == 1) {  // slots of several blocks are not exchanged
+    f.warm_format = warm_format_;
+    f.warm_bytes = cap_.warm_slot_bytes;
+  }
+  return f;
 }
 
 uint64_t KvStorage::slot_bytes(KvTier content) const {
@@ -281,6 +295,24 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         }
         break;
       }
+      case KvOp::Kind::kLoad:
+        STRATA_CHECK(op.dst.tier != KvTier::kCold && op.bytes != nullptr, "bad load");
+        if (op.bytes->size() == slot_bytes(op.dst.tier)) {
+          restore(op.dst, op.bytes->data(), op.bytes->size());
+        } else {
+          status[i] = KvOpStatus::kReadFailed;
+        }
+        break;
+      case KvOp::Kind::kPublish:
+        STRATA_CHECK(op.src.tier != KvTier::kCold, "bad publish");
+        if (is_lost(op.src)) {
+          status[i] = KvOpStatus::kSourceLost;
+        } else if (remote_ != nullptr) {
+          std::vector<uint8_t> bytes;
+          capture(op.src, bytes);
+          remote_->publish(op.hash, op.src.tier, std::move(bytes));
+        }
+        continue;  // nothing here was written
     }
     if (status[i] != KvOpStatus::kOk) lost.insert({op.dst.tier, op.dst.slot});
   }

@@ -22,8 +22,11 @@
 #include "kv/kv_config.h"
 #include "kv/kv_ops.h"
 #include "kv/kv_types.h"
+#include "kv/remote_block.h"
 
 namespace strata {
+
+class RemoteKvPool;
 
 class Backend;
 class DeviceBuffer;
@@ -60,6 +63,12 @@ class KvStorage {
   // Waits until the cold tier's queued writes and reads are done (tests, shutdown).
   void drain_io();
 
+  // Where kPublish ops send their blocks (kv/remote_pool.h); null (the default) drops them.
+  // The pool must outlive this storage's execute() calls.
+  void attach_remote(RemoteKvPool* remote) { remote_ = remote; }
+  // The format of the blocks this storage exchanges with a remote pool, for a model fingerprint.
+  RemoteBlockFormat remote_format(uint64_t model_fingerprint) const;
+
  private:
   uint64_t slot_bytes(KvTier content) const;
   uint64_t frame_bytes(KvTier content) const { return kColdHeaderBytes + slot_bytes(content); }
@@ -86,6 +95,7 @@ class KvStorage {
   std::unique_ptr<ColdStore> cold_store_;
   std::vector<uint32_t> cold_gen_;  // per cold slot: writes so far (part of the checksum seed)
   std::vector<uint8_t> cold_bad_;   // per cold slot: its content was lost before it was written
+  RemoteKvPool* remote_ = nullptr;
 };
 
 }  // namespace strata

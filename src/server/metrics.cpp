@@ -162,6 +162,35 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   single(out, "strata_kv_cold_read_failures_total", "counter",
          "Cold-tier reads that failed or returned damaged bytes (checksum); each one is recomputed, never served.",
          st.kv.cold_read_failures);
+  if (st.has_remote) {
+    const RemoteKvStats& r = st.remote;
+    single(out, "strata_kv_remote_hit_tokens_total", "counter",
+           "Prompt tokens whose KV came from the remote tier (blocks imported into the local prefix cache).", st.remote_hit_tokens);
+    single(out, "strata_kv_remote_lookups_total", "counter", "Remote lookups issued (new prompts with blocks missing locally).", r.lookups);
+    single(out, "strata_kv_remote_hit_blocks_total", "counter", "Blocks found in the remote tier.", r.hit_blocks);
+    single(out, "strata_kv_remote_miss_blocks_total", "counter", "Remote lookups that ended at an absent block.", r.miss_blocks);
+    single(out, "strata_kv_remote_timeouts_total", "counter", "Remote operations answered after their deadline (a lookup then is a miss).",
+           r.timeouts);
+    single(out, "strata_kv_remote_errors_total", "counter", "Remote operations that failed (connection, protocol, error replies).",
+           r.errors);
+    single(out, "strata_kv_remote_corrupt_total", "counter",
+           "Remote values rejected (header, length, checksum or hash mismatch); each one is a miss, never served.", r.corrupt);
+    single(out, "strata_kv_remote_skipped_total", "counter", "Remote operations not tried because the circuit breaker was open.",
+           r.skipped);
+    single(out, "strata_kv_remote_published_blocks_total", "counter", "Blocks stored in the remote tier by this replica.",
+           r.published_blocks);
+    single(out, "strata_kv_remote_existing_blocks_total", "counter", "Blocks this replica published that were stored already.",
+           r.existing_blocks);
+    single(out, "strata_kv_remote_dropped_blocks_total", "counter",
+           "Blocks not published: the queue was full, the breaker open, or the write failed.", r.dropped_blocks);
+    single(out, "strata_kv_remote_read_bytes_total", "counter", "Value bytes read from the remote tier.", r.bytes_read);
+    single(out, "strata_kv_remote_written_bytes_total", "counter", "Value bytes written to the remote tier.", r.bytes_written);
+    single(out, "strata_kv_remote_queue_depth", "gauge", "Blocks waiting to be published.", r.queue_depth);
+    single(out, "strata_kv_remote_waiting_requests", "gauge", "Requests waiting for a remote lookup.", st.remote_waiting);
+    single(out, "strata_kv_remote_breaker_open", "gauge", "1 while the remote tier's circuit breaker is open (not tried).",
+           r.breaker_open ? 1 : 0);
+    single(out, "strata_kv_remote_breaker_trips_total", "counter", "Times the remote tier's circuit breaker opened.", r.breaker_trips);
+  }
   single(out, "strata_requests_failed_total", "counter",
          "Requests ended by an engine error (KV lost more often than the engine retries).", st.requests_failed);
   single(out, "strata_engine_batched_steps_total", "counter", "Engine steps that ran more than one sequence.",

@@ -104,7 +104,7 @@ void fill_hot(KvStorage& s, BlockId b, uint32_t seed) {
   }
 }
 
-KvOp op(KvOp::Kind k, KvSlot src, KvSlot dst) { return KvOp{k, src, dst, {}}; }
+KvOp op(KvOp::Kind k, KvSlot src, KvSlot dst) { return KvOp{k, src, dst, {}, {}, {}}; }
 constexpr auto kCopy = KvOp::Kind::kCopy;
 constexpr auto kSpill = KvOp::Kind::kSpill;
 constexpr auto kFetch = KvOp::Kind::kFetch;
@@ -158,7 +158,7 @@ TEST(KvStorage, AReencodeWritesWhatTheReferenceCodecWrites) {
       expected.insert(expected.end(), k.begin(), k.end());
       expected.insert(expected.end(), vv.begin(), vv.end());
     }
-    const KvOp re{KvOp::Kind::kReencode, {}, warm(1), blocks};
+    const KvOp re{KvOp::Kind::kReencode, {}, warm(1), blocks, {}, {}};
     EXPECT_EQ(s.execute(std::vector<KvOp>{re}), std::vector<KvOpStatus>{KvOpStatus::kOk});
     EXPECT_EQ(warm_bytes(s, 1), expected) << warm_format_name(f);
   }
@@ -185,7 +185,7 @@ TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
       fill_hot(s, 4 + j, 3);
     }
     fill_hot(s, 1, 9);
-    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group}})[0], KvOpStatus::kOk);
+    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
     const std::vector<uint8_t> h1 = hot_bytes(s, 1), w0 = warm_bytes(s, 0);
     // Out, then the RAM slots are reused by something else, then back into other slots.
     EXPECT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(1), cold(3)), op(kSpill, warm(0), cold(7))}),
