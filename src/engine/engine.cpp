@@ -453,6 +453,7 @@ void Engine::publish_stats() {
   stats_.queued = static_cast<int64_t>(pending_.size());
   stats_.max_batch_seqs = max_batch_seqs_;
   stats_.batched_steps = batched_steps_;
+  stats_.cold_prefetch_hits = storage_->prefetch_hits();
   if (remote_) {
     stats_.remote = remote_->stats();
     stats_.remote_hit_tokens = remote_hit_tokens_;

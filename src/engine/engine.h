@@ -89,6 +89,7 @@ struct EngineStats {
   int64_t batched_steps = 0;
   // The remote KV tier (--kv-remote), when there is one: its own counters, and the prompt tokens
   // whose KV came from it (blocks imported into the local prefix cache).
+  int64_t cold_prefetch_hits = 0;  // cold-tier fetches served by a read issued steps ahead
   bool has_remote = false;
   RemoteKvStats remote;
   int64_t remote_hit_tokens = 0;

@@ -14,6 +14,15 @@ StepRunner::Prepared StepRunner::prepare() {
   p.out = sched_.schedule();
   p.lost = run_kv_ops(kv_, storage_, p.out.kv_ops);
   if (!p.lost.empty()) sched_.on_kv_lost(p.out, p.lost);
+  // Read ahead, during this step's forward pass, the cold blocks of the sequences most likely to
+  // be resumed or admitted next.
+  if (storage_.has_cold_tier()) {
+    std::vector<std::pair<int32_t, KvTier>> reads;
+    for (SeqId id : sched_.upcoming(kReadAheadSeqs)) {
+      for (const auto& r : kv_.cold_reads_ahead(id, sched_.seq(id).tokens)) reads.push_back(r);
+    }
+    storage_.prefetch(reads);
+  }
   return p;
 }
 

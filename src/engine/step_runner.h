@@ -37,8 +37,10 @@ class StepRunner {
     std::vector<SeqId> lost;   // those (back to waiting: Scheduler::on_kv_lost), each once
   };
   // Plans a step and executes its KV ops (always, even when no sequence runs: the ops are planned
-  // bookkeeping already). After it, every scheduled sequence's KV is in RAM.
+  // bookkeeping already). After it, every scheduled sequence's KV is in RAM, and the cold blocks
+  // of the next kReadAheadSeqs swapped and waiting sequences are being read ahead.
   Prepared prepare();
+  static constexpr int32_t kReadAheadSeqs = 4;
 
   // The model's batch of a prepared step: each sequence's new tokens, its block table, and logits
   // for its last row when it samples. Borrows from `out` and the scheduler's sequences.

@@ -412,6 +412,29 @@ void KvManager::plan_reencode(SeqId, Seq& q) {
   if (changed) rebuild_ids(q);
 }
 
+std::vector<std::pair<int32_t, KvTier>> KvManager::cold_reads_ahead(SeqId s, std::span<const TokenId> tokens) const {
+  std::vector<std::pair<int32_t, KvTier>> out;
+  if (!has_cold_tier()) return out;
+  auto it = seqs_.find(s);
+  if (it == seqs_.end()) return out;
+  const Seq& q = it->second;
+  auto add = [&](const Loc& l) {
+    if (l.tier != Tier::kCold) return;
+    const std::pair<int32_t, KvTier> r{l.slot, cold_info_[static_cast<size_t>(l.slot)].content};
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  };
+  if (q.swapped) {
+    for (const Loc& l : q.table) add(l);
+  } else if (cfg_.prefix_cache && q.table.empty() && q.n_tokens == 0 && !tokens.empty()) {
+    for (const BlockHash& h : prompt_chain(q, tokens)) {
+      auto c = cache_.find(h);
+      if (c == cache_.end()) break;
+      add(c->second);
+    }
+  }
+  return out;
+}
+
 // --- the remote tier ----------------------------------------------------------------------------
 
 void KvManager::plan_publish(const Loc& l, const BlockHash& h) {

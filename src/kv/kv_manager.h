@@ -119,6 +119,11 @@ class KvManager {
   // changes this sequence.
   std::span<const BlockId> block_table(SeqId s) const;
 
+  // The cold slots (with the tier of their content) that bringing s back would read: all of a
+  // swapped sequence's, or a fresh sequence's cold prefix hits for `tokens` (its prompt). For
+  // reading ahead (KvStorage::prefetch); pure query.
+  std::vector<std::pair<int32_t, KvTier>> cold_reads_ahead(SeqId s, std::span<const TokenId> tokens) const;
+
   // --- the remote tier (kv/remote_pool.h) ---------------------------------------------------
   // With cfg.remote_url set, committed full blocks (--kv-remote-write always) or blocks evicted
   // from RAM (on-evict) are planned as kPublish ops, and blocks found remotely come in through

@@ -85,7 +85,37 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
 KvStorage::~KvStorage() { drain_io(); }
 
 void KvStorage::drain_io() {
+  while (!ahead_.empty()) drop_read_ahead(ahead_.begin()->first);
   if (cold_store_) cold_store_->drain();
+}
+
+void KvStorage::drop_read_ahead(int32_t cold_slot) {
+  auto it = ahead_.find(cold_slot);
+  if (it == ahead_.end()) return;
+  try {
+    (void)cold_store_->wait(it->second.ticket);
+  } catch (const Error&) {
+  }
+  ahead_.erase(it);
+}
+
+void KvStorage::prefetch(std::span<const std::pair<int32_t, KvTier>> cold) {
+  if (!cold_store_) return;
+  std::set<int32_t> wanted;
+  for (const auto& [slot, content] : cold) {
+    if (slot < 0 || slot >= cap_.cold_slots || content == KvTier::kCold || cold_bad_[static_cast<size_t>(slot)]) continue;
+    wanted.insert(slot);
+    auto it = ahead_.find(slot);
+    const uint32_t gen = cold_gen_[static_cast<size_t>(slot)];
+    if (it != ahead_.end() && it->second.gen == gen && it->second.content == content) continue;  // in flight already
+    if (it != ahead_.end()) drop_read_ahead(slot);
+    ahead_[slot] = ReadAhead{cold_store_->read(slot, frame_bytes(content)), gen, content};
+  }
+  std::vector<int32_t> stale;
+  for (const auto& [slot, r] : ahead_) {
+    if (!wanted.count(slot)) stale.push_back(slot);
+  }
+  for (int32_t slot : stale) drop_read_ahead(slot);
 }
 
 RemoteBlockFormat KvStorage::remote_format(uint64_t model_fingerprint) const {
@@ -236,7 +266,15 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
       const KvOp& op = ops[i];
       if (op.kind == KvOp::Kind::kSpill) written.insert(op.dst.slot);
       if (op.kind == KvOp::Kind::kFetch && !written.count(op.src.slot) && !cold_bad_[static_cast<size_t>(op.src.slot)]) {
-        tickets[i] = cold_store_->read(op.src.slot, frame_bytes(op.dst.tier));
+        auto a = ahead_.find(op.src.slot);
+        if (a != ahead_.end() && a->second.gen == cold_gen_[static_cast<size_t>(op.src.slot)] && a->second.content == op.dst.tier) {
+          tickets[i] = a->second.ticket;  // read ahead in an earlier step
+          ahead_.erase(a);
+          ++prefetch_hits_;
+        } else {
+          if (a != ahead_.end()) drop_read_ahead(op.src.slot);
+          tickets[i] = cold_store_->read(op.src.slot, frame_bytes(op.dst.tier));
+        }
       }
     }
   }
@@ -266,6 +304,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
           status[i] = KvOpStatus::kSourceLost;
           break;
         }
+        drop_read_ahead(op.dst.slot);  // about to be overwritten
         std::vector<uint8_t> bytes(kColdHeaderBytes);
         capture(op.src, bytes);
         cold_bad_[cold] = 0;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -63,6 +64,13 @@ class KvStorage {
   // Waits until the cold tier's queued writes and reads are done (tests, shutdown).
   void drain_io();
 
+  // Reads ahead: issues the reads of these cold slots (each with the tier its content came from)
+  // now, so that a later execute() fetching them finds the bytes read already. A read ahead is
+  // used only while its slot is not written again; reads ahead not asked for again by the next
+  // call are dropped. Slots out of range or marked lost are ignored.
+  void prefetch(std::span<const std::pair<int32_t, KvTier>> cold);
+  int64_t prefetch_hits() const { return prefetch_hits_; }  // fetches served by a read ahead
+
   // Where kPublish ops send their blocks (kv/remote_pool.h); null (the default) drops them.
   // The pool must outlive this storage's execute() calls.
   void attach_remote(RemoteKvPool* remote) { remote_ = remote; }
@@ -96,6 +104,14 @@ class KvStorage {
   std::vector<uint32_t> cold_gen_;  // per cold slot: writes so far (part of the checksum seed)
   std::vector<uint8_t> cold_bad_;   // per cold slot: its content was lost before it was written
   RemoteKvPool* remote_ = nullptr;
+  struct ReadAhead {
+    uint64_t ticket = 0;
+    uint32_t gen = 0;  // cold_gen_ of the slot when issued
+    KvTier content = KvTier::kHot;
+  };
+  std::map<int32_t, ReadAhead> ahead_;  // by cold slot
+  int64_t prefetch_hits_ = 0;
+  void drop_read_ahead(int32_t cold_slot);  // waits for it and discards the bytes
 };
 
 }  // namespace strata

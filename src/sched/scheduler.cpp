@@ -110,6 +110,15 @@ std::vector<Sequence*> Scheduler::in_order(SeqStatus st, bool admission) {
   return v;
 }
 
+std::vector<SeqId> Scheduler::upcoming(int32_t n) {
+  std::vector<SeqId> out;
+  for (SeqStatus st : {SeqStatus::kSwapped, SeqStatus::kWaiting}) {
+    const std::vector<Sequence*> v = in_order(st, st == SeqStatus::kWaiting);
+    for (size_t i = 0; i < v.size() && i < static_cast<size_t>(n); ++i) out.push_back(v[i]->id);
+  }
+  return out;
+}
+
 void Scheduler::add_to_step(StepPlan& plan, Sequence& s, int32_t n_new) {
   const int32_t start = s.num_computed;
   plan.out.seqs.push_back({s.id, start, n_new, start + n_new == static_cast<int32_t>(s.tokens.size()), {}});

@@ -108,6 +108,11 @@ class Scheduler {
   const Sequence& seq(SeqId id) const { return *seqs_.at(id); }
   std::vector<SeqId> sequences_of(RequestId r) const;
 
+  // The sequences likely to need their KV brought back soonest: the first `n` swapped ones (queue
+  // order) and the first `n` waiting ones (admission order). Their cold blocks are read ahead
+  // (StepRunner::prepare), so that the step that resumes or admits them does not wait for the disk.
+  std::vector<SeqId> upcoming(int32_t n);
+
   SchedulerCounts counts() const;
   bool idle() const { return seqs_.empty(); }
   int64_t total_preemptions() const { return total_preemptions_; }

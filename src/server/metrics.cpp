@@ -162,6 +162,9 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   single(out, "strata_kv_cold_read_failures_total", "counter",
          "Cold-tier reads that failed or returned damaged bytes (checksum); each one is recomputed, never served.",
          st.kv.cold_read_failures);
+  single(out, "strata_kv_cold_prefetch_hits_total", "counter",
+         "Cold-tier fetches whose read was issued steps ahead (sequences about to resume or admit a cold prefix hit).",
+         st.cold_prefetch_hits);
   if (st.has_remote) {
     const RemoteKvStats& r = st.remote;
     single(out, "strata_kv_remote_hit_tokens_total", "counter",

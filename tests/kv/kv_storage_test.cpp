@@ -49,6 +49,7 @@ class MemoryColdStore : public ColdStore {
     return r.second;
   }
   void drain() override {}
+  int64_t reads_issued() const { return static_cast<int64_t>(next_) - 1; }
 
   std::map<int64_t, std::vector<uint8_t>> slots_;
   std::set<int64_t> failing_;
@@ -204,6 +205,53 @@ TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
     EXPECT_EQ(hot_bytes(s, 6), h0);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(KvStorage, AReadAheadServesALaterFetchUnlessItsSlotIsWrittenAgain) {
+  MemoryColdStore* store = nullptr;
+  auto s = with_memory_store(config(8), &store);
+  const std::vector<std::pair<int32_t, KvTier>> slot2{{2, KvTier::kHot}};
+  fill_hot(*s, 1, 5);
+  const std::vector<uint8_t> first = hot_bytes(*s, 1);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(1), cold(2))})[0], KvOpStatus::kOk);
+
+  // Read ahead, then fetched in a later step: no second read, the bytes of the spill.
+  s->prefetch(slot2);
+  s->prefetch(slot2);  // asked again while in flight: still one read
+  EXPECT_EQ(store->reads_issued(), 1);
+  fill_hot(*s, 1, 6);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kFetch, cold(2), hot(3))})[0], KvOpStatus::kOk);
+  EXPECT_EQ(store->reads_issued(), 1);
+  EXPECT_EQ(s->prefetch_hits(), 1);
+  EXPECT_EQ(hot_bytes(*s, 3), first);
+
+  // Written again after the read ahead (in a later list, or earlier in the same list): the stale
+  // read is dropped and the fetch reads the new content.
+  const std::vector<uint8_t> second = hot_bytes(*s, 1);
+  s->prefetch(slot2);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(1), cold(2))})[0], KvOpStatus::kOk);
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kFetch, cold(2), hot(4))})[0], KvOpStatus::kOk);
+  EXPECT_EQ(hot_bytes(*s, 4), second);
+  fill_hot(*s, 1, 7);
+  const std::vector<uint8_t> third = hot_bytes(*s, 1);
+  s->prefetch(slot2);
+  EXPECT_EQ(s->execute(std::vector<KvOp>{op(kSpill, hot(1), cold(2)), op(kFetch, cold(2), hot(5))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+  EXPECT_EQ(hot_bytes(*s, 5), third);
+  EXPECT_EQ(s->prefetch_hits(), 1);
+
+  // A read ahead not asked for again is dropped; the fetch then reads the slot itself.
+  s->prefetch(slot2);
+  const int64_t reads = store->reads_issued();
+  s->prefetch({});
+  ASSERT_EQ(s->execute(std::vector<KvOp>{op(kFetch, cold(2), hot(6))})[0], KvOpStatus::kOk);
+  EXPECT_EQ(store->reads_issued(), reads + 1);
+  EXPECT_EQ(hot_bytes(*s, 6), third);
+  EXPECT_EQ(s->prefetch_hits(), 1);
+  // Out-of-range and lost slots are ignored.
+  const std::vector<std::pair<int32_t, KvTier>> bad{{-1, KvTier::kHot}, {99, KvTier::kHot}, {3, KvTier::kCold}};
+  s->prefetch(bad);
+  EXPECT_EQ(store->reads_issued(), reads + 1);
 }
 
 TEST(KvStorage, AFailedFetchFailsItsOwnOpAndWhatDerivesFromItOnly) {

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "server/server_process.h"
 
@@ -82,6 +84,35 @@ TEST(ServerColdTier, PrefixHitsComeBackFromTheSpillFileAndDamageIsRecomputed) {
   // Still serving, and a fresh request is exact too.
   EXPECT_EQ(s.client()->Get("/health")->status, 200);
   EXPECT_EQ(complete(s, story, 16), first);
+  std::filesystem::remove_all(spill);
+}
+
+// Swap preemption under load: sequences swapped out to the spill file are read back ahead of the
+// step that resumes them (strata_kv_cold_prefetch_hits_total), with the tokens of a run that never
+// swapped.
+TEST(ServerColdTier, SwappedSequencesAreReadAheadOfTheirResumeAndStayExact) {
+  constexpr int kRequests = 6, kTokens = 120;
+  std::vector<std::string> reference(kRequests);
+  {
+    ServerProcess roomy;
+    for (int i = 0; i < kRequests; ++i) reference[static_cast<size_t>(i)] = complete(roomy, "Once upon a time " + std::to_string(i), kTokens);
+  }
+  const std::string spill = test::make_temp_dir("strata-cold-swap");
+  ServerProcess::Options o;
+  o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-spill-dir", spill, "--kv-spill-size", "16MiB", "--preempt", "swap"};
+  ServerProcess s(o);
+  std::vector<std::string> got(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, "Once upon a time " + std::to_string(i), kTokens); });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], reference[static_cast<size_t>(i)]) << i;
+  auto m = metrics(s);
+  ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+  EXPECT_GT(m["strata_kv_spill_in_bytes_total"], 0);
+  EXPECT_GT(m["strata_kv_cold_prefetch_hits_total"], 0);
+  EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
   std::filesystem::remove_all(spill);
 }
 
