@@ -21,8 +21,9 @@ CTEST      := ctest --output-on-failure --no-tests=error
 LAUNCHER   := $(shell command -v ccache >/dev/null 2>&1 && echo "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache")
 # The sanitizer builds: -O1 keeps them several times faster than -O0 with the same reports.
 SAN_FLAGS  := -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" $(LAUNCHER)
-# ThreadSanitizer runs: the modules with threads of their own (tests/CMakeLists.txt builds only these).
-TSAN_LABELS ?= ^(core|kv|engine|server)
+# ThreadSanitizer runs: the modules with threads of their own or talking to a server on a socket
+# (tests/CMakeLists.txt builds only these).
+TSAN_LABELS ?= ^(core|kv|engine|server|redis)
 
 .PHONY: all deps test-deps configure build build-strata build-asan build-tsan run test test-long test-asan test-asan-binary test-tsan \
   fuzz fuzz-request fuzz-build fuzz-short fuzz-seeds bench clean
