@@ -284,6 +284,34 @@ TEST(ServerRemoteKv, APausedRedisTimesLookupsOutAndRequestsStillComplete) {
   EXPECT_EQ(health_status(b), 200);
 }
 
+TEST(ServerRemoteKv, APasswordIsUsedAndNeverShownAndAWrongOneOnlyCostsHits) {
+  STRATA_REQUIRE_REDIS();
+  RedisServerProcess redis({"--requirepass", "s3cretpw"});
+  const std::string good = "redis://:s3cretpw@127.0.0.1:" + std::to_string(redis.port());
+  const std::string bad = "redis://default:wr0ngpw@127.0.0.1:" + std::to_string(redis.port());
+  ServerProcess a(remote_server(good));
+  const std::string reference = complete(a, kPrompt).text;
+  ASSERT_TRUE(wait_metric(a, "strata_kv_remote_published_blocks_total", 7)) << a.log();
+  ServerProcess b(remote_server(good));
+  const Completion on_b = complete(b, kPrompt);
+  EXPECT_EQ(on_b.text, reference);
+  EXPECT_GE(on_b.cached_tokens, 7 * 16);
+  ServerProcess c(remote_server(bad));
+  const Completion on_c = complete(c, kPrompt);
+  ASSERT_EQ(on_c.status, 200);
+  EXPECT_EQ(on_c.text, reference);
+  EXPECT_EQ(on_c.cached_tokens, 0);
+  EXPECT_GE(metric(c, "strata_kv_remote_errors_total"), 1);
+  for (ServerProcess* s : {&a, &b, &c}) {
+    const std::string page = s->client()->Get("/metrics")->body;
+    EXPECT_EQ(s->log().find("s3cretpw"), std::string::npos) << s->log();
+    EXPECT_EQ(s->log().find("wr0ngpw"), std::string::npos) << s->log();
+    EXPECT_EQ(page.find("s3cretpw"), std::string::npos);
+    EXPECT_EQ(page.find("wr0ngpw"), std::string::npos);
+  }
+  EXPECT_NE(a.log().find("redis://***@127.0.0.1:"), std::string::npos) << a.log();
+}
+
 TEST(ServerRemoteKv, BadRemoteUrlsAreRefusedAtStartWithoutThePassword) {
   for (const std::string& url : {std::string("http://127.0.0.1:1"), std::string("redis://user:s3cretpw@"),
                                  std::string("redis-cluster://"), std::string("redis://u:s3cretpw@host:notaport")}) {
