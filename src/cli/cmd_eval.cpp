@@ -1,6 +1,15 @@
 // `strata eval ppl`: teacher-forced perplexity of a text under a KV configuration, next to the
 // full-precision run's (the same KV dtype, every block hot), plus the share of positions where
 // the top-1 token agrees and the KV bytes per token of both.
+//
+// KV bytes per token are those held at the end of the text: each window is one sequence in a
+// pool of its own, and when it finishes its bytes (every RAM tier, scales and zero points
+// included, whole blocks and slots as allocated) and the tokens it holds (all but its last
+// token) are added up; the figure is bytes over tokens, as if every window's sequence were still
+// held when the last one finishes. For a text within one window it is exactly the pool's bytes
+// at the end over the tokens held. The mean over windows of each window's bytes per token is kept
+// as `kv_bytes_per_token_window_mean`: it weighs a short last window like a full one, and a short
+// window holds relatively many hot tokens, so it reads high.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -11,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "cli/common_flags.h"
+#include "core/check.h"
 #include "core/error.h"
 #include "engine/step_runner.h"
 #include "kv/kv_manager.h"
@@ -34,7 +44,11 @@ struct PplRun {
   double nll = 0;              // sum of -log p(next token)
   int64_t scored = 0;          // positions scored
   std::vector<TokenId> top1;   // argmax at each scored position
-  double kv_bytes_per_token = 0;
+  uint64_t kv_bytes = 0;        // bytes held at the end of each window, summed over windows
+  int64_t kv_tokens = 0;        // tokens held at the end of each window, summed
+  double kv_bytes_per_token_window_mean = 0;
+  int64_t windows = 0;
+  double kv_bytes_per_token() const { return kv_tokens ? static_cast<double>(kv_bytes) / static_cast<double>(kv_tokens) : 0; }
   int64_t reencoded_blocks = 0;  // hot blocks re-encoded into the warm tier, all windows
 };
 
@@ -47,7 +61,6 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
   const int64_t V = mc.n_vocab;
   std::vector<double> scratch;
   double bytes_sum = 0;
-  int64_t bytes_windows = 0;
   for (size_t w0 = 0; w0 + 1 < tokens.size(); w0 += static_cast<size_t>(ctx)) {
     const size_t w1 = std::min(tokens.size(), w0 + static_cast<size_t>(ctx));
     std::vector<TokenId> window(tokens.begin() + static_cast<long>(w0), tokens.begin() + static_cast<long>(w1));
@@ -85,10 +98,14 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     }
     const KvStats st = kv.stats();
     run.reencoded_blocks += st.reencoded_blocks;
-    bytes_sum += static_cast<double>(st.hot.bytes_used + st.warm.bytes_used) / static_cast<double>(n - 1);
-    ++bytes_windows;
+    STRATA_CHECK(st.tokens_stored == n - 1, "the window holds {} tokens, not {}", st.tokens_stored, n - 1);
+    const uint64_t bytes = st.hot.bytes_used + st.warm.bytes_used;
+    run.kv_bytes += bytes;
+    run.kv_tokens += n - 1;
+    bytes_sum += static_cast<double>(bytes) / static_cast<double>(n - 1);
+    ++run.windows;
   }
-  run.kv_bytes_per_token = bytes_windows ? bytes_sum / static_cast<double>(bytes_windows) : 0;
+  run.kv_bytes_per_token_window_mean = run.windows ? bytes_sum / static_cast<double>(run.windows) : 0;
   return run;
 }
 
@@ -106,6 +123,12 @@ int run_eval_ppl(const EvalOptions& o) {
   if (tokens.size() < 2) fail("--file '{}' has fewer than 2 tokens", o.file);
   const int32_t ctx = o.ctx > 0 ? std::min(o.ctx, model->config().n_ctx_train) : model->config().n_ctx_train;
   const int32_t chunk = o.chunk > 0 ? o.chunk : kvc.block_size;
+  const int64_t windows = (static_cast<int64_t>(tokens.size()) - 2) / ctx + 1;
+  if (o.ctx > ctx && windows > 1) {
+    // Not silent: bytes per token (each window holds its own hot window) and perplexity depend on it.
+    fmt::print(stderr, "note: --ctx {} is beyond the model's context of {} tokens; the {} tokens are evaluated in {} windows of up to {}\n",
+               o.ctx, ctx, tokens.size(), windows, ctx);
+  }
 
   KvConfig ref_cfg = kvc;  // full precision: every block stays hot, no sharing
   ref_cfg.warm_format = WarmFormat::kNone;
@@ -126,6 +149,7 @@ int run_eval_ppl(const EvalOptions& o) {
     j["tokens"] = tokens.size();
     j["scored"] = run.scored;
     j["ctx"] = ctx;
+    j["windows"] = run.windows;
     j["kv_dtype"] = kv_dtype_name(kvc.dtype);
     j["kv_warm_dtype"] = warm_format_name(kvc.warm_format);
     j["kv_hot_tokens"] = kvc.hot_tokens;
@@ -133,18 +157,25 @@ int run_eval_ppl(const EvalOptions& o) {
     j["ppl_ref"] = ppl_ref;
     j["delta_ppl_pct"] = delta;
     j["top1_agreement"] = agreement;
-    j["kv_bytes_per_token"] = run.kv_bytes_per_token;
-    j["kv_bytes_per_token_ref"] = ref.kv_bytes_per_token;
+    j["kv_bytes_per_token"] = run.kv_bytes_per_token();
+    j["kv_bytes_per_token_ref"] = ref.kv_bytes_per_token();
+    j["kv_bytes_per_token_window_mean"] = run.kv_bytes_per_token_window_mean;
+    j["kv_bytes_per_token_window_mean_ref"] = ref.kv_bytes_per_token_window_mean;
     j["reencoded_blocks"] = run.reencoded_blocks;
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
-  fmt::print("{} tokens ({} scored), context {}, KV {} with warm {} after {} hot tokens\n", tokens.size(), run.scored, ctx,
-             kv_dtype_name(kvc.dtype), warm_format_name(kvc.warm_format), kvc.hot_tokens);
+  fmt::print("{} tokens ({} scored), context {} ({} window{}), KV {} with warm {} after {} hot tokens\n", tokens.size(),
+             run.scored, ctx, run.windows, run.windows == 1 ? "" : "s", kv_dtype_name(kvc.dtype),
+             warm_format_name(kvc.warm_format), kvc.hot_tokens);
   fmt::print("perplexity {:.4f} vs {:.4f} at full precision ({:+.3f}%)\n", ppl, ppl_ref, delta);
   fmt::print("top-1 agreement {:.2f}%\n", 100 * agreement);
-  fmt::print("KV bytes per token {:.1f} vs {:.1f} ({:.3f}x)\n", run.kv_bytes_per_token, ref.kv_bytes_per_token,
-             run.kv_bytes_per_token / ref.kv_bytes_per_token);
+  fmt::print("KV bytes per token at the end of the text {:.1f} vs {:.1f} ({:.3f}x)\n", run.kv_bytes_per_token(),
+             ref.kv_bytes_per_token(), run.kv_bytes_per_token() / ref.kv_bytes_per_token());
+  if (run.windows > 1) {
+    fmt::print("KV bytes per token, mean over windows {:.1f} vs {:.1f} ({:.3f}x)\n", run.kv_bytes_per_token_window_mean,
+               ref.kv_bytes_per_token_window_mean, run.kv_bytes_per_token_window_mean / ref.kv_bytes_per_token_window_mean);
+  }
   fmt::print("blocks re-encoded into the warm tier: {}\n", run.reencoded_blocks);
   return kExitOk;
 }

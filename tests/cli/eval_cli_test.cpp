@@ -1,14 +1,18 @@
 // Black-box tests of `strata eval ppl` on stories260K and tests/data/stories260K-t1.txt: the JSON
 // fields (token counts against `strata tokenize`, KV bytes per token against the model geometry
-// read with `strata gguf info --json`), the warm tier's fidelity acceptance (docs/PERFORMANCE.md),
-// and exit codes on bad input.
+// read with `strata gguf info --json` and the slot sizes of kv/warm_format.h), the warm tier's
+// fidelity acceptance (docs/PERFORMANCE.md), and exit codes on bad input.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "kv/warm_format.h"
 #include "support/test_support.h"
 
 namespace strata {
@@ -64,18 +68,50 @@ int64_t scored_positions(int64_t tokens, int64_t ctx) {
   return scored;
 }
 
-// Mean over windows of the hot bytes a window of n tokens holds at the end (n-1 tokens stored),
-// per stored token, every block hot at `elt` bytes per element.
-double all_hot_bytes_per_token(const Geometry& g, int64_t tokens, int64_t ctx, int64_t block, int64_t elt) {
-  double sum = 0;
+// The KV bytes a window of n tokens holds when it finishes (n-1 tokens stored): hot blocks of
+// `block` tokens at `elt` bytes per element, and, with a warm format, one warm slot (K and V, every
+// layer, warm_slot_bytes) per group of `span` full blocks entirely older than the last `hot` tokens.
+// `end_of_text`: the bytes of all windows over the tokens they hold (what `kv_bytes_per_token`
+// reports); `window_mean`: the mean over windows of each window's bytes per token.
+struct KvBytes {
+  double end_of_text = 0;
+  double window_mean = 0;
   int64_t windows = 0;
+};
+KvBytes expected_kv_bytes(const Geometry& g, int64_t tokens, int64_t ctx, int32_t block, int64_t elt,
+                          WarmFormat warm = WarmFormat::kNone, int64_t hot = 0) {
+  const int64_t hot_block_bytes = block * 2 * g.n_layer * g.n_head_kv * g.head_dim * elt;
+  const int64_t span = warm == WarmFormat::kNone ? 0 : warm_span(warm, block);
+  const int64_t H = g.n_head_kv, D = g.head_dim;
+  const int64_t warm_slot =
+      warm == WarmFormat::kNone ? 0
+                                : g.n_layer * (warm_slot_bytes(warm, false, block, static_cast<int32_t>(H), static_cast<int32_t>(D)) +
+                                               warm_slot_bytes(warm, true, block, static_cast<int32_t>(H), static_cast<int32_t>(D)));
+  uint64_t bytes_sum = 0;
+  int64_t tokens_sum = 0;
+  double mean_sum = 0;
+  KvBytes out;
   for (int64_t w0 = 0; w0 + 1 < tokens; w0 += ctx) {
     const int64_t stored = std::min(tokens, w0 + ctx) - w0 - 1;
-    const int64_t blocks = (stored + block - 1) / block;
-    sum += static_cast<double>(blocks * block * 2 * g.n_layer * g.n_head_kv * g.head_dim * elt) / static_cast<double>(stored);
-    ++windows;
+    const int64_t groups = span == 0 || stored <= hot ? 0 : (stored - hot) / block / span;
+    const int64_t hot_blocks = (stored - groups * span * block + block - 1) / block;
+    const uint64_t bytes = static_cast<uint64_t>(groups * warm_slot + hot_blocks * hot_block_bytes);
+    bytes_sum += bytes;
+    tokens_sum += stored;
+    mean_sum += static_cast<double>(bytes) / static_cast<double>(stored);
+    ++out.windows;
   }
-  return sum / static_cast<double>(windows);
+  out.end_of_text = static_cast<double>(bytes_sum) / static_cast<double>(tokens_sum);
+  out.window_mean = mean_sum / static_cast<double>(out.windows);
+  return out;
+}
+
+void expect_kv_bytes(const Json& j, const KvBytes& run, const KvBytes& ref) {
+  EXPECT_EQ(j["windows"], run.windows);
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token"].get<double>(), run.end_of_text) << j.dump();
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token_window_mean"].get<double>(), run.window_mean) << j.dump();
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token_ref"].get<double>(), ref.end_of_text) << j.dump();
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token_window_mean_ref"].get<double>(), ref.window_mean) << j.dump();
 }
 
 TEST(EvalCli, FullPrecisionReportsTheFieldsScriptsRead) {
@@ -102,8 +138,8 @@ TEST(EvalCli, FullPrecisionReportsTheFieldsScriptsRead) {
   EXPECT_EQ(j["delta_ppl_pct"], 0.0);
   EXPECT_EQ(j["top1_agreement"], 1.0);
   EXPECT_EQ(j["reencoded_blocks"], 0);
-  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token"].get<double>(), all_hot_bytes_per_token(g, tokens, 256, 16, 2));
-  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token_ref"].get<double>(), all_hot_bytes_per_token(g, tokens, 256, 16, 2));
+  const KvBytes all_hot = expected_kv_bytes(g, tokens, 256, 16, 2);
+  expect_kv_bytes(j, all_hot, all_hot);
 }
 
 TEST(EvalCli, KvBytesPerTokenFollowTheDtypeAndBlockSize) {
@@ -114,8 +150,8 @@ TEST(EvalCli, KvBytesPerTokenFollowTheDtypeAndBlockSize) {
   ASSERT_TRUE(f32.is_object() && bf16.is_object());
   EXPECT_EQ(f32["kv_dtype"], "f32");
   EXPECT_EQ(bf16["kv_dtype"], "bf16");
-  EXPECT_DOUBLE_EQ(f32["kv_bytes_per_token"].get<double>(), all_hot_bytes_per_token(g, tokens, 512, 32, 4));
-  EXPECT_DOUBLE_EQ(bf16["kv_bytes_per_token"].get<double>(), all_hot_bytes_per_token(g, tokens, 512, 32, 2));
+  expect_kv_bytes(f32, expected_kv_bytes(g, tokens, 512, 32, 4), expected_kv_bytes(g, tokens, 512, 32, 4));
+  expect_kv_bytes(bf16, expected_kv_bytes(g, tokens, 512, 32, 2), expected_kv_bytes(g, tokens, 512, 32, 2));
   EXPECT_EQ(f32["scored"], scored_positions(tokens, 512));
   // bf16 keys and values round differently from f32 ones, but barely move perplexity.
   EXPECT_NEAR(bf16["ppl"].get<double>(), f32["ppl"].get<double>(), 0.01 * f32["ppl"].get<double>());
@@ -172,12 +208,82 @@ TEST(EvalCli, WarmTierMeetsItsFidelityBoundsAndReallyReencodes) {
     EXPECT_LT(j["top1_agreement"].get<double>(), 1.0);
     // Fewer KV bytes than all hot; int8 > fp8 > int4 (fp8 keeps fewer scales than int8 here).
     EXPECT_LT(j["kv_bytes_per_token"].get<double>(), j["kv_bytes_per_token_ref"].get<double>());
-    EXPECT_DOUBLE_EQ(j["kv_bytes_per_token_ref"].get<double>(), all_hot_bytes_per_token(g, tokens, g.n_ctx, 16, 2));
+    expect_kv_bytes(j, expected_kv_bytes(g, tokens, g.n_ctx, 16, 2, *warm_format_from_name(b.dtype), hot),
+                    expected_kv_bytes(g, tokens, g.n_ctx, 16, 2));
     if (b.hot_tokens == "64") {
       EXPECT_LT(j["kv_bytes_per_token"].get<double>(), prev_bytes);
       prev_bytes = j["kv_bytes_per_token"].get<double>();
     }
   }
+}
+
+// `kv_bytes_per_token` is what the windows hold at the end of the text over the tokens they hold:
+// a short last window (a few tokens in whole hot blocks) weighs by its tokens, not as a window. The
+// per-window mean, which it used to report, stays as `kv_bytes_per_token_window_mean` and reads
+// higher. Also a text within one window: the bytes of that one sequence at the end.
+TEST(EvalCli, KvBytesPerTokenAreThoseHeldAtTheEndOfTheText) {
+  const Geometry g = geometry();
+  const int64_t tokens = token_count(kText);
+  // A window length whose last window holds only a few tokens.
+  int64_t ctx = 0;
+  for (int64_t c = 1000; c <= 2000 && ctx == 0; ++c) {
+    const int64_t last = tokens - (tokens - 2) / c * c;
+    if (last >= 3 && last <= 12) ctx = c;
+  }
+  ASSERT_GT(ctx, 0);
+  for (const std::string dtype : {"int4", "int8"}) {
+    SCOPED_TRACE(dtype + " ctx " + std::to_string(ctx));
+    const Json j = eval({"--ctx", std::to_string(ctx), "--kv-warm-dtype", dtype, "--kv-hot-tokens", "64"});
+    ASSERT_TRUE(j.is_object());
+    const KvBytes run = expected_kv_bytes(g, tokens, ctx, 16, 2, *warm_format_from_name(dtype), 64);
+    const KvBytes ref = expected_kv_bytes(g, tokens, ctx, 16, 2);
+    ASSERT_GE(run.windows, 2);
+    expect_kv_bytes(j, run, ref);
+    // The short last window inflates the mean, not the end-of-text figure.
+    EXPECT_GT(j["kv_bytes_per_token_window_mean"].get<double>(), 1.2 * j["kv_bytes_per_token"].get<double>()) << j.dump();
+  }
+  // One window: the bytes the pool holds at the end, from the slot sizes.
+  const std::string dir = test::make_temp_dir("strata-eval-bytes");
+  const std::string part = dir + "/part.txt";
+  {
+    std::ifstream in(kText, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    test::write_file(part, text.substr(0, 4000));
+  }
+  const int64_t part_tokens = token_count(part);
+  ASSERT_LT(part_tokens, g.n_ctx);
+  std::vector<std::string> argv = {strata_bin(), "eval", "ppl", "--model", kModel, "--file", part, "-t", "1", "--json",
+                                   "--kv-warm-dtype", "int4", "--kv-hot-tokens", "64"};
+  auto r = run_command(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  const int64_t stored = part_tokens - 1;
+  const int64_t H = g.n_head_kv, D = g.head_dim;
+  const int64_t slots = (stored - 64) / 32;  // int4 over blocks of 16: a slot holds 2 blocks
+  const int64_t hot_blocks = (stored - slots * 32 + 15) / 16;
+  const int64_t slot_bytes = warm_slot_bytes(WarmFormat::kInt4, false, 16, static_cast<int32_t>(H), static_cast<int32_t>(D)) +
+                             warm_slot_bytes(WarmFormat::kInt4, true, 16, static_cast<int32_t>(H), static_cast<int32_t>(D));
+  const double bytes = static_cast<double>(g.n_layer * (slots * slot_bytes + hot_blocks * 16 * 2 * H * D * 2));
+  EXPECT_EQ(j["windows"], 1);
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_token"].get<double>(), bytes / static_cast<double>(stored)) << j.dump();
+  EXPECT_EQ(j["kv_bytes_per_token"], j["kv_bytes_per_token_window_mean"]);
+  std::filesystem::remove_all(dir);
+}
+
+// A --ctx beyond the model's context is clamped to it (as the engine does), and said so: the text
+// then runs in several windows, each with a hot window of its own.
+TEST(EvalCli, ClampedContextIsReported) {
+  const Geometry g = geometry();
+  const int64_t tokens = token_count(kText);
+  ASSERT_LT(g.n_ctx, 16384);
+  auto r = run_command({strata_bin(), "eval", "ppl", "--model", kModel, "--file", kText, "-t", "1", "--json", "--ctx", "16384"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["ctx"], g.n_ctx);
+  EXPECT_EQ(j["windows"], (tokens - 2) / g.n_ctx + 1);
+  EXPECT_GE(j["windows"].get<int64_t>(), 2);
+  EXPECT_NE(r.err.find(fmt::format("--ctx 16384 is beyond the model's context of {} tokens", g.n_ctx)), std::string::npos)
+      << r.err;
 }
 
 TEST(EvalCli, BadInputExitsTwoWithAMessage) {
