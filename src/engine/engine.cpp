@@ -109,7 +109,11 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
 
 Engine::~Engine() {
   shutdown(false);
-  if (remote_) remote_->flush(std::chrono::milliseconds(2000));  // what was queued goes out, briefly
+  if (remote_) {
+    remote_->flush(std::chrono::milliseconds(2000));  // what was queued goes out, briefly
+    // Its threads end here, while the mutex and condition variable its callback uses still exist.
+    remote_.reset();
+  }
 }
 
 std::shared_ptr<RequestHandle> Engine::submit(Request r) {
