@@ -290,12 +290,10 @@ void Engine::service_remote(bool all) {
       int32_t room = kv_->num_available_blocks() - 1;
       for (size_t i = 0; i < found->size() && room > 0; ++i) {
         const int32_t b = it->first + static_cast<int32_t>(i);
-        const std::span<const BlockHash> upto(it->chain.data(), static_cast<size_t>(b) + 1);
-        if (kv_->cached_prefix_blocks(upto) == b + 1) continue;  // computed here meanwhile
+        if (kv_->is_cached(it->chain[static_cast<size_t>(b)])) continue;  // computed here meanwhile
         const BlockHash parent = b == 0 ? BlockHash{} : it->chain[static_cast<size_t>(b) - 1];
         const RemoteBlock& rb = (*found)[i];
         if (!kv_->import_block(parent, tokens.subspan(static_cast<size_t>(b) * bs, static_cast<size_t>(bs)), rb.content, rb.bytes)) break;
-        remote_hit_tokens_ += bs;
         if (rb.content == KvTier::kHot) --room;
       }
     }
@@ -460,7 +458,6 @@ void Engine::publish_stats() {
   stats_.cold_prefetch_hits = storage_->prefetch_hits();
   if (remote_) {
     stats_.remote = remote_->stats();
-    stats_.remote_hit_tokens = remote_hit_tokens_;
     stats_.remote_waiting = static_cast<int64_t>(remote_waits_.size());
     stats_.queued += stats_.remote_waiting;
   }

@@ -87,12 +87,11 @@ struct EngineStats {
   // Batching: the most sequences one forward pass ran, and how many passes ran more than one.
   int32_t max_batch_seqs = 0;
   int64_t batched_steps = 0;
-  // The remote KV tier (--kv-remote), when there is one: its own counters, and the prompt tokens
-  // whose KV came from it (blocks imported into the local prefix cache).
   int64_t cold_prefetch_hits = 0;  // cold-tier fetches served by a read issued steps ahead
+  // The remote KV tier (--kv-remote), when there is one: its own counters (the prompt tokens whose
+  // KV came from it are kv.remote_imported_blocks * kv.block_size).
   bool has_remote = false;
   RemoteKvStats remote;
-  int64_t remote_hit_tokens = 0;
   int64_t remote_waiting = 0;  // requests waiting for a remote lookup now
 };
 
@@ -181,7 +180,6 @@ class Engine {
     Clock::time_point deadline;
   };
   std::vector<RemoteWait> remote_waits_;
-  int64_t remote_hit_tokens_ = 0;
 
   // Engine-thread state.
   std::map<RequestId, RequestState> requests_;

@@ -154,12 +154,7 @@ int32_t KvManager::query_prefix(std::span<const TokenId> tokens) const {
 int32_t KvManager::query_prefix(SeqId s, std::span<const TokenId> tokens) const {
   const Seq& q = seqs_.at(s);
   if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0) return 0;
-  int32_t matched = 0;
-  for (const BlockHash& h : prompt_chain(q, tokens)) {
-    if (!cache_.count(h)) break;
-    ++matched;
-  }
-  return matched * geo_.block_size;
+  return cached_prefix_blocks(prompt_chain(q, tokens)) * geo_.block_size;
 }
 
 int32_t KvManager::prefix_hits(SeqId s, std::span<const TokenId> tokens) const {
@@ -170,17 +165,10 @@ int32_t KvManager::prefix_hits(SeqId s, std::span<const TokenId> tokens) const {
 }
 
 const std::vector<BlockHash>& KvManager::prompt_chain(const Seq& q, std::span<const TokenId> tokens) const {
-  if (q.chain_ready) return q.chain;
-  const int32_t bs = geo_.block_size;
-  const int32_t n_full = tokens.empty() ? 0 : (static_cast<int32_t>(tokens.size()) - 1) / bs;
-  q.chain.clear();
-  q.chain.reserve(static_cast<size_t>(n_full));
-  BlockHash parent;
-  for (int32_t i = 0; i < n_full; ++i) {
-    parent = chain_block_hash(parent, tokens.subspan(static_cast<size_t>(i) * bs, bs), fingerprint_);
-    q.chain.push_back(parent);
+  if (!q.chain_ready) {
+    q.chain = prefix_chain(tokens);
+    q.chain_ready = true;
   }
-  q.chain_ready = true;
   return q.chain;
 }
 
@@ -460,12 +448,8 @@ std::vector<BlockHash> KvManager::prefix_chain(std::span<const TokenId> tokens) 
 }
 
 int32_t KvManager::cached_prefix_blocks(std::span<const BlockHash> chain) const {
-  if (!cfg_.prefix_cache) return 0;
   int32_t n = 0;
-  for (const BlockHash& h : chain) {
-    if (!cache_.count(h)) break;
-    ++n;
-  }
+  while (n < static_cast<int32_t>(chain.size()) && is_cached(chain[static_cast<size_t>(n)])) ++n;
   return n;
 }
 
@@ -630,8 +614,7 @@ void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> 
         if (!ok) ++counters_.remote_load_failures;
         break;
       case KvOp::Kind::kPublish:
-        if (ok) ++counters_.remote_published_blocks;
-        continue;  // nothing was written here
+        continue;  // nothing was written here (the remote pool counts what it stores)
     }
     if (ok) continue;
     lost.insert({op.dst.tier, op.dst.slot});

@@ -134,6 +134,7 @@ class KvManager {
   // cold). Pure queries.
   std::vector<BlockHash> prefix_chain(std::span<const TokenId> tokens) const;
   int32_t cached_prefix_blocks(std::span<const BlockHash> chain) const;
+  bool is_cached(const BlockHash& h) const { return cfg_.prefix_cache && cache_.count(h) > 0; }
 
   // Makes the block (parent, tokens) a cached block whose content is `bytes` (one hot block, or a
   // warm slot of one block, all layers, as KvStorage lays them out: `content` says which), planning

@@ -39,11 +39,10 @@ struct KvStats {
   // Cold-tier reads that failed (I/O error, short read, checksum mismatch): the blocks were
   // treated as lost and their sequences recompute them.
   int64_t cold_read_failures = 0;
-  // The remote tier: blocks fetched from it that became cached blocks here, loads that failed
-  // (bytes of the wrong size), and blocks handed to it for publishing.
+  // The remote tier: blocks fetched from it that became cached blocks here, and loads that failed
+  // (bytes of the wrong size).
   int64_t remote_imported_blocks = 0;
   int64_t remote_load_failures = 0;
-  int64_t remote_published_blocks = 0;
 
   // Share of the RAM tiers that sequences hold, by bytes. Prefix-cached slots that no sequence
   // holds are evictable, so they count as available (as vLLM's KV usage does); `cached` and

@@ -27,6 +27,7 @@ class RecentHashes {
  public:
   explicit RecentHashes(size_t capacity) : capacity_(capacity) {}
   bool contains(const BlockHash& h) const { return set_.count(h) > 0; }
+  void forget(const BlockHash& h) { set_.erase(h); }  // its entry in order_ goes when it comes first
   void insert(const BlockHash& h) {
     if (!set_.insert(h).second) return;
     order_.push_back(h);
@@ -90,9 +91,11 @@ class RedisKvPool final : public RemoteKvPool {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = results_.find(ticket);
     if (it == results_.end()) return;
-    if (!it->second) ++stats_.timeouts;
+    if (!it->second) {  // still running: its answer is dropped when it comes
+      ++stats_.timeouts;
+      abandoned_.insert(ticket);
+    }
     results_.erase(it);
-    abandoned_.insert(ticket);
   }
 
   void publish(const BlockHash& hash, KvTier content, std::vector<uint8_t> bytes) override {
@@ -172,9 +175,9 @@ class RedisKvPool final : public RemoteKvPool {
     if (notify) notify();
   }
 
-  void count(void (*f)(RemoteKvStats&, int64_t), int64_t n) {
+  void bump(int64_t RemoteKvStats::*counter) {
     std::lock_guard<std::mutex> lock(mutex_);
-    f(stats_, n);
+    ++(stats_.*counter);
   }
 
   // Runs one lookup on the reader connection: batches of positions, each asking every format.
@@ -199,12 +202,12 @@ class RedisKvPool final : public RemoteKvPool {
         values = reader_client_->get_many(keys, l.deadline);
       } catch (const redis::RedisError& e) {
         if (e.kind() == redis::RedisError::Kind::kTimeout) *timed_out = true;
-        else count([](RemoteKvStats& s, int64_t) { ++s.errors; }, 0);
+        else bump(&RemoteKvStats::errors);
         breaker_.failure(Clock::now());
         return found;
       }
       breaker_.success();
-      if (reader_client_->failed_keys() > 0) count([](RemoteKvStats& s, int64_t) { ++s.errors; }, 0);  // a cluster node failed
+      if (reader_client_->failed_keys() > 0) bump(&RemoteKvStats::errors);  // a cluster node failed
       for (size_t i = 0; i < n; ++i) {
         bool hit = false, absent = true;
         for (size_t k = 0; k < fmts.size() && !hit; ++k) {
@@ -225,7 +228,7 @@ class RedisKvPool final : public RemoteKvPool {
           hit = true;
         }
         if (!hit) {
-          if (absent) count([](RemoteKvStats& s, int64_t) { ++s.miss_blocks; }, 0);
+          if (absent) bump(&RemoteKvStats::miss_blocks);
           return found;  // the chain ends at the first block not found (or not usable)
         }
       }
@@ -252,7 +255,7 @@ class RedisKvPool final : public RemoteKvPool {
       } else if (breaker_.allow(Clock::now())) {
         found = run_lookup(l, &timed_out);
       } else {
-        count([](RemoteKvStats& s, int64_t) { ++s.skipped; }, 0);
+        bump(&RemoteKvStats::skipped);
       }
       finish(l.ticket, std::move(found), timed_out);
     }
@@ -285,6 +288,7 @@ class RedisKvPool final : public RemoteKvPool {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.skipped += static_cast<int64_t>(batch.size());
       stats_.dropped_blocks += static_cast<int64_t>(batch.size());
+      for (const Publish& p : batch) recent_.forget(p.hash);  // not sent: may be published later
       return;
     }
     std::vector<std::pair<std::string, std::string>> items;
@@ -313,6 +317,7 @@ class RedisKvPool final : public RemoteKvPool {
       if (e.kind() == redis::RedisError::Kind::kTimeout) ++stats_.timeouts;
       else ++stats_.errors;
       stats_.dropped_blocks += static_cast<int64_t>(batch.size());
+      for (const Publish& p : batch) recent_.forget(p.hash);
     }
   }
 

@@ -168,7 +168,7 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   if (st.has_remote) {
     const RemoteKvStats& r = st.remote;
     single(out, "strata_kv_remote_hit_tokens_total", "counter",
-           "Prompt tokens whose KV came from the remote tier (blocks imported into the local prefix cache).", st.remote_hit_tokens);
+           "Prompt tokens whose KV came from the remote tier (blocks imported into the local prefix cache).", st.kv.remote_imported_blocks * st.kv.block_size);
     single(out, "strata_kv_remote_lookups_total", "counter", "Remote lookups issued (new prompts with blocks missing locally).", r.lookups);
     single(out, "strata_kv_remote_hit_blocks_total", "counter", "Blocks found in the remote tier.", r.hit_blocks);
     single(out, "strata_kv_remote_miss_blocks_total", "counter", "Remote lookups that ended at an absent block.", r.miss_blocks);
