@@ -421,6 +421,12 @@ void Engine::step() {
   batched_steps_ += out.seqs.size() > 1;
   const std::span<const float> logits = runner_->forward(model_, out);
   runner_->done(out);
+  {
+    // Counted before any token of this step is emitted, so a client that sees its request
+    // finished also sees the step that finished it on /metrics.
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.steps;
+  }
   const size_t V = static_cast<size_t>(model_.config().n_vocab);
   size_t row = 0;
   for (const ScheduledSeq& sc : out.seqs) {
@@ -505,13 +511,7 @@ void Engine::loop() {
       lock.unlock();
       for (auto& [id, r] : fresh) start_request(id, std::move(r));
     }
-    if (!sched_->idle()) {
-      step();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        ++stats_.steps;
-      }
-    }
+    if (!sched_->idle()) step();
     publish_stats();
   }
   // Wake every reader still waiting.
