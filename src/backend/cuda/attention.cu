@@ -1,6 +1,8 @@
 // Paged attention of the CUDA backend over block tables (hot f32/f16/bf16 rows and warm
 // int8/fp8/int4 rows, decoded in the inner loop exactly as kv/warm_format.cpp's warm_decode_row).
 //
+// Batches with a sequence of n_q > 1 over hot f16/bf16 KV of head_dim 64 or 128 (no warm tier) take
+// the tensor-core kernel of attention_mma.cu (its partials merged by the combine kernel below).
 // Batches whose sequences all have n_q <= 1 (decode) take attention_decode_kernel (below: block per
 // sequence, kv head, split; its warps split the keys and merge in shared memory; no combine kernel
 // when the contexts are short). Everything else takes attention_kernel:
@@ -34,6 +36,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
@@ -704,6 +707,15 @@ inline int64_t group_slots_bound(const AttnBatch& b, int32_t group, int wq) {
   return (tiles + wq - 1) / wq + b.n_seqs;
 }
 
+// Merges the partials of every (token, head) row of the batch into out.
+template <int VEC>
+void launch_combine(const AttnBatch& b, int32_t n_head, int32_t hd, int32_t nsplit, float* out, cudaStream_t s) {
+  const int64_t rows = int64_t{b.n_tokens} * n_head;
+  const int64_t cblocks = (rows * 32 + 127) / 128;
+  attention_combine_kernel<VEC><<<static_cast<unsigned>(cblocks), 128, 0, s>>>(b.scratch, rows, nsplit, hd, out);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
 template <int VEC, int WQ>
 void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
                cudaStream_t s) {
@@ -721,13 +733,7 @@ void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_
   attention_kernel<VEC, WQ><<<static_cast<unsigned>(blocks), WQ * 32, smem, s>>>(
       q, kv, b, n_head, group, scale, out, nsplit, group_slots, choose_stage_mode(kv));
   STRATA_CUDA_LAUNCH_CHECK();
-  if (nsplit > 1) {
-    const int64_t rows = int64_t{b.n_tokens} * n_head;
-    const int64_t cblocks = (rows * 32 + 127) / 128;
-    attention_combine_kernel<VEC><<<static_cast<unsigned>(cblocks), 128, 0, s>>>(b.scratch, rows, nsplit,
-                                                                                  kv.head_dim, out);
-    STRATA_CUDA_LAUNCH_CHECK();
-  }
+  if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
 }
 
 template <int VEC, int R>
@@ -750,18 +756,17 @@ void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, in
   attention_decode_kernel<VEC, R><<<static_cast<unsigned>(blocks), nw * 32, smem, s>>>(
       q, kv, b, n_head, group, scale, out, nsplit, tps, choose_stage_mode(kv));
   STRATA_CUDA_LAUNCH_CHECK();
-  if (nsplit > 1) {
-    const int64_t rows = int64_t{b.n_tokens} * n_head;
-    const int64_t cblocks = (rows * 32 + 127) / 128;
-    attention_combine_kernel<VEC><<<static_cast<unsigned>(cblocks), 128, 0, s>>>(b.scratch, rows, nsplit,
-                                                                                  kv.head_dim, out);
-    STRATA_CUDA_LAUNCH_CHECK();
-  }
+  if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
 }
 
 template <int VEC>
 void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
             cudaStream_t s) {
+  if (b.max_n_q > 1 && mma_eligible(kv)) {
+    const int32_t nsplit = launch_mma(q, kv, b, n_head, scale, out, s);
+    if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
+    return;
+  }
   if (b.max_n_q == 1) {
     const int32_t group = n_head / kv.n_kv_heads;
     if (group <= 1) {
@@ -787,9 +792,10 @@ void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n
 }  // namespace attn
 
 int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_ctx) {
-  // Either path (general or decode, see launch) may take the batch.
+  // Any path (tensor-core, general or decode, see launch) may take the batch.
   const int32_t nsplit =
-      std::max(attn::choose_splits(n_tokens, n_head, max_ctx), attn::dec_splits(n_tokens, n_head, head_dim, max_ctx));
+      std::max({attn::choose_splits(n_tokens, n_head, max_ctx), attn::dec_splits(n_tokens, n_head, head_dim, max_ctx),
+                attn::mma_splits(n_tokens, n_head, max_ctx)});
   if (nsplit <= 1) return 0;
   return int64_t{n_tokens} * n_head * nsplit * (head_dim + 2);
 }
