@@ -176,6 +176,14 @@ class Backend {
     add(x, d);
     rms_norm(x, weight, h, eps);
   }
+  // matmul_multi({w_gate -> gate, w_up -> up}, x), then silu_mul(gate, up): the SiLU-gated
+  // feed-forward input. The result is in gate; up is scratch (unspecified afterwards).
+  virtual void matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix& w_up, ActView x, ActView gate,
+                               ActView up) {
+    const MatmulOut outs[] = {{&w_gate, gate}, {&w_up, up}};
+    matmul_multi(outs, x);
+    silu_mul(gate, up);
+  }
   // rope(q, pos, n_head, head_dim, p), rope(k, pos, n_kv_head, head_dim, p), then
   // kv_store(kv, k, v, slots).
   virtual void rope_kv_store(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,

@@ -220,9 +220,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     be.matmul(L.wo, attn, out);
     be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
     // Feed-forward block (SiLU-gated).
-    const MatmulOut gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
-    be.matmul_multi(gate_up, h);
-    be.silu_mul(gate, up);
+    be.matmul_silu_mul(L.w_gate, L.w_up, h, gate, up);
     be.matmul(L.w_down, gate, out);
     if (l + 1 < c.n_layer) {
       be.add_rms_norm(x, out, weights_.layers[l + 1].attn_norm, h, c.rms_eps);

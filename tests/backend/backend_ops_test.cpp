@@ -204,6 +204,112 @@ TEST_P(BackendOps, MatmulEveryWeightType) {
   }
 }
 
+// The SiLU-gated feed-forward input in one call equals matmul_multi then silu_mul on the same
+// backend, bit for bit (the CUDA backend fuses it into one GEMV for decode-sized batches), for
+// every required weight type, row counts that do not fill a thread block, and batch sizes on both
+// sides of the GEMV/GEMM switch.
+TEST_P(BackendOps, MatmulSiluMulEqualsTheOpsOneByOne) {
+  std::mt19937 rng(13);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {64, 2048}}) {
+      const auto mg = random_matrix(type, rows, cols, rng);
+      const auto mu = random_matrix(type, rows, cols, rng);
+      const WeightMatrix wg = be().upload_matrix(mg.w), wu = be().upload_matrix(mu.w);
+      for (int64_t n : {1, 3, 8, 12}) {
+        SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " [" << rows << "][" << cols << "] n " << n);
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+        const DevArray dx = upload(be(), x, n, cols);
+        const DevArray g1 = alloc(be(), n, rows), u1 = alloc(be(), n, rows);
+        const MatmulOut outs[] = {{&wg, g1.view}, {&wu, u1.view}};
+        be().matmul_multi(outs, dx.view);
+        be().silu_mul(g1.view, u1.view);
+        const DevArray g2 = alloc(be(), n, rows), u2 = alloc(be(), n, rows);
+        be().matmul_silu_mul(wg, wu, dx.view, g2.view, u2.view);
+        const auto want = download(be(), g1.view);
+        EXPECT_EQ(download(be(), g2.view), want);
+        // And against the CPU reference products.
+        std::vector<float> rg(static_cast<size_t>(n * rows)), ru(rg.size());
+        cpu::ref::matmul(mg.w, x.data(), n, rg.data());
+        cpu::ref::matmul(mu.w, x.data(), n, ru.data());
+        for (size_t i = 0; i < rg.size(); ++i) rg[i] = rg[i] / (1.0f + std::exp(-rg[i])) * ru[i];
+        EXPECT_LE(rms_diff(want, rg), 2e-2 * rms(rg));
+      }
+    }
+  }
+}
+
+// Prefill-sized products take 16-bit activations. The CUDA backend has rms_norm, add_rms_norm and
+// silu_mul write that rounding beside their f32 result, and the next matmul reads it instead of
+// converting again. The product must equal the product of a fresh upload of the same floats, and
+// still after another op changed the array (the half copy must then be forgotten, not reused).
+TEST_P(BackendOps, MatmulAfterANormOrSiluEqualsMatmulOfTheSameFloats) {
+  std::mt19937 rng(15);
+  const int64_t rows = 33, cols = 256, out_rows = 64;
+  const auto m = random_matrix(GgmlType::kF16, out_rows, cols, rng);
+  const WeightMatrix w = be().upload_matrix(m.w);
+  const auto wt = random_floats(static_cast<size_t>(cols), rng);
+  const float* dw = upload_vector(be(), wt);
+  const DevArray x = upload(be(), random_floats(static_cast<size_t>(rows * cols), rng, -3.0f, 3.0f), rows, cols);
+  const DevArray d = upload(be(), random_floats(static_cast<size_t>(rows * cols), rng), rows, cols);
+  const DevArray up = upload(be(), random_floats(static_cast<size_t>(rows * cols), rng), rows, cols);
+  const DevArray h = alloc(be(), rows, cols), fresh = alloc(be(), rows, cols);
+  const DevArray y1 = alloc(be(), rows, out_rows), y2 = alloc(be(), rows, out_rows);
+  be().matmul(w, x.view, y1.view);  // a half-activation product first, as in a prefill
+  auto expect_same_as_fresh = [&](const char* what) {
+    SCOPED_TRACE(what);
+    be().matmul(w, h.view, y1.view);
+    const auto got = download(be(), y1.view);
+    const auto hv = download(be(), h.view);
+    be().copy_to_device(fresh.buf->data(), hv.data(), hv.size() * sizeof(float));
+    be().matmul(w, fresh.view, y2.view);
+    EXPECT_EQ(got, download(be(), y2.view));
+  };
+  for (int changed = 0; changed < 2; ++changed) {
+    be().rms_norm(x.view, dw, h.view, 1e-5f);
+    if (changed) be().add(h.view, d.view);
+    expect_same_as_fresh(changed ? "rms_norm, then add" : "rms_norm");
+    be().add_rms_norm(x.view, d.view, dw, h.view, 1e-5f);
+    if (changed) be().rms_norm(d.view, dw, d.view, 1e-5f);  // another array's copy replaces h's
+    if (changed) be().add(h.view, x.view);
+    expect_same_as_fresh(changed ? "add_rms_norm, then add" : "add_rms_norm");
+    be().copy_to_device(h.buf->data(), download(be(), x.view).data(), static_cast<size_t>(rows * cols) * sizeof(float));
+    be().silu_mul(h.view, up.view);
+    if (changed) be().add(h.view, d.view);
+    expect_same_as_fresh(changed ? "silu_mul, then add" : "silu_mul");
+  }
+}
+
+// Long rows (16 KB and more: the CUDA GEMV streams each with several warps and adds their partial
+// sums): every weight type against the CPU reference, and a row's result the same whatever
+// batch (n) it is computed in, bit for bit.
+TEST_P(BackendOps, MatmulLongRowsAndBatchInvariance) {
+  std::mt19937 rng(16);
+  const std::pair<GgmlType, int64_t> shapes[] = {{GgmlType::kF32, 4096},   {GgmlType::kF16, 8192},
+                                                 {GgmlType::kBF16, 8192},  {GgmlType::kQ8_0, 16384},
+                                                 {GgmlType::kQ4_K, 32768}, {GgmlType::kQ6_K, 32768}};
+  for (auto [type, cols] : shapes) {
+    const int64_t rows = 6;
+    const auto m = random_matrix(type, rows, cols, rng);
+    const WeightMatrix w = be().upload_matrix(m.w);
+    const int64_t n_max = 8;
+    const auto x = random_floats(static_cast<size_t>(n_max * cols), rng);
+    const DevArray dx = upload(be(), x, n_max, cols);
+    std::vector<float> ref(static_cast<size_t>(n_max * rows));
+    cpu::ref::matmul(m.w, x.data(), n_max, ref.data());
+    std::vector<float> first_rows;  // results of x row 0 at n = 1
+    for (int64_t n : {1, 3, 8}) {
+      SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " cols " << cols << " n " << n);
+      const DevArray dy = alloc(be(), n, rows);
+      be().matmul(w, ActView{dx.view.data, n, cols}, dy.view);
+      const auto got = download(be(), dy.view);
+      expect_matmul_close(type, got, std::vector<float>(ref.begin(), ref.begin() + n * rows), GetParam(), n);
+      const std::vector<float> row0(got.begin(), got.begin() + rows);
+      if (first_rows.empty()) first_rows = row0;
+      EXPECT_EQ(row0, first_rows) << "x row 0 gives another result in a batch of " << n;
+    }
+  }
+}
+
 TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
   std::mt19937 rng(12);
   const int64_t cols = 512;
@@ -519,6 +625,27 @@ TEST_P(BackendOps, PagedAttentionWarm) {
   for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
     attention_case(be(), KvDtype::kF16, 16, 8, 2, 64, mixed, f, rng);
     attention_case(be(), KvDtype::kF32, 7, 4, 2, 32, mixed, f, rng);
+  }
+}
+
+// The shapes the CUDA backend's tensor-core prefill kernel takes (f16/bf16 hot KV, head_dim 64 and
+// 128, n_q > 1): a whole 512-token prompt, chunks that start mid-block and end mid-block, GQA 1..8,
+// block sizes 7/16/32, chunks batched with decodes, long contexts split across thread blocks.
+TEST_P(BackendOps, PagedAttentionPrefillShapes) {
+  std::mt19937 rng(31);
+  const std::vector<SeqSpec> mixed = {{0, 1}, {0, 37}, {50, 1}, {16, 16}, {100, 5}};
+  std::vector<SeqSpec> decodes_and_chunk;
+  for (int i = 0; i < 20; ++i) decodes_and_chunk.push_back({200 + 13 * i, 1});
+  decodes_and_chunk.push_back({0, 33});
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBF16}) {
+    for (int32_t hd : {64, 128}) {
+      attention_case(be(), dtype, 16, 32, 8, hd, {{0, 512}}, WarmFormat::kNone, rng);
+      attention_case(be(), dtype, 7, 8, 1, hd, {{0, 300}, {700, 1}}, WarmFormat::kNone, rng);
+      attention_case(be(), dtype, 32, 4, 4, hd, mixed, WarmFormat::kNone, rng);
+      attention_case(be(), dtype, 16, 14, 2, hd, {{1000, 64}, {3, 2}}, WarmFormat::kNone, rng);
+      attention_case(be(), dtype, 16, 8, 2, hd, decodes_and_chunk, WarmFormat::kNone, rng);
+      attention_case(be(), dtype, 16, 4, 1, hd, {{2500, 3}}, WarmFormat::kNone, rng);
+    }
   }
 }
 

@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::cuda {
 namespace attn {
@@ -414,6 +415,8 @@ __global__ void __launch_bounds__(WQ * 32, (VEC <= 3 ? 12 : 8) / WQ)
 template <int VEC>
 __global__ void __launch_bounds__(128) attention_combine_kernel(const float* __restrict__ scratch, int64_t rows,
                                                                 int32_t nsplit, int32_t hd, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5;
   if (row >= rows) return;
@@ -471,6 +474,8 @@ template <int VEC, int R>
 __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
     attention_decode_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t group,
                             float scale, float* __restrict__ out, int32_t nsplit, int32_t tps, int32_t stage_mode) {
+  pdl_wait();  // q is the previous kernel's output
+  pdl_trigger();
   using C = DecCfg<VEC, R>;
   constexpr int D = C::D, KS = C::KS;
   const int hd = kv.head_dim;
@@ -712,8 +717,8 @@ template <int VEC>
 void launch_combine(const AttnBatch& b, int32_t n_head, int32_t hd, int32_t nsplit, float* out, cudaStream_t s) {
   const int64_t rows = int64_t{b.n_tokens} * n_head;
   const int64_t cblocks = (rows * 32 + 127) / 128;
-  attention_combine_kernel<VEC><<<static_cast<unsigned>(cblocks), 128, 0, s>>>(b.scratch, rows, nsplit, hd, out);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(attention_combine_kernel<VEC>, dim3(static_cast<unsigned>(cblocks)), dim3(128), 0, s, b.scratch, rows, nsplit,
+             hd, out);
 }
 
 template <int VEC, int WQ>
@@ -753,9 +758,8 @@ void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, in
     configured = true;
   }
   const size_t smem = static_cast<size_t>(C::Q_FLOATS + nw * C::WARP_FLOATS) * sizeof(float);
-  attention_decode_kernel<VEC, R><<<static_cast<unsigned>(blocks), nw * 32, smem, s>>>(
-      q, kv, b, n_head, group, scale, out, nsplit, tps, choose_stage_mode(kv));
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(attention_decode_kernel<VEC, R>, dim3(static_cast<unsigned>(blocks)), dim3(nw * 32), smem, s, q, kv, b,
+             n_head, group, scale, out, nsplit, tps, choose_stage_mode(kv));
   if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
 }
 

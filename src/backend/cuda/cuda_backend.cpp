@@ -245,6 +245,14 @@ struct CudaBackend::Impl {
   std::unique_ptr<ArgStager> stager;
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks;
   Scratch x16, x16_lo, w16, attn_scratch;
+  // What x16 holds: the IEEE-half rounding of the f32 array [x16_of, x16_of + x16_n), written by
+  // the last conversion or by an op that wrote an f32 result and its half copy together (rms_norm,
+  // add_rms_norm, silu_mul: their prefill-sized results feed a cuBLAS GEMM next), so that GEMM
+  // skips the conversion pass. Every other op that writes device memory forgets it (forget_x16);
+  // so do the pass boundaries of recorded graphs.
+  const float* x16_of = nullptr;
+  int64_t x16_n = 0;
+  bool half_products = false;  // the last cuBLAS product took half activations: producers write a copy
   std::unique_ptr<CudaBuffer> cublas_workspace;
   std::vector<int32_t> attn_host;
   float* pinned_results = nullptr;  // host_result_buffer
@@ -279,6 +287,21 @@ struct CudaBackend::Impl {
   }
 
   bool replaying() const { return mode == Mode::kReplay; }
+  void forget_x16() { x16_of = nullptr; }
+  // Forgets x16's array if [p, p + n) overlaps it.
+  void wrote(const float* p, int64_t n) {
+    if (x16_of != nullptr && p < x16_of + x16_n && x16_of < p + n) x16_of = nullptr;
+  }
+  // Where a producer of `n` floats at `p` (a result of rows > kGemvMaxRows) writes its half copy,
+  // or nullptr (no copy: decode-sized, or the last product did not take half activations).
+  void* half_copy_for(const float* p, int64_t rows, int64_t n) {
+    forget_x16();
+    if (rows <= cuda::kGemvMaxRows || !half_products || n <= 0) return nullptr;
+    void* dst = scratch(x16, static_cast<uint64_t>(n) * 2);
+    x16_of = p;
+    x16_n = n;
+    return dst;
+  }
 
   // freq_base^(-2i / n_rot) for i < n_rot / 2, by std::pow as the CPU reference (kernels_ref.cpp).
   const double* rope_inv_freq(const RopeParams& p) {
@@ -432,6 +455,7 @@ float* CudaBackend::host_result_buffer(size_t n) {
 }
 
 std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse use) {
+  impl_->forget_x16();  // the new buffer may reuse the memory of the array x16 was made from
   auto buf = std::make_unique<CudaBuffer>(bytes);
   if (use == MemoryUse::kKvCache) {
     STRATA_CUDA(cudaMemsetAsync(buf->data(), 0, bytes, impl_->stream));
@@ -442,6 +466,7 @@ std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse us
 
 void CudaBackend::copy_to_device(void* dst, const void* src, uint64_t bytes) {
   if (bytes == 0) return;
+  impl_->forget_x16();
   STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
   synchronize();  // the caller may reuse `src` at once
 }
@@ -479,6 +504,7 @@ void CudaBackend::embed(const WeightMatrix& table, std::span<const TokenId> toke
   for (TokenId t : tokens) STRATA_CHECK(t >= 0 && t < table.rows, "token id {} out of range", t);
   const int32_t* d = impl_->stage(impl_->memo_tokens, tokens);
   if (impl_->replaying()) return;
+  impl_->wrote(out.data, out.size());
   switch (table.type) {
     case GgmlType::kF32:
     case GgmlType::kF16:
@@ -520,6 +546,7 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
   const int64_t n = x.rows;
   if (n == 0 || impl_->replaying() || outs.empty()) return;
   Impl& m = *impl_;
+  for (const MatmulOut& o : outs) m.wrote(o.y.data, o.y.size());
   if (n <= cuda::kGemvMaxRows) {
     const bool fusable = outs.size() > 1 && outs.size() <= 4 && std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
       return o.w->type == outs[0].w->type;
@@ -564,8 +591,14 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
       });
       continue;
     }
+    m.half_products = want == X16::kHalf;
+    if (converted != want && want == X16::kHalf && m.x16_of == x.data && m.x16_n == n * x.cols) {
+      x16 = m.scratch(m.x16, static_cast<uint64_t>(n * x.cols) * 2);  // written with x by its producer
+      converted = want;
+    }
     if (converted != want) {
       x16 = m.scratch(m.x16, static_cast<uint64_t>(n * x.cols) * 2);
+      m.forget_x16();
       if (want == X16::kBf16) {
         // bf16 keeps 8 bits of each activation: split it into hi + lo and multiply by both, so the
         // product is as exact as an f16 one (two GEMMs; BF16 weights only).
@@ -574,6 +607,8 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
                 [&] { cuda::f32_to_bf16_split(x.data, n * x.cols, x16, x16_lo, m.stream); });
       } else {
         m.timed("f32 -> 16-bit activations", [&] { cuda::f32_to_16bit(x.data, n * x.cols, x16, false, m.stream); });
+        m.x16_of = x.data;
+        m.x16_n = n * x.cols;
       }
       converted = want;
     }
@@ -598,7 +633,8 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
 void CudaBackend::rms_norm(ActView x, const float* weight, ActView y, float eps) {
   STRATA_CHECK(x.rows == y.rows && x.cols == y.cols);
   if (impl_->replaying()) return;
-  impl_->timed("rms_norm", [&] { cuda::rms_norm(x.data, weight, y.data, x.rows, x.cols, eps, impl_->stream); });
+  void* y16 = impl_->half_copy_for(y.data, y.rows, y.size());
+  impl_->timed("rms_norm", [&] { cuda::rms_norm(x.data, weight, y.data, x.rows, x.cols, eps, impl_->stream, y16); });
 }
 
 void CudaBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) {
@@ -607,6 +643,7 @@ void CudaBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads,
   if (pos.empty()) return;
   const int32_t* d = impl_->stage(impl_->memo_pos, pos);
   if (impl_->replaying()) return;
+  impl_->wrote(x.data, x.size());
   const double* inv_freq = impl_->rope_inv_freq(p);
   impl_->timed("rope", [&] { cuda::rope(x.data, d, x.rows, n_heads, head_dim, p, inv_freq, impl_->stream); });
 }
@@ -614,17 +651,41 @@ void CudaBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads,
 void CudaBackend::silu_mul(ActView gate, ActView up) {
   STRATA_CHECK(gate.rows == up.rows && gate.cols == up.cols);
   if (impl_->replaying()) return;
-  impl_->timed("silu_mul", [&] { cuda::silu_mul(gate.data, up.data, gate.size(), impl_->stream); });
+  void* out16 = impl_->half_copy_for(gate.data, gate.rows, gate.size());
+  impl_->timed("silu_mul", [&] { cuda::silu_mul(gate.data, up.data, gate.size(), impl_->stream, out16); });
+}
+
+// Decode-sized batches (<= kGemvMaxRows rows): one GEMV launch for gate and up with the SiLU in
+// its epilogue; larger ones: the matmuls and silu_mul one by one (the same results either way).
+void CudaBackend::matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix& w_up, ActView x, ActView gate,
+                                  ActView up) {
+  const bool fused = x.rows <= cuda::kGemvMaxRows && w_gate.type == w_up.type && w_gate.rows == w_up.rows &&
+                     w_gate.cols == w_up.cols && w_gate.row_bytes == w_up.row_bytes &&
+                     cuda::matmul_type_supported(w_gate.type);
+  if (!fused) {
+    Backend::matmul_silu_mul(w_gate, w_up, x, gate, up);
+    return;
+  }
+  STRATA_CHECK(x.cols == w_gate.cols && gate.rows == x.rows && gate.cols == w_gate.rows, "matmul shapes");
+  if (x.rows == 0 || impl_->replaying()) return;
+  Impl& m = *impl_;
+  m.wrote(gate.data, gate.size());
+  m.timed(m.profile ? fmt::format("gemv+silu {} n={} [2x{}x{}]", ggml_type_name(w_gate.type), x.rows, w_gate.rows,
+                                  w_gate.cols)
+                    : "",
+          [&] { cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream); });
 }
 
 void CudaBackend::add(ActView y, ActView x) {
   STRATA_CHECK(y.rows == x.rows && y.cols == x.cols);
   if (impl_->replaying()) return;
+  impl_->wrote(y.data, y.size());
   impl_->timed("add", [&] { cuda::add(y.data, x.data, y.size(), impl_->stream); });
 }
 
 void CudaBackend::add_bias(ActView y, const float* bias) {
   if (impl_->replaying()) return;
+  impl_->wrote(y.data, y.size());
   impl_->timed("add_bias", [&] { cuda::add_bias(y.data, bias, y.rows, y.cols, impl_->stream); });
 }
 
@@ -634,13 +695,17 @@ void CudaBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActVie
   for (int32_t r : rows) STRATA_CHECK(r >= 0 && r < src.rows);
   const int32_t* d = impl_->stage(impl_->memo_rows, rows);
   if (impl_->replaying()) return;
+  impl_->wrote(dst.data, dst.size());
   impl_->timed("gather_rows", [&] { cuda::gather_rows(src.data, src.cols, d, dst.rows, dst.data, impl_->stream); });
 }
 
 void CudaBackend::add_rms_norm(ActView x, ActView d, const float* weight, ActView h, float eps) {
   STRATA_CHECK(x.rows == d.rows && x.cols == d.cols && h.rows == x.rows && h.cols == x.cols);
   if (impl_->replaying()) return;
-  impl_->timed("add_rms_norm", [&] { cuda::add_rms_norm(x.data, d.data, weight, h.data, x.rows, x.cols, eps, impl_->stream); });
+  impl_->wrote(x.data, x.size());
+  void* h16 = impl_->half_copy_for(h.data, h.rows, h.size());
+  impl_->timed("add_rms_norm",
+               [&] { cuda::add_rms_norm(x.data, d.data, weight, h.data, x.rows, x.cols, eps, impl_->stream, h16); });
 }
 
 void CudaBackend::rope_kv_store(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,
@@ -655,6 +720,8 @@ void CudaBackend::rope_kv_store(ActView q, ActView k, ActView v, std::span<const
   const int32_t* dpos = m.stage(m.memo_pos, pos);
   const int32_t* dslots = m.stage(m.memo_slots, slots);
   if (m.replaying()) return;
+  m.wrote(q.data, q.size());
+  m.wrote(k.data, k.size());
   const double* inv_freq = m.rope_inv_freq(p);
   m.timed("rope_kv_store", [&] {
     cuda::rope_kv_store(q.data, k.data, v.data, dpos, q.rows, n_head, n_kv_head, head_dim, p, inv_freq, kv, dslots,
@@ -668,6 +735,7 @@ void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::spa
   if (slots.empty()) return;
   const int32_t* d = impl_->stage(impl_->memo_slots, slots);
   if (impl_->replaying()) return;
+  impl_->forget_x16();
   impl_->timed("kv_store", [&] { cuda::kv_store(kv, k.data, v.data, d, k.rows, impl_->stream); });
 }
 
@@ -677,6 +745,7 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
                out.rows == q.rows);
   if (seqs.empty()) return;
   Impl& m = *impl_;
+  if (!m.replaying()) m.wrote(out.data, out.size());
   // [n_seqs][5] descriptors, then the block tables.
   constexpr int kFields = sizeof(cuda::AttnSeqDev) / sizeof(int32_t);
   static_assert(kFields == 5);
@@ -723,6 +792,7 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
 void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
   STRATA_CHECK(impl_->mode == Mode::kEager, "KV block copies are not part of a recorded pass");
   const int64_t bs = kv.block_stride_bytes();
+  impl_->forget_x16();
   STRATA_CUDA(cudaMemcpyAsync(kv.k + dst * bs, kv.k + src * bs, bs, cudaMemcpyDeviceToDevice, impl_->stream));
   STRATA_CUDA(cudaMemcpyAsync(kv.v + dst * bs, kv.v + src * bs, bs, cudaMemcpyDeviceToDevice, impl_->stream));
 }
@@ -730,6 +800,7 @@ void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst)
 void CudaBackend::kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                                  uint8_t* v_slot) {
   STRATA_CHECK(static_cast<int32_t>(blocks.size()) == warm_span(f, hot.block_size));
+  impl_->forget_x16();
   cuda::warm_encode(f, hot, impl_->stage(impl_->memo_blocks, blocks), static_cast<int32_t>(blocks.size()), k_slot,
                     v_slot, impl_->stream);
 }
@@ -738,11 +809,13 @@ void CudaBackend::kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, A
   STRATA_CHECK(id >= kv.n_hot_blocks && kv.warm_format != WarmFormat::kNone);
   STRATA_CHECK(k.rows == kv.block_size && k.cols == int64_t{kv.n_kv_heads} * kv.head_dim && v.rows == k.rows &&
                v.cols == k.cols);
+  impl_->forget_x16();
   cuda::warm_decode(kv, id, k.data, v.data, impl_->stream);
 }
 
 bool CudaBackend::begin_replay(const ReplayShape& shape) {
   Impl& m = *impl_;
+  m.forget_x16();
   if (!m.graphs_enabled) return false;
   if (m.mode != Mode::kEager) {  // a pass that threw half-way: drop its recording
     if (m.capturing()) {
@@ -783,6 +856,7 @@ bool CudaBackend::begin_replay(const ReplayShape& shape) {
 
 void CudaBackend::end_replay() {
   Impl& m = *impl_;
+  m.forget_x16();
   STRATA_CHECK(m.mode != Mode::kEager, "end_replay without begin_replay");
   if (m.mode == Mode::kWarm) {
     m.mode = Mode::kEager;

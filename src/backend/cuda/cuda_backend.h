@@ -52,6 +52,8 @@ class CudaBackend final : public Backend {
   void rms_norm(ActView x, const float* weight, ActView y, float eps) override;
   void rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) override;
   void silu_mul(ActView gate, ActView up) override;
+  void matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix& w_up, ActView x, ActView gate,
+                       ActView up) override;
   void add(ActView y, ActView x) override;
   void add_bias(ActView y, const float* bias) override;
   void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) override;

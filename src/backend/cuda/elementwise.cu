@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -34,6 +35,8 @@ __device__ float widen<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float
 template <typename T>
 __global__ void embed_kernel(const uint8_t* table, uint64_t row_bytes, const int32_t* tokens, int64_t n, int64_t cols,
                              float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.y;
   const T* row = reinterpret_cast<const T*>(table + static_cast<uint64_t>(tokens[t]) * row_bytes);
   for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x) {
@@ -57,7 +60,9 @@ __device__ double block_sum(double v, double* shared) {
   return total;
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t cols, float eps) {
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_t cols, float eps, __half* y16) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double partial[32];
   const float* xr = x + blockIdx.x * cols;
   float* yr = y + blockIdx.x * cols;
@@ -65,7 +70,12 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += static_cast<double>(xr[c]) * xr[c];
   const double total = block_sum(ss, partial);
   const float inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(cols) + static_cast<double>(eps)));
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * inv * w[c];
+  __half* y16r = y16 != nullptr ? y16 + blockIdx.x * cols : nullptr;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = xr[c] * inv * w[c];
+    yr[c] = v;
+    if (y16r != nullptr) y16r[c] = __float2half_rn(v);
+  }
 }
 
 // RoPE angles: theta_i = pos * freq_scale * inv_freq[i] / freq_factors[i] in double, with
@@ -110,7 +120,10 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int32_t n_heads, int32
 // One block per row: x += d, then y = rms_norm(x) * w (the same arithmetic as add then rms_norm).
 // Rows of up to kAddNormMax * blockDim.x floats keep their values in registers between the passes.
 constexpr int kAddNormMax = 8;
-__global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, float* y, int64_t cols, float eps) {
+__global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, float* y, int64_t cols, float eps,
+                                    __half* y16) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double partial[32];
   float* xr = x + blockIdx.x * cols;
   const float* dr = d + blockIdx.x * cols;
@@ -132,7 +145,11 @@ __global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, fl
 #pragma unroll
   for (int j = 0; j < kAddNormMax; ++j) {
     const int64_t c = threadIdx.x + int64_t{j} * blockDim.x;
-    if (c < cols) yr[c] = v[j] * inv * w[c];
+    if (c < cols) {
+      const float o = v[j] * inv * w[c];
+      yr[c] = o;
+      if (y16 != nullptr) y16[blockIdx.x * cols + c] = __float2half_rn(o);
+    }
   }
 }
 
@@ -143,6 +160,8 @@ __global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, fl
 __global__ void rope_kv_store_kernel(float* q, float* k, const float* v, const int32_t* pos, int32_t n_head,
                                      int32_t n_kv, int32_t head_dim, int32_t heads_per_block, RopeArgs a,
                                      KvLayerView kv, const int32_t* slots) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double cs[kMaxRotPairs], sn[kMaxRotPairs];
   const int64_t t = blockIdx.x;
   const int32_t h0 = blockIdx.y * heads_per_block;
@@ -178,26 +197,36 @@ __global__ void bf16_split_kernel(const float* src, int64_t n, uint16_t* hi, uin
   }
 }
 
-__global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
+__global__ void silu_mul_kernel(float* gate, const float* up, int64_t n, __half* out16) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    const float o = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = o;
+    if (out16 != nullptr) out16[i] = __float2half_rn(o);
   }
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     y[i] += x[i];
   }
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * cols; i += int64_t{gridDim.x} * blockDim.x) {
     y[i] += bias[i % cols];
   }
 }
 
 __global__ void gather_rows_kernel(const float* src, int64_t cols, const int32_t* rows, float* dst) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.y;
   const float* s = src + static_cast<int64_t>(rows[r]) * cols;
   for (int64_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x) {
@@ -220,20 +249,22 @@ void embed_float_table(const WeightMatrix& table, const int32_t* tokens, int64_t
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>((table.cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
   switch (table.type) {
-    case GgmlType::kF32: embed_kernel<float><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, tokens, n, table.cols, out); break;
-    case GgmlType::kF16: embed_kernel<__half><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, tokens, n, table.cols, out); break;
+    case GgmlType::kF32: launch_pdl(embed_kernel<float>, grid, dim3(kThreads), 0, s, table.data, table.row_bytes, tokens, n, table.cols, out); break;
+    case GgmlType::kF16: launch_pdl(embed_kernel<__half>, grid, dim3(kThreads), 0, s, table.data, table.row_bytes, tokens, n, table.cols, out); break;
     case GgmlType::kBF16:
-      embed_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, tokens, n, table.cols, out);
+      launch_pdl(embed_kernel<__nv_bfloat16>, grid, dim3(kThreads), 0, s, table.data, table.row_bytes, tokens, n, table.cols,
+                 out);
       break;
     default: break;
   }
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t s) {
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t s,
+              void* y16) {
   if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), cols >= 1024 ? 512 : 128, 0, s>>>(x, w, y, cols, eps);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(cols >= 1024 ? 512 : 128), 0, s, x, w, y, cols, eps,
+             static_cast<__half*>(y16));
 }
 
 void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, const RopeParams& p,
@@ -245,16 +276,16 @@ void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head
 }
 
 void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t rows, int64_t cols, float eps,
-                  cudaStream_t s) {
+                  cudaStream_t s, void* y16) {
   if (rows == 0) return;
   const int threads = cols > 4 * 256 ? 1024 : 256;
   if (cols > int64_t{kAddNormMax} * threads) {  // wider than the register path: add, then norm
     add(x, d, rows * cols, s);
-    rms_norm(x, w, y, rows, cols, eps, s);
+    rms_norm(x, w, y, rows, cols, eps, s, y16);
     return;
   }
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, s>>>(x, d, w, y, cols, eps);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, x, d, w, y, cols, eps,
+             static_cast<__half*>(y16));
 }
 
 void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n, int32_t n_head, int32_t n_kv,
@@ -265,8 +296,8 @@ void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64
   const int32_t half = std::max(p.n_rot / 2, 1);
   const int32_t heads_per_block = std::max(1, 256 / half);
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((n_head + n_kv + heads_per_block - 1) / heads_per_block));
-  rope_kv_store_kernel<<<grid, 256, 0, s>>>(q, k, v, pos, n_head, n_kv, head_dim, heads_per_block, a, kv, slots);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(rope_kv_store_kernel, grid, dim3(256), 0, s, q, k, v, pos, n_head, n_kv, head_dim, heads_per_block, a, kv,
+             slots);
 }
 
 void f32_to_bf16_split(const float* src, int64_t n, void* hi, void* lo, cudaStream_t s) {
@@ -275,29 +306,25 @@ void f32_to_bf16_split(const float* src, int64_t n, void* hi, void* lo, cudaStre
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s) {
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16) {
   if (n == 0) return;
-  silu_mul_kernel<<<blocks_for(n), kThreads, 0, s>>>(gate, up, n);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(silu_mul_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, s, gate, up, n, static_cast<__half*>(out16));
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, x, n);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(add_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, s, y, x, n);
 }
 
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows * cols == 0) return;
-  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(y, bias, rows, cols);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(add_bias_kernel, dim3(blocks_for(rows * cols)), dim3(kThreads), 0, s, y, bias, rows, cols);
 }
 
 void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s) {
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
-  gather_rows_kernel<<<grid, kThreads, 0, s>>>(src, cols, rows, dst);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(gather_rows_kernel, grid, dim3(kThreads), 0, s, src, cols, rows, dst);
 }
 
 void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s) {

@@ -23,19 +23,22 @@ namespace strata::cuda {
 
 // out[t][:] = row tokens[t] of an F32/F16/BF16 table as f32 (quantized tables: dequantize_rows_f32).
 void embed_float_table(const WeightMatrix& table, const int32_t* tokens, int64_t n, float* out, cudaStream_t s);
-// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w ; y may equal x.
-void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t s);
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w ; y may equal x. y16 (optional, [rows][cols] IEEE
+// half): the same values rounded to half, exactly as f32_to_16bit would (for the next cuBLAS GEMM).
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t s,
+              void* y16 = nullptr);
 // In place, x [n][n_heads * head_dim], row t at pos[t]. inv_freq: [n_rot / 2] doubles
 // freq_base^(-2i / n_rot) (device memory, computed on the host as the CPU reference does);
 // n_rot <= 512.
 void rope(float* x, const int32_t* pos, int64_t n, int32_t n_heads, int32_t head_dim, const RopeParams& p,
           const double* inv_freq, cudaStream_t s);
-void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s);
+// gate = silu(gate) * up; out16 (optional, n halves): the results rounded to half, as f32_to_16bit.
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16 = nullptr);
 // hi = bf16(x), lo = bf16(x - hi) (n elements each): the two halves of a split-precision bf16 product.
 void f32_to_bf16_split(const float* src, int64_t n, void* hi, void* lo, cudaStream_t s);
-// x += d, then y = rms_norm(x) * w; x, d, y [rows][cols].
+// x += d, then y = rms_norm(x) * w; x, d, y [rows][cols]; y16 as rms_norm's.
 void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t rows, int64_t cols, float eps,
-                  cudaStream_t s);
+                  cudaStream_t s, void* y16 = nullptr);
 // RoPE of q [n][n_head * head_dim] and k [n][n_kv * head_dim] in place, then k and v (roped k) into
 // their KV slots, exactly as rope() twice and kv_store().
 void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n, int32_t n_head, int32_t n_kv,
@@ -59,6 +62,10 @@ void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream
 // on the same x); all ws[i] of one type and one cols (else throws). ws, ys: host arrays. Each
 // result is bit-identical to gemv(ws[i], x, n, ys[i]).
 void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s);
+// out[n][gate.rows] = silu(x . gate^T) * (x . up^T) in one launch (gate and up of one type and
+// shape), each product bit-identical to gemv's and the SiLU to silu_mul's. n <= kGemvMaxRows.
+void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
+                   cudaStream_t s);
 // Rows [r0, r0 + nr) of w dequantized to IEEE half (dst [nr][w.cols], row-major), for the
 // cuBLAS path of quantized weights (one matrix at a time, never the whole model).
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s);

@@ -35,10 +35,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -695,33 +699,64 @@ constexpr int gemv_u() {
 
 // U: pieces per lane in flight (gemv_u, or less for short rows, so that no lane loads and
 // computes clamped duplicates of the last piece in vain).
-template <class F, int N, int R, bool kPrefetch, int U>
+// kGlu (R = 2, m.count = 2: gate and up of one shape): warp w owns row j = block * kGemvWarps + w
+// of both matrices and writes m.y[0][i][j] = silu(gate . x_i) * (up . x_i), each product exactly as
+// the plain GEMV computes it and the SiLU exactly as silu_mul_kernel does.
+//
+// KS > 1 (split rows, long rows only): the KS warps w, w + 1, ... (w % KS == 0) of a block share
+// R rows, warp w + s taking columns [s cols / KS, (s + 1) cols / KS) (a whole number of weight
+// blocks), so a row is streamed by KS warps at once; the KS partial sums are added in order of s
+// through shared memory. Fixed per shape (the host picks KS from cols alone), so a row's result
+// still does not depend on n or on the other rows.
+template <class F, int N, int R, bool kPrefetch, int U, bool kGlu = false, int KS = 1>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constant__ GemvMats m, int64_t cols,
                                                             const float* __restrict__ x) {
+  static_assert(!kGlu || R == 2, "the SwiGLU GEMV takes one row of each of two matrices per warp");
+  static_assert(KS == 1 || (!kGlu && kGemvWarps % KS == 0), "split rows: plain GEMV, KS divides the block's warps");
   const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int sub = warp % KS;  // which part of the row (0 when KS = 1)
+  bool active = true;         // KS > 1: warps past the last row compute a clamped row, store nothing
 
   const uint8_t* rp[R];
-  {
+  if constexpr (kGlu) {
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+    if (j >= m.rows[0]) {
+      pdl_wait();
+      return;
+    }
+    rp[0] = m.w[0] + static_cast<uint64_t>(j) * m.row_bytes[0];
+    rp[1] = m.w[1] + static_cast<uint64_t>(j) * m.row_bytes[1];
+  } else {
     const uint32_t b = blockIdx.x;
     const int k = mat_of_block(m, b);
     const int64_t rows = m.rows[k];
-    const int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * kGemvWarps + (threadIdx.x >> 5)) * R;
-    if (r0 >= rows) return;  // whole warp leaves together
+    int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * (kGemvWarps / KS) + warp / KS) * R;
+    if (r0 >= rows) {
+      if constexpr (KS == 1) {  // whole warp leaves together (after the PDL wait: see launch.cuh)
+        pdl_wait();
+        return;
+      } else {  // stays for the block's barrier
+        active = false;
+        r0 = 0;
+      }
+    }
     const uint8_t* wdata = m.w[k];
     const uint64_t row_bytes = m.row_bytes[k];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int64_t row = r0 + r < rows ? r0 + r : rows - 1;  // duplicate rows past the end (not stored)
-      rp[r] = wdata + static_cast<uint64_t>(row) * row_bytes;
+      rp[r] = wdata + static_cast<uint64_t>(row) * row_bytes + static_cast<uint64_t>(sub) * (row_bytes / KS);
     }
     if (kPrefetch && m.l2_prefetch != 0) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (lane == r) prefetch_row_l2(rp[r], row_bytes);
+        if (lane == r) prefetch_row_l2(rp[r], row_bytes / KS);
       }
     }
   }
-  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
+  const int n_pieces = static_cast<int>(cols / KS / F::kPieceElems);
+  const float* __restrict__ xs = x + static_cast<int64_t>(sub) * (cols / KS);  // row stride stays cols
 
   float acc[R][N];
 #pragma unroll
@@ -732,14 +767,18 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   // Groups of 32 U pieces (prefetch: a warp-uniform loop); lane l takes pieces g + l + 32 u. Pieces past
   // the end of the row are replaced by the row's last piece, computed and discarded, so the body
   // has no branches and loads can be scheduled freely.
+  // The first pieces of weights are loaded before the PDL wait (weights are never written), so
+  // they are in flight while the kernel that writes x still runs.
   if constexpr (kPrefetch) {
     typename F::Raw raw[U][R];
     load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+    pdl_wait();
+    pdl_trigger();
     for (int g = 0; g < n_pieces; g += 32 * U) {
       typename F::Raw nxt[U][R];
       const bool more = g + 32 * U < n_pieces;  // warp-uniform
       if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
-      consume_pieces<F, N, R, U>(raw, g + lane, n_pieces, x, cols, acc);
+      consume_pieces<F, N, R, U>(raw, g + lane, n_pieces, xs, cols, acc);
       if (!more) break;
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -747,10 +786,13 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
         for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
     }
   } else {
+    typename F::Raw raw[U][R];
+    if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+    pdl_wait();
+    pdl_trigger();
     for (int base = lane; base < n_pieces; base += 32 * U) {
-      typename F::Raw raw[U][R];
-      load_pieces<F, R, U>(raw, rp, base, n_pieces);
-      consume_pieces<F, N, R, U>(raw, base, n_pieces, x, cols, acc);
+      if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
+      consume_pieces<F, N, R, U>(raw, base, n_pieces, xs, cols, acc);
     }
   }
 
@@ -764,11 +806,44 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       acc[r][i] = v;
     }
   }
+  if constexpr (kGlu) {
+    if (lane == 0) {
+      const int64_t rows = m.rows[0];
+      const int64_t j = static_cast<int64_t>(fresh_ctaid_x()) * kGemvWarps + (threadIdx.x >> 5);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const float g = acc[0][i];
+        m.y[0][i * rows + j] = g / (1.0f + expf(-g)) * acc[1][i];
+      }
+    }
+    return;
+  }
+  if constexpr (KS > 1) {
+    __shared__ float part[kGemvWarps][R][N];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < N; ++i) part[warp][r][i] = acc[r][i];
+    }
+    __syncthreads();
+    if (sub != 0 || !active) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        float v = part[warp][r][i];
+#pragma unroll
+        for (int t = 1; t < KS; ++t) v += part[warp + t][r][i];
+        acc[r][i] = v;
+      }
+    }
+  }
   if (lane == 0) {
     const uint32_t b = fresh_ctaid_x();
     const int k = mat_of_block(m, b);
     const int64_t rows = m.rows[k];
-    const int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * kGemvWarps + (threadIdx.x >> 5)) * R;
+    const int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * (kGemvWarps / KS) + warp / KS) * R;
     float* y = m.y[k];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -788,9 +863,9 @@ struct GemvLaunch {
   int64_t rows_total = 0;
 };
 
-// Fills m.block_begin for R rows per warp; returns the grid size.
-int64_t plan_gemv_blocks(GemvMats& m, int R) {
-  const int64_t rows_per_block = int64_t{kGemvWarps} * R;
+// Fills m.block_begin for R rows per KS warps; returns the grid size.
+int64_t plan_gemv_blocks(GemvMats& m, int R, int KS = 1) {
+  const int64_t rows_per_block = int64_t{kGemvWarps / KS} * R;
   int64_t blocks = 0;
   for (int k = 0; k < m.count; ++k) {
     m.block_begin[k] = static_cast<uint32_t>(blocks);
@@ -800,14 +875,14 @@ int64_t plan_gemv_blocks(GemvMats& m, int R) {
   return blocks;
 }
 
-template <class F, int N, int R>
+template <class F, int N, int R, bool kGlu = false, int KS = 1>
 void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
-  const int64_t blocks = plan_gemv_blocks(l.m, R);
+  const int64_t blocks = kGlu ? (l.m.rows[0] + kGemvWarps - 1) / kGemvWarps : plan_gemv_blocks(l.m, R, KS);
   if (blocks > 0x7fffffff) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: too many rows for one launch", __FILE__, __LINE__);
   }
   constexpr int U = gemv_u<F, N, R>();
-  const int64_t n_pieces = l.cols / F::kPieceElems;
+  const int64_t n_pieces = l.cols / KS / F::kPieceElems;
   if constexpr (N == 1) {
     if (n_pieces > 32 * U) {
       // Whole-row L2 prefetch: measured on the H200 (Nsight Compute, Llama-1B down projection, 32 MB)
@@ -816,36 +891,38 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
       uint64_t total = 0;
       for (int k = 0; k < l.m.count; ++k) total += static_cast<uint64_t>(l.m.rows[k]) * l.m.row_bytes[k];
       l.m.l2_prefetch = total <= kGemvL2PrefetchMaxBytes ? 1 : 0;
-      gemv_kernel<F, N, R, true, U><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
-      STRATA_CUDA_LAUNCH_CHECK();
+      launch_pdl(gemv_kernel<F, N, R, true, U, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m,
+                 l.cols, x);
       return;
     }
   }
   // Short rows at N = 1 (batches keep U: more instantiations, and registers are tighter there).
   if constexpr (N == 1 && U >= 4) {
     if (n_pieces <= 32 * (U / 4)) {
-      gemv_kernel<F, N, R, false, U / 4><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
-      STRATA_CUDA_LAUNCH_CHECK();
+      launch_pdl(gemv_kernel<F, N, R, false, U / 4, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
+                 l.m, l.cols, x);
       return;
     }
   }
   if constexpr (N == 1 && U >= 2) {
     if (n_pieces <= 32 * (U / 2)) {
-      gemv_kernel<F, N, R, false, U / 2><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
-      STRATA_CUDA_LAUNCH_CHECK();
+      launch_pdl(gemv_kernel<F, N, R, false, U / 2, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
+                 l.m, l.cols, x);
       return;
     }
   }
-  gemv_kernel<F, N, R, false, U><<<static_cast<unsigned>(blocks), kGemvThreads, 0, s>>>(l.m, l.cols, x);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_pdl(gemv_kernel<F, N, R, false, U, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m, l.cols,
+             x);
 }
 
 // Rows per warp: 1 for a single x row (most warps, most memory parallelism); for batches, each x
 // load is shared by R weight rows, 4 where the launch has rows enough to keep every SM busy.
 // (R changes which warp computes a row, never the row's arithmetic.)
-template <class F, int N>
+template <class F, int N, int KS = 1>
 void launch_gemv_n(const GemvLaunch& l, const float* x, cudaStream_t s) {
-  if constexpr (N == 1) {
+  if constexpr (KS > 1) {
+    launch_gemv_r<F, N, 1, false, KS>(l, x, s);  // split rows: one row per KS warps (R = 1)
+  } else if constexpr (N == 1) {
     // Quantized formats: 2 rows per warp where there are rows enough (the x loads and sums of
     // a piece serve both rows).
     if (F::kR1 > 1 && l.rows_total >= 4096) {
@@ -869,18 +946,51 @@ void launch_gemv_n(const GemvLaunch& l, const float* x, cudaStream_t s) {
   }
 }
 
+// Weights of a format per GGUF block (a split must start on a block boundary).
+template <class F>
+constexpr int64_t block_elems() {
+  if constexpr (std::is_same_v<F, FmtQ8_0>) return 32;
+  else if constexpr (std::is_same_v<F, FmtQ4_K> || std::is_same_v<F, FmtQ6_K>) return 256;
+  else return 1;
+}
+
+// Rows of at least 4 x kGemvSplitPartBytes are split across 4 warps (gemv_kernel's KS), each part
+// a whole number of blocks and pieces: a 16 KB row (F16, 8192 columns) streams as four 4 KB parts
+// at once, as the 4 KB rows of the [8192 x 2048] matrices do. Depends on the shape only, never on
+// n. STRATA_CUDA_GEMV_SPLIT=1 keeps every row on one warp (read once).
+constexpr uint64_t kGemvSplitPartBytes = 4096;
+template <class F>
+int gemv_split(int64_t cols, uint64_t row_bytes) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("STRATA_CUDA_GEMV_SPLIT");
+    return v == nullptr || std::string_view(v) != "1";
+  }();
+  constexpr int KS = 4;
+  const bool fits = cols % (KS * block_elems<F>()) == 0 && (cols / KS) % F::kPieceElems == 0;
+  return allowed && fits && row_bytes >= KS * kGemvSplitPartBytes ? KS : 1;
+}
+
+template <class F, int KS>
+void launch_gemv_ks(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+  switch (n) {
+    case 1: launch_gemv_n<F, 1, KS>(l, x, s); break;
+    case 2: launch_gemv_n<F, 2, KS>(l, x, s); break;
+    case 3: launch_gemv_n<F, 3, KS>(l, x, s); break;
+    case 4: launch_gemv_n<F, 4, KS>(l, x, s); break;
+    case 5: launch_gemv_n<F, 5, KS>(l, x, s); break;
+    case 6: launch_gemv_n<F, 6, KS>(l, x, s); break;
+    case 7: launch_gemv_n<F, 7, KS>(l, x, s); break;
+    case 8: launch_gemv_n<F, 8, KS>(l, x, s); break;
+    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
+  }
+}
+
 template <class F>
 void launch_gemv(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
-  switch (n) {
-    case 1: launch_gemv_n<F, 1>(l, x, s); break;
-    case 2: launch_gemv_n<F, 2>(l, x, s); break;
-    case 3: launch_gemv_n<F, 3>(l, x, s); break;
-    case 4: launch_gemv_n<F, 4>(l, x, s); break;
-    case 5: launch_gemv_n<F, 5>(l, x, s); break;
-    case 6: launch_gemv_n<F, 6>(l, x, s); break;
-    case 7: launch_gemv_n<F, 7>(l, x, s); break;
-    case 8: launch_gemv_n<F, 8>(l, x, s); break;
-    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
+  if (gemv_split<F>(l.cols, l.m.row_bytes[0]) == 4) {
+    launch_gemv_ks<F, 4>(l, x, n, s);
+  } else {
+    launch_gemv_ks<F, 1>(l, x, n, s);
   }
 }
 
@@ -892,6 +1002,33 @@ void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_
     case GgmlType::kQ8_0: launch_gemv<FmtQ8_0>(l, x, n, s); break;
     case GgmlType::kQ4_K: launch_gemv<FmtQ4_K>(l, x, n, s); break;
     case GgmlType::kQ6_K: launch_gemv<FmtQ6_K>(l, x, n, s); break;
+    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
+  }
+}
+
+template <class F>
+void launch_gemv_glu(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+  switch (n) {
+    case 1: launch_gemv_r<F, 1, 2, true>(l, x, s); break;
+    case 2: launch_gemv_r<F, 2, 2, true>(l, x, s); break;
+    case 3: launch_gemv_r<F, 3, 2, true>(l, x, s); break;
+    case 4: launch_gemv_r<F, 4, 2, true>(l, x, s); break;
+    case 5: launch_gemv_r<F, 5, 2, true>(l, x, s); break;
+    case 6: launch_gemv_r<F, 6, 2, true>(l, x, s); break;
+    case 7: launch_gemv_r<F, 7, 2, true>(l, x, s); break;
+    case 8: launch_gemv_r<F, 8, 2, true>(l, x, s); break;
+    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
+  }
+}
+
+void launch_gemv_glu_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+  switch (type) {
+    case GgmlType::kF32: launch_gemv_glu<FmtF32>(l, x, n, s); break;
+    case GgmlType::kF16: launch_gemv_glu<Fmt16<false>>(l, x, n, s); break;
+    case GgmlType::kBF16: launch_gemv_glu<Fmt16<true>>(l, x, n, s); break;
+    case GgmlType::kQ8_0: launch_gemv_glu<FmtQ8_0>(l, x, n, s); break;
+    case GgmlType::kQ4_K: launch_gemv_glu<FmtQ4_K>(l, x, n, s); break;
+    case GgmlType::kQ6_K: launch_gemv_glu<FmtQ6_K>(l, x, n, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
 }
@@ -1044,6 +1181,32 @@ void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float
     throw_cuda_error(cudaErrorMisalignedAddress, "gemv: x and w.data must be 16-byte aligned", __FILE__, __LINE__);
   }
   launch_gemv_type(ws[0].type, l, x, n, s);
+}
+
+void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
+                   cudaStream_t s) {
+  if (gate.type != up.type || gate.cols != up.cols || gate.rows != up.rows || gate.row_bytes != up.row_bytes) {
+    throw_cuda_error(cudaErrorInvalidValue, "gemv_silu_mul: gate and up differ in type or shape", __FILE__, __LINE__);
+  }
+  if (n <= 0 || gate.rows <= 0) return;
+  if (((reinterpret_cast<uintptr_t>(gate.data) | reinterpret_cast<uintptr_t>(up.data) | reinterpret_cast<uintptr_t>(x)) &
+       15u) != 0) {
+    throw_cuda_error(cudaErrorMisalignedAddress, "gemv: x and w.data must be 16-byte aligned", __FILE__, __LINE__);
+  }
+  if (gate.rows > int64_t{0x7fffffff} * kGemvWarps) {
+    throw_cuda_error(cudaErrorInvalidValue, "gemv: too many rows for one launch", __FILE__, __LINE__);
+  }
+  GemvLaunch l;
+  l.cols = gate.cols;
+  l.m.count = 2;
+  l.m.w[0] = gate.data;
+  l.m.w[1] = up.data;
+  l.m.y[0] = out;
+  l.m.y[1] = nullptr;
+  l.m.rows[0] = l.m.rows[1] = gate.rows;
+  l.m.row_bytes[0] = l.m.row_bytes[1] = gate.row_bytes;
+  l.rows_total = gate.rows;
+  launch_gemv_glu_type(gate.type, l, x, n, s);
 }
 
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s) {

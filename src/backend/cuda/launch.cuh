@@ -1,0 +1,70 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90): a kernel launched by
+// launch_pdl may start while the kernel before it on the stream is still running. Until it calls
+// pdl_wait() it must read nothing that an earlier kernel writes and write nothing at all; after
+// pdl_wait() every earlier kernel of the stream has completed and its writes are visible. What it
+// may do before: read weights (constant for the whole run) and its own parameters. So a GEMV loads
+// its first weight pieces while the norm or attention kernel before it still runs, and the fixed
+// cost of each launch (grid start, DRAM latency of the first loads) overlaps the previous kernel.
+//
+// pdl_trigger() lets the next kernel of the stream launch (once every block of this grid has
+// called it or exited); kernels call it right after pdl_wait(). Both are no-ops on a kernel
+// launched without the attribute, and below sm_90.
+//
+// Rule for kernels launched by launch_pdl: every block calls pdl_wait() before it exits (a grid
+// whose blocks all left without waiting could complete before its predecessor, and its successor
+// would then wait on too little).
+//
+// STRATA_CUDA_PDL=0 launches every kernel without the attribute (fully serialised, as <<<>>>).
+// Stream capture into CUDA graphs keeps the programmatic edges.
+// Thread-safety: launch_pdl may be called from any thread; pdl_enabled() is read once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace strata::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// True unless STRATA_CUDA_PDL=0 (read once per process).
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_CUDA_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, s>>>(args...) with the programmatic-serialisation attribute (when
+// pdl_enabled()); checks the launch.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  STRATA_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace strata::cuda
