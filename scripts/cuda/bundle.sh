@@ -24,6 +24,7 @@ ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |
   while read -r lib; do cp -L "$lib" "$dest/lib/"; done
 # One compressed archive of bin/ and lib/ (the device call carries at most 64 MiB).
 tar czf "$dest/bundle.tgz" -C "$dest" bin lib && rm -rf "$dest/lib" "$dest/bin"
+cp ../shared/README.md "$dest/shared/"  # a file that is not GGUF, for the server's error tests
 cp ../shared/models/stories260K.gguf "$dest/shared/models/"
 cp ../shared/tokenizer/ggml-vocab-llama-spm.gguf "$dest/shared/tokenizer/"
 cp ../shared/reference/* "$dest/shared/reference/"
