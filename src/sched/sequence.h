@@ -3,6 +3,7 @@
 // that share the prompt's blocks. Thread-safety: engine thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@ namespace strata {
 // Service class of a request (--qos): interactive work is scheduled, admitted and protected before
 // batch work; each class has a TTFT deadline that orders its queue (earliest deadline first).
 enum class QosClass : uint8_t { kInteractive, kBatch };
-inline constexpr int kNumQosClasses = 2;
+inline constexpr size_t kNumQosClasses = 2;
 
 enum class SeqStatus : uint8_t {
   kWaiting,   // not admitted yet, or preempted by recompute (KV freed)
