@@ -53,8 +53,11 @@ struct ControllerConfig {
   bool enabled = false;           // --controller off|pid
   double kv_target = 0.9;         // --controller-kv-target
   double tpot_slo_ms = 200;       // --controller-tpot-slo-ms: interactive TPOT p90 above it is latency pressure
-  PidLoop::Config memory{4.0, 2.0, 0.0, 0.0, 1.0, 0.1};   // --controller-kv-gains KP,KI,KD (per second)
-  PidLoop::Config latency{0.5, 0.5, 0.0, 0.0, 1.0, 0.1};  // --controller-tpot-gains KP,KI,KD
+  // --controller-kv-gains / --controller-tpot-gains KP,KI,KD, per second in the engine (updated every
+  // 100 ms); slew: a tenth of the range per update. Scaled from the gains the simulated-plant test
+  // settles with (per step, requests living ~50 steps) to requests living a few seconds.
+  PidLoop::Config memory{0.3, 0.5, 0.0, 0.0, 1.0, 0.1};
+  PidLoop::Config latency{0.3, 0.5, 0.0, 0.0, 1.0, 0.1};
   // Bounds of the knobs at full pressure.
   double watermark_max = 0.3;
   double max_batched_tokens_min_share = 0.25;  // of the base
