@@ -1,6 +1,10 @@
 #include "bench_client/bench_dataset.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -95,12 +99,32 @@ void validate(const DatasetOptions& o) {
   if (o.num_prompts < 1) fail("--num-prompts must be >= 1, got {}", o.num_prompts);
   if (o.output_len < 1) fail("--output-len must be >= 1, got {}", o.output_len);
   if (o.kind == DatasetKind::kFile) return;
+  if (!(o.range_ratio >= 0 && o.range_ratio < 1)) fail("--random-range-ratio must be in [0, 1), got {}", o.range_ratio);
   if (o.input_len < 1) fail("--input-len must be >= 1, got {}", o.input_len);
   if (o.kind == DatasetKind::kSharedPrefix && (o.shared_prefix_len < 1 || o.shared_prefix_len > o.input_len)) {
     fail("--shared-prefix-len must be in [1, --input-len = {}], got {}", o.input_len, o.shared_prefix_len);
   }
   if (o.kind == DatasetKind::kMultiTurn && o.turns < 1) fail("--turns must be >= 1, got {}", o.turns);
 }
+
+// Lengths of synthetic requests around the asked ones (DatasetOptions::range_ratio), from their
+// own generator so that a ratio of 0 leaves the prompts exactly as before.
+class LengthDraw {
+ public:
+  LengthDraw(uint64_t seed, double ratio) : rng_(seed ^ 0x6c656e6774687321ULL), ratio_(ratio) {}
+  // A length around `len`, at least `min_len`.
+  int32_t operator()(int32_t len, int32_t min_len = 1) {
+    if (ratio_ <= 0) return std::max(len, min_len);
+    const auto lo = static_cast<int64_t>(std::lround(len * (1 - ratio_)));
+    const auto hi = static_cast<int64_t>(std::lround(len * (1 + ratio_)));
+    const int64_t v = lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+    return static_cast<int32_t>(std::max<int64_t>(v, min_len));
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  double ratio_;
+};
 
 Dataset read_dataset_file(const DatasetOptions& o, const TokenCounter& count) {
   Dataset d;
@@ -140,7 +164,7 @@ Dataset read_dataset_file(const DatasetOptions& o, const TokenCounter& count) {
         fail("{}:{}: \"conversation_id\" must be a non-empty string or an integer", o.path, line_no);
       }
     }
-    d.conversations.push_back({{std::move(t)}, std::move(id)});
+    d.conversations.push_back({{std::move(t)}, std::move(id), ""});
     return static_cast<int32_t>(d.conversations.size()) < o.num_prompts;
   });
   if (d.conversations.empty()) fail("--dataset '{}' holds no requests", o.path);
@@ -178,28 +202,31 @@ Dataset make_dataset(const DatasetOptions& o) {
   const TokenCounter count = o.counter ? o.counter : TokenCounter(count_words);
   if (o.kind == DatasetKind::kFile) return read_dataset_file(o, count);
   Generator g(o.seed, count);
+  LengthDraw len(o.seed, o.range_ratio);
   Dataset d;
   auto turn = [&](std::string prompt) {
     Turn t;
     t.prompt = std::move(prompt);
     t.prompt_len = count(t.prompt);
-    t.max_tokens = o.output_len;
+    t.max_tokens = len(o.output_len);
     return t;
   };
   switch (o.kind) {
     case DatasetKind::kRandom:
-      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text("", o.input_len))}, ""});
+      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text("", len(o.input_len)))}, "", ""});
       break;
     case DatasetKind::kSharedPrefix: {
       // Same generator state as shared_prefix_text(): the prefix is drawn first.
       const std::string prefix = g.text("", o.shared_prefix_len);
-      for (int32_t i = 0; i < o.num_prompts; ++i) d.conversations.push_back({{turn(g.text(prefix, o.input_len))}, ""});
+      for (int32_t i = 0; i < o.num_prompts; ++i) {
+        d.conversations.push_back({{turn(g.text(prefix, len(o.input_len, o.shared_prefix_len)))}, "", ""});
+      }
       break;
     }
     case DatasetKind::kMultiTurn:
       for (int32_t left = o.num_prompts; left > 0; left -= o.turns) {
         Conversation c;
-        for (int32_t k = 0; k < std::min(left, o.turns); ++k) c.turns.push_back(turn(g.text("", o.input_len)));
+        for (int32_t k = 0; k < std::min(left, o.turns); ++k) c.turns.push_back(turn(g.text("", len(o.input_len))));
         d.conversations.push_back(std::move(c));
       }
       break;
@@ -207,6 +234,68 @@ Dataset make_dataset(const DatasetOptions& o) {
       break;
   }
   return d;
+}
+
+std::vector<QosShare> parse_qos_mix(std::string_view s) {
+  auto bad = [&](std::string_view why) -> std::vector<QosShare> {
+    fail("--qos-mix '{}' is not NAME=WEIGHT,NAME=WEIGHT,... ({}); example: interactive=0.3,batch=0.7", s, why);
+  };
+  std::vector<QosShare> mix;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = s.find(',', start);
+    const std::string_view entry = s.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) return bad("an entry has no '='");
+    const std::string_view name = entry.substr(0, eq);
+    if (name.empty()) return bad("an empty class name");
+    for (char c : name) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return bad("class names are letters, digits, '_' and '-'");
+    }
+    const std::string number(entry.substr(eq + 1));
+    char* end = nullptr;
+    const double w = std::strtod(number.c_str(), &end);
+    if (number.empty() || end != number.c_str() + number.size() || !std::isfinite(w) || !(w > 0)) {
+      return bad("weights are finite numbers > 0");
+    }
+    for (const QosShare& q : mix) {
+      if (q.name == name) return bad("a class is named twice");
+    }
+    mix.push_back({std::string(name), w});
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return mix;
+}
+
+void assign_qos(Dataset& d, const std::vector<QosShare>& mix, uint64_t seed) {
+  const size_t n = d.conversations.size();
+  if (mix.empty()) {
+    for (auto& c : d.conversations) c.qos.clear();
+    return;
+  }
+  double total = 0;
+  for (const QosShare& q : mix) total += q.weight;
+  // Largest remainders: floor(share * n) each, then one more to the largest fractions (ties to
+  // the earlier class) until the counts sum to n.
+  std::vector<size_t> count(mix.size());
+  std::vector<std::pair<double, size_t>> rest;
+  size_t given = 0;
+  for (size_t i = 0; i < mix.size(); ++i) {
+    const double exact = mix[i].weight / total * static_cast<double>(n);
+    count[i] = static_cast<size_t>(std::floor(exact));
+    given += count[i];
+    rest.push_back({exact - std::floor(exact), i});
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t k = 0; given < n; ++k, ++given) ++count[rest[k % rest.size()].second];
+  std::vector<size_t> classes;
+  classes.reserve(n);
+  for (size_t i = 0; i < mix.size(); ++i) classes.insert(classes.end(), count[i], i);
+  // Fisher-Yates with our own index draw (std::shuffle's differs between standard libraries).
+  std::mt19937_64 rng(seed ^ 0x716f732d6d697821ULL);
+  for (size_t i = n; i > 1; --i) std::swap(classes[i - 1], classes[rng() % i]);
+  for (size_t c = 0; c < n; ++c) d.conversations[c].qos = mix[classes[c]].name;
 }
 
 DatasetKind parse_dataset_kind(std::string_view s) {

@@ -1,5 +1,7 @@
 // The requests a serving benchmark sends: synthetic prompts of a given length (random words, a
-// prefix shared by every prompt, multi-turn conversations) or prompts read from a JSONL file.
+// prefix shared by every prompt, multi-turn conversations) or prompts read from a JSONL file;
+// lengths may vary around the asked one (range_ratio, as vLLM's --random-range-ratio), and each
+// conversation may carry a QoS class drawn from a mix (assign_qos: the request's "qos" field).
 //
 // Lengths are measured by a TokenCounter. With a model's tokenizer the prompts have exactly the
 // asked number of tokens (as encoded without special tokens, so the server adds BOS / the chat
@@ -45,6 +47,7 @@ struct Turn {
 struct Conversation {
   std::vector<Turn> turns;
   std::string id;
+  std::string qos;  // the "qos" field of every request of the conversation; "" sends none
 };
 
 struct Dataset {
@@ -62,6 +65,10 @@ struct DatasetOptions {
   int32_t output_len = 128;      // max_tokens of each request (a file line may override it)
   int32_t shared_prefix_len = 0; // kSharedPrefix: leading length common to all prompts, in [1, input_len]
   int32_t turns = 3;             // kMultiTurn: turns per conversation (the last one may be shorter)
+  // Synthetic datasets: each prompt's length and max_tokens drawn uniformly from
+  // [round(L * (1 - r)), round(L * (1 + r))] (at least 1; shared-prefix prompts at least the
+  // prefix) from the seed, independently of the words; 0 keeps every length exact. In [0, 1).
+  double range_ratio = 0;
   uint64_t seed = 0;
   TokenCounter counter;          // null: count_words
 };
@@ -76,6 +83,21 @@ Dataset make_dataset(const DatasetOptions& o);
 // The text common to every prompt of a kSharedPrefix dataset made with the same options (exposed
 // so tests and reports can check and show it).
 std::string shared_prefix_text(const DatasetOptions& o);
+
+// One class of a --qos-mix and its share of the conversations.
+struct QosShare {
+  std::string name;  // sent as the request's "qos" field (strata: interactive | batch)
+  double weight = 0;  // > 0; shares are weight / sum of weights
+};
+
+// Parses a --qos-mix value "NAME=WEIGHT,NAME=WEIGHT,...": names non-empty of [A-Za-z0-9_-], each
+// once, weights finite and > 0. Throws strata::Error naming --qos-mix otherwise.
+std::vector<QosShare> parse_qos_mix(std::string_view s);
+
+// Gives every conversation of `d` a class of `mix`: each class gets round(share * n) of them
+// (largest remainders, so the counts sum to n), placed by a shuffle drawn from `seed` (the same
+// seed gives the same classes on every platform). An empty mix clears the classes.
+void assign_qos(Dataset& d, const std::vector<QosShare>& mix, uint64_t seed);
 
 // Parses a --dataset value: random | shared-prefix | multi-turn, anything else is a file path.
 DatasetKind parse_dataset_kind(std::string_view s);

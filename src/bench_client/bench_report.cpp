@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -57,6 +58,38 @@ BenchReport make_report(const BenchRun& run) {
     r.output_tok_s = static_cast<double>(r.total_output_tokens) / run.duration_s;
     r.total_tok_s = static_cast<double>(r.total_input_tokens + r.total_output_tokens) / run.duration_s;
   }
+  // Per QoS class, by name.
+  struct ClassSamples {
+    std::vector<double> ttft, tpot, e2e;
+  };
+  std::map<std::string, std::pair<QosClassReport, ClassSamples>> classes;
+  for (const auto& rec : run.records) {
+    if (rec.qos.empty()) continue;
+    auto& [cr, cs] = classes[rec.qos];
+    cr.name = rec.qos;
+    ++cr.requests;
+    const StreamResult& s = rec.result;
+    if (!s.ok) {
+      ++cr.failed;
+      continue;
+    }
+    ++cr.completed;
+    cr.total_output_tokens += rec.output_tokens;
+    cs.e2e.push_back(1000 * s.e2e_s);
+    if (s.text_chunks > 0) cs.ttft.push_back(1000 * s.ttft_s);
+    if (s.text_chunks > 0 && rec.output_tokens > 1) cs.tpot.push_back(1000 * (s.e2e_s - s.ttft_s) / (rec.output_tokens - 1));
+  }
+  for (auto& [name, entry] : classes) {
+    auto& [cr, cs] = entry;
+    if (run.duration_s > 0) {
+      cr.request_throughput = static_cast<double>(cr.completed) / run.duration_s;
+      cr.output_tok_s = static_cast<double>(cr.total_output_tokens) / run.duration_s;
+    }
+    cr.ttft_ms = summarize(std::move(cs.ttft));
+    cr.tpot_ms = summarize(std::move(cs.tpot));
+    cr.e2e_ms = summarize(std::move(cs.e2e));
+    r.qos_classes.push_back(std::move(cr));
+  }
   r.ttft_ms = summarize(std::move(ttft));
   r.tpot_ms = summarize(std::move(tpot));
   r.itl_ms = summarize(std::move(itl));
@@ -83,6 +116,7 @@ BenchReport make_report(const BenchRun& run) {
     if (rec.result.text_chunks > 0) server_ttft[rec.server].push_back(1000 * rec.result.ttft_s);
   }
   std::vector<double> health;
+  std::vector<TracePoint> trace;
   for (size_t i = 0; i < n_servers; ++i) {
     const ServerRun& in = run.servers[i];
     ServerReport& sr = r.servers[i];
@@ -94,6 +128,9 @@ BenchReport make_report(const BenchRun& run) {
     sr.ttft_ms = summarize(std::move(server_ttft[i]));
     if (in.metrics_before && in.metrics_after) sr.prefix_cache = prefix_cache_delta(*in.metrics_before, *in.metrics_after);
     sr.prefix_hit_rate = hit_rate(sr.prefix_cache);
+    if (in.metrics_before && in.metrics_after) sr.preemptions = preemptions_delta(*in.metrics_before, *in.metrics_after);
+    if (sr.preemptions) r.preemptions = r.preemptions.value_or(0) + *sr.preemptions;
+    trace.insert(trace.end(), in.trace.begin(), in.trace.end());
     if (sr.prefix_cache) {
       if (!r.prefix_cache) r.prefix_cache = PrefixCacheDelta{};
       r.prefix_cache->hit_tokens += sr.prefix_cache->hit_tokens;
@@ -108,7 +145,16 @@ BenchReport make_report(const BenchRun& run) {
   }
   r.prefix_hit_rate = hit_rate(r.prefix_cache);
   r.health_ms = summarize(std::move(health));
+  r.kv_usage = summarize_kv_usage(trace);
   return r;
+}
+
+std::optional<double> preemptions_delta(const MetricSamples& before, const MetricSamples& after) {
+  for (const char* name : {"strata_preemptions_total", "vllm:num_preemptions_total"}) {
+    const auto a = before.sum(name), b = after.sum(name);
+    if (a && b) return *b - *a;
+  }
+  return std::nullopt;
 }
 
 std::optional<PrefixCacheDelta> prefix_cache_delta(const MetricSamples& before, const MetricSamples& after) {
@@ -145,6 +191,7 @@ std::string format_report(const BenchReport& r) {
   line("Output token throughput (tok/s):", num(r.output_tok_s));
   line("Total token throughput (tok/s):", num(r.total_tok_s));
   line("Prefix cache hit rate:", r.prefix_hit_rate ? fmt::format("{:.1f}%", 100 * *r.prefix_hit_rate) : "n/a");
+  line("Preemptions (server):", r.preemptions ? fmt::format("{:.0f}", *r.preemptions) : "n/a");
   section(" Time to First Token ");
   dist("TTFT", r.ttft_ms);
   section(" Time per Output Token (excl. 1st token) ");
@@ -153,6 +200,24 @@ std::string format_report(const BenchReport& r) {
   dist("ITL", r.itl_ms);
   section(" End-to-end Latency ");
   dist("E2EL", r.e2e_ms);
+  for (const QosClassReport& c : r.qos_classes) {
+    section(fmt::format(" QoS class {} ", c.name));
+    line("Requests (failed):", fmt::format("{} ({})", c.requests, c.failed));
+    line("Request throughput (req/s):", num(c.request_throughput));
+    line("Output token throughput (tok/s):", num(c.output_tok_s));
+    line("Median TTFT (ms):", num(c.ttft_ms.median));
+    line("P99 TTFT (ms):", num(c.ttft_ms.p99));
+    line("Median TPOT (ms):", num(c.tpot_ms.median));
+    line("P99 TPOT (ms):", num(c.tpot_ms.p99));
+    line("P99 E2EL (ms):", num(c.e2e_ms.p99));
+  }
+  if (r.kv_usage.samples > 0) {
+    section(" KV usage sampled from /metrics ");
+    line("Samples:", std::to_string(r.kv_usage.samples));
+    line("Mean / median:", fmt::format("{:.1f}% / {:.1f}%", 100 * r.kv_usage.mean, 100 * r.kv_usage.p50));
+    line("P90 / max:", fmt::format("{:.1f}% / {:.1f}%", 100 * r.kv_usage.p90, 100 * r.kv_usage.max));
+    line("Samples at or above 90%:", fmt::format("{:.1f}%", 100 * r.kv_usage.share_at_or_above_90));
+  }
   if (r.health_ms.count > 0) {
     section(" GET /health during the run ");
     line("Probes (failed):", fmt::format("{} ({})", r.health_ms.count, r.health_failures));
@@ -212,6 +277,28 @@ nlohmann::ordered_json report_to_json(const BenchReport& r) {
   j["prefix_hit_tokens"] = r.prefix_cache ? nlohmann::ordered_json(r.prefix_cache->hit_tokens) : nlohmann::ordered_json(nullptr);
   j["prefix_queried_tokens"] =
       r.prefix_cache ? nlohmann::ordered_json(r.prefix_cache->queried_tokens) : nlohmann::ordered_json(nullptr);
+  j["preemptions"] = optional_json(r.preemptions);
+  if (r.kv_usage.samples > 0) {
+    j["kv_usage"] = {{"samples", r.kv_usage.samples}, {"mean", r.kv_usage.mean}, {"p50", r.kv_usage.p50},
+                     {"p90", r.kv_usage.p90}, {"max", r.kv_usage.max}, {"share_at_or_above_90", r.kv_usage.share_at_or_above_90}};
+  } else {
+    j["kv_usage"] = nullptr;
+  }
+  nlohmann::ordered_json classes = nlohmann::ordered_json::object();
+  for (const QosClassReport& c : r.qos_classes) {
+    nlohmann::ordered_json o;
+    o["requests"] = c.requests;
+    o["completed"] = c.completed;
+    o["failed"] = c.failed;
+    o["total_output_tokens"] = c.total_output_tokens;
+    o["request_throughput"] = c.request_throughput;
+    o["output_tok_s"] = c.output_tok_s;
+    o["ttft_ms"] = summary_json(c.ttft_ms);
+    o["tpot_ms"] = summary_json(c.tpot_ms);
+    o["e2e_ms"] = summary_json(c.e2e_ms);
+    classes[c.name] = std::move(o);
+  }
+  j["qos_classes"] = std::move(classes);
   nlohmann::ordered_json servers = nlohmann::ordered_json::array();
   for (const ServerReport& sr : r.servers) {
     nlohmann::ordered_json o;
@@ -228,6 +315,7 @@ nlohmann::ordered_json report_to_json(const BenchReport& r) {
     o["prefix_hit_tokens"] = sr.prefix_cache ? nlohmann::ordered_json(sr.prefix_cache->hit_tokens) : nlohmann::ordered_json(nullptr);
     o["prefix_queried_tokens"] =
         sr.prefix_cache ? nlohmann::ordered_json(sr.prefix_cache->queried_tokens) : nlohmann::ordered_json(nullptr);
+    o["preemptions"] = optional_json(sr.preemptions);
     if (sr.health_ms.count > 0) {
       o["health_ms"] = summary_json(sr.health_ms);
       o["health_max_ms"] = sr.health_max_ms;

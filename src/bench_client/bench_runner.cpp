@@ -172,6 +172,22 @@ std::vector<double> arrival_times(size_t n, double rate, uint64_t seed) {
   return t;
 }
 
+std::vector<double> ramp_arrival_times(size_t n, double from, double to, uint64_t seed) {
+  STRATA_CHECK(from > 0 && to > 0);
+  std::vector<double> t = arrival_times(n, 1.0, seed);  // unit-rate times: the cumulative rate at each arrival
+  const double span = 2.0 * static_cast<double>(n) / (from + to);
+  const double c = (to - from) / (2.0 * span);  // cumulative rate: from * x + c * x^2 for x in [0, span]
+  for (double& s : t) {
+    if (s <= static_cast<double>(n)) {
+      // The root of c x^2 + from x - s = 0 in [0, span], in the form that stays exact as c -> 0.
+      s = 2.0 * s / (from + std::sqrt(std::max(0.0, from * from + 4.0 * c * s)));
+    } else {
+      s = span + (s - static_cast<double>(n)) / to;
+    }
+  }
+  return t;
+}
+
 BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   if (cfg.base_urls.empty()) fail("no --base-url given");
   std::vector<ServerUrl> urls;
@@ -190,6 +206,7 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
       r.conversation = c;
       r.turn = t;
       r.server = routes[run.records.size()];
+      r.qos = d.conversations[c].qos;
       run.records.push_back(std::move(r));
     }
   }
@@ -224,6 +241,7 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
       req.max_tokens = turn.max_tokens;
       req.temperature = cfg.temperature;
       req.ignore_eos = cfg.ignore_eos;
+      req.qos = conv.qos;
       int32_t counted_prompt = turn.prompt_len;
       if (cfg.endpoint == Endpoint::kChat) {
         if (!turn.messages.empty()) {
@@ -271,7 +289,9 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
   const size_t n_conv = d.conversations.size();
   const size_t n_workers = std::max<size_t>(
       1, cfg.max_concurrency > 0 ? std::min(n_conv, static_cast<size_t>(cfg.max_concurrency)) : n_conv);
-  const std::vector<double> arrivals = arrival_times(n_conv, cfg.request_rate, cfg.seed);
+  const bool ramp = cfg.ramp_from > 0 && cfg.ramp_to > 0;
+  const std::vector<double> arrivals = ramp ? ramp_arrival_times(n_conv, cfg.ramp_from, cfg.ramp_to, cfg.seed)
+                                            : arrival_times(n_conv, cfg.request_rate, cfg.seed);
   ArrivalQueue queue;
   std::vector<std::thread> workers;
   workers.reserve(n_workers);
@@ -290,6 +310,26 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
           const bool ok = client.get("/health").has_value();
           server.health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           if (!ok) ++server.health_failures;
+          std::this_thread::sleep_until(t0 + gap);
+        }
+      });
+    }
+  }
+  // The gauge samplers, one per server (--kv-sample-ms).
+  if (cfg.trace_ms > 0) {
+    for (size_t s = 0; s < n_servers; ++s) {
+      probers.emplace_back([&, s] {
+        std::vector<TracePoint>& trace = run.servers[s].trace;
+        OpenAiStreamClient client(urls[s], cfg.api_key, std::min(cfg.timeout_s, 10.0));
+        const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(cfg.trace_ms));
+        while (!stop_probe.load()) {
+          const auto t0 = Clock::now();
+          if (auto m = scrape(client, urls[s])) {
+            TracePoint p = trace_point(*m);
+            p.t_s = std::chrono::duration<double>(t0 - start).count();
+            p.server = s;
+            trace.push_back(std::move(p));
+          }
           std::this_thread::sleep_until(t0 + gap);
         }
       });

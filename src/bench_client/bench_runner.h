@@ -1,6 +1,7 @@
 // Drives a serving benchmark: sends a Dataset's requests to one or more OpenAI-compatible servers
-// with Poisson arrivals (or all at once) under a concurrency cap, streams every response, and
-// scrapes each server's /metrics before and after.
+// with Poisson arrivals (or all at once, or at a rate ramping linearly from one value to another)
+// under a concurrency cap, streams every response, scrapes each server's /metrics before and
+// after, and optionally samples its gauges during the run (metrics_trace.h).
 //
 // Several servers: every request is assigned a server before the run (route_requests): request i
 // (in dataset order) to server i mod N (round-robin), or every request of a conversation to one
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "bench_client/bench_dataset.h"
+#include "bench_client/metrics_trace.h"
 #include "bench_client/openai_stream_client.h"
 #include "bench_client/prometheus_text.h"
 
@@ -62,6 +64,10 @@ struct BenchConfig {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string api_key;              // "" sends no Authorization header
   double request_rate = 0;          // conversations started per second (Poisson); 0 = all at once
+  // Both > 0: instead of request_rate, a Poisson process whose rate goes linearly from ramp_from
+  // to ramp_to over the run (ramp_arrival_times).
+  double ramp_from = 0, ramp_to = 0;
+  double trace_ms = 0;              // > 0: read each server's /metrics this often (ServerRun::trace)
   int32_t max_concurrency = 0;      // requests in flight at most; 0 = no cap
   uint64_t seed = 0;                // of the arrival times
   double timeout_s = 600;           // per request
@@ -80,6 +86,7 @@ struct RequestRecord {
   size_t conversation = 0;
   size_t turn = 0;
   size_t server = 0;          // index into BenchConfig::base_urls / BenchRun::servers
+  std::string qos;            // its conversation's class ("" when no --qos-mix)
   StreamResult result;
   int32_t prompt_tokens = 0;  // from usage when given, else counted
   int32_t output_tokens = 0;  // from usage when given, else counted
@@ -92,6 +99,7 @@ struct ServerRun {
   std::optional<MetricSamples> metrics_before, metrics_after;  // nullopt when /metrics failed
   std::vector<double> health_ms;  // --probe-health-ms: each probe's answer time (200 or not)
   size_t health_failures = 0;     // probes without a 200 answer in time
+  std::vector<TracePoint> trace;  // trace_ms: the gauges sampled during the run, in time order
 };
 
 struct BenchRun {
@@ -107,5 +115,12 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& dataset);
 // Arrival offsets in seconds of `n` conversations: 0 for all when rate is 0 (infinite), else a
 // Poisson process starting at 0 with exponential gaps of mean 1/rate drawn from `seed`.
 std::vector<double> arrival_times(size_t n, double rate, uint64_t seed);
+
+// Arrival offsets in seconds of `n` conversations whose rate ramps linearly from `from` to `to`
+// (both > 0) over T = 2n / (from + to) seconds, the time in which such a ramp expects n arrivals:
+// the unit-rate Poisson times of arrival_times(n, 1, seed) mapped through the inverse of the
+// ramp's cumulative rate (arrivals past T, which chance may give, continue at `to`). from == to
+// is arrival_times(n, from, seed) up to rounding.
+std::vector<double> ramp_arrival_times(size_t n, double from, double to, uint64_t seed);
 
 }  // namespace strata::bench

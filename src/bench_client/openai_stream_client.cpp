@@ -226,6 +226,7 @@ std::string OpenAiStreamClient::request_body(Endpoint e, const StreamRequest& r)
   j["max_tokens"] = r.max_tokens;
   if (r.temperature) j["temperature"] = *r.temperature;
   if (r.ignore_eos) j["ignore_eos"] = true;
+  if (!r.qos.empty()) j["qos"] = r.qos;
   j["stream"] = true;
   j["stream_options"] = {{"include_usage", true}};
   return j.dump();

@@ -45,6 +45,7 @@ struct StreamRequest {
   int32_t max_tokens = 16;
   std::optional<double> temperature;  // omitted when unset: the server's default
   bool ignore_eos = false;            // sends "ignore_eos": true (a vLLM/llama.cpp/strata extension)
+  std::string qos;                    // sends "qos" (strata's QoS class) when not empty
 };
 
 struct StreamResult {

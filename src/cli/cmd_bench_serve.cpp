@@ -1,6 +1,8 @@
 // `strata bench serve`: load-tests any OpenAI-compatible server over HTTP, like `vllm bench serve`:
-// streamed requests from a synthetic or JSONL dataset with Poisson arrivals, reporting throughput,
-// TTFT, TPOT, ITL, end-to-end latency, failures and the server's prefix-cache hit rate. Several
+// streamed requests from a synthetic or JSONL dataset with Poisson arrivals (a fixed rate or a
+// linear ramp), reporting throughput, TTFT, TPOT, ITL, end-to-end latency, failures, the server's
+// prefix-cache hit rate and preemptions, per QoS class with --qos-mix, and the KV usage sampled
+// from /metrics during the run (the series as CSV with --kv-trace). Several
 // --base-url spread the load over replicas (round-robin or sticky per conversation) and add a
 // report per server. The client logic lives in src/bench_client/; this file is flags, wiring and
 // output.
@@ -8,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +19,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench_client/bench_dataset.h"
@@ -43,6 +48,11 @@ struct BenchServeOptions {
   std::optional<int32_t> shared_prefix_len;
   int32_t turns = 3;
   std::string request_rate = "inf";
+  std::string ramp;
+  std::string qos_mix;
+  double random_range_ratio = 0;
+  double kv_sample_ms = 250;
+  std::string kv_trace;
   int32_t max_concurrency = 0;
   uint64_t seed = 0;
   std::string api_key;
@@ -66,6 +76,27 @@ double parse_rate(const std::string& s) {
   }
   if (!(rate > 0) || !std::isfinite(rate)) fail("--request-rate must be a positive number or 'inf', got '{}'", s);
   return rate;
+}
+
+// "FROM:TO", two request rates > 0.
+std::pair<double, double> parse_ramp(const std::string& s) {
+  const size_t colon = s.find(':');
+  double v[2] = {-1, -1};
+  if (colon != std::string::npos) {
+    const std::string parts[2] = {s.substr(0, colon), s.substr(colon + 1)};
+    for (int i = 0; i < 2; ++i) {
+      try {
+        size_t used = 0;
+        v[i] = std::stod(parts[i], &used);
+        if (used != parts[i].size()) v[i] = -1;
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  if (!(v[0] > 0 && v[1] > 0 && std::isfinite(v[0]) && std::isfinite(v[1]))) {
+    fail("--ramp must be FROM:TO, two request rates per second > 0 (e.g. 2:6), got '{}'", s);
+  }
+  return {v[0], v[1]};
 }
 
 // The first model the first answering server lists, for when --model is not given (the API
@@ -100,6 +131,15 @@ int run_bench_serve(BenchServeOptions o) {
     fail("--endpoint must be completions or chat, got '{}'", o.endpoint);
   }
   const double rate = parse_rate(o.request_rate);
+  std::optional<std::pair<double, double>> ramp;
+  if (!o.ramp.empty()) {
+    ramp = parse_ramp(o.ramp);
+    if (rate > 0) fail("--ramp and --request-rate exclude each other (the ramp sets the rate)");
+  }
+  std::vector<bench::QosShare> qos_mix;
+  if (!o.qos_mix.empty()) qos_mix = bench::parse_qos_mix(o.qos_mix);
+  if (!(o.kv_sample_ms >= 0 && std::isfinite(o.kv_sample_ms))) fail("--kv-sample-ms must be >= 0 (0 = off), got {}", o.kv_sample_ms);
+  if (!o.kv_trace.empty() && !(o.kv_sample_ms > 0)) fail("--kv-trace needs --kv-sample-ms > 0");
   if (o.max_concurrency < 0) fail("--max-concurrency must be >= 0 (0 = no cap), got {}", o.max_concurrency);
   if (!(o.timeout_s > 0)) fail("--timeout-s must be > 0, got {}", o.timeout_s);
   if (!(o.probe_health_ms >= 0)) fail("--probe-health-ms must be >= 0 (0 = off), got {}", o.probe_health_ms);
@@ -132,10 +172,21 @@ int run_bench_serve(BenchServeOptions o) {
   d.turns = o.turns;
   d.seed = o.seed;
   d.counter = counter;
+  d.range_ratio = o.random_range_ratio;
+  if (d.kind == bench::DatasetKind::kFile && o.random_range_ratio != 0) {
+    fail("--random-range-ratio applies to the synthetic datasets, not to --dataset FILE");
+  }
   if (d.kind == bench::DatasetKind::kMultiTurn && endpoint != bench::Endpoint::kChat) {
     fail("--dataset multi-turn sends growing message lists: use --endpoint chat");
   }
-  const bench::Dataset dataset = bench::make_dataset(d);
+  bench::Dataset dataset = bench::make_dataset(d);
+  bench::assign_qos(dataset, qos_mix, o.seed);
+  // Opened before the run, so that an unwritable path is a usage error, not a lost run.
+  std::ofstream trace_out;
+  if (!o.kv_trace.empty()) {
+    trace_out.open(o.kv_trace, std::ios::trunc);
+    if (!trace_out) fail("cannot write --kv-trace '{}'", o.kv_trace);
+  }
 
   bench::BenchConfig cfg;
   cfg.base_urls = base_urls;
@@ -145,6 +196,8 @@ int run_bench_serve(BenchServeOptions o) {
   cfg.endpoint = endpoint;
   cfg.api_key = o.api_key;
   cfg.request_rate = rate;
+  if (ramp) std::tie(cfg.ramp_from, cfg.ramp_to) = *ramp;
+  cfg.trace_ms = o.kv_sample_ms;
   cfg.max_concurrency = o.max_concurrency;
   cfg.seed = o.seed;
   cfg.timeout_s = o.timeout_s;
@@ -159,7 +212,10 @@ int run_bench_serve(BenchServeOptions o) {
                                                 : fmt::format("{} servers ({}, {})", urls.size(), bench::route_name(route),
                                                               urls[0].path(endpoint));
     fmt::print(stderr, "bench serve: {} requests ({} conversations) to {} model '{}', rate {}, max concurrency {}\n", total,
-               dataset.conversations.size(), target, cfg.model, o.request_rate,
+               dataset.conversations.size(), target, cfg.model,
+               ramp ? fmt::format("{} -> {} /s (ramp over {:.0f} s)", ramp->first, ramp->second,
+                                  2.0 * static_cast<double>(dataset.conversations.size()) / (ramp->first + ramp->second))
+                    : o.request_rate,
                o.max_concurrency > 0 ? std::to_string(o.max_concurrency) : "none");
     // Progress at every tenth of the run, on stderr so that stdout is only the report.
     cfg.progress = [total, last = std::make_shared<size_t>(0)](size_t done, size_t n) {
@@ -174,6 +230,13 @@ int run_bench_serve(BenchServeOptions o) {
   const bench::BenchRun run = bench::run_benchmark(cfg, dataset);
   const bench::BenchReport report = bench::make_report(run);
   fmt::print("{}", bench::format_report(report));
+  if (trace_out.is_open()) {
+    std::vector<bench::TracePoint> points;
+    for (const auto& server : run.servers) points.insert(points.end(), server.trace.begin(), server.trace.end());
+    std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.t_s < b.t_s; });
+    trace_out << bench::trace_csv(points);
+    if (!trace_out.flush()) fail("cannot write --kv-trace '{}'", o.kv_trace);
+  }
 
   if (!o.json_out.empty()) {
     nlohmann::ordered_json j = bench::report_to_json(report);
@@ -190,7 +253,12 @@ int run_bench_serve(BenchServeOptions o) {
     j["output_len"] = o.output_len;
     j["shared_prefix_len"] = d.kind == bench::DatasetKind::kSharedPrefix ? nlohmann::ordered_json(d.shared_prefix_len) : nullptr;
     j["turns"] = d.kind == bench::DatasetKind::kMultiTurn ? nlohmann::ordered_json(d.turns) : nullptr;
-    j["request_rate"] = rate > 0 ? nlohmann::ordered_json(rate) : nlohmann::ordered_json("inf");
+    j["request_rate"] = ramp ? nlohmann::ordered_json(nullptr) : rate > 0 ? nlohmann::ordered_json(rate) : nlohmann::ordered_json("inf");
+    j["ramp"] = ramp ? nlohmann::ordered_json{{"from", ramp->first}, {"to", ramp->second}} : nlohmann::ordered_json(nullptr);
+    j["qos_mix"] = o.qos_mix.empty() ? nullptr : nlohmann::ordered_json(o.qos_mix);
+    j["random_range_ratio"] = o.random_range_ratio;
+    j["kv_sample_ms"] = o.kv_sample_ms;
+    j["kv_trace"] = o.kv_trace.empty() ? nullptr : nlohmann::ordered_json(o.kv_trace);
     j["max_concurrency"] = o.max_concurrency > 0 ? nlohmann::ordered_json(o.max_concurrency) : nullptr;
     j["seed"] = o.seed;
     j["temperature"] = o.temperature;
@@ -242,6 +310,21 @@ void add_bench_serve_command(Cli& cli, CLI::App* bench) {
                   "shared-prefix: leading tokens common to every prompt (default: half of --input-len)");
   cmd->add_option("--turns", o->turns, "multi-turn: turns per conversation")->capture_default_str();
   cmd->add_option("--request-rate", o->request_rate, "Poisson arrivals per second, or inf (all at once)")->capture_default_str();
+  cmd->add_option("--ramp", o->ramp,
+                  "FROM:TO: Poisson arrivals whose rate goes linearly from FROM to TO requests/s over the run "
+                  "(2 * num-prompts / (FROM + TO) seconds); instead of --request-rate");
+  cmd->add_option("--qos-mix", o->qos_mix,
+                  "NAME=WEIGHT,...: give each conversation a QoS class (the request's \"qos\" field; strata: interactive, "
+                  "batch) in these shares, placed by the seed; the report adds figures per class");
+  cmd->add_option("--random-range-ratio", o->random_range_ratio,
+                  "Synthetic datasets: draw each prompt length and max_tokens uniformly from [L*(1-R), L*(1+R)] (R in [0, 1))")
+      ->capture_default_str();
+  cmd->add_option("--kv-sample-ms", o->kv_sample_ms,
+                  "Read each server's /metrics this often during the run for KV usage, queues and preemptions (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--kv-trace", o->kv_trace,
+                  "Write the sampled series (t_s, server, KV usage per tier, queues, preemptions, controller knobs) to "
+                  "this CSV file");
   cmd->add_option("--max-concurrency", o->max_concurrency, "Requests in flight at most (0 = no cap)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the prompts and the arrival times")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Bearer token (default: $OPENAI_API_KEY when set)");

@@ -21,6 +21,7 @@ struct ServeOptions {
   server::ServerConfig server;
   std::string max_body = "8MiB";
   std::string chat_template_file;
+  std::string qos_default = "interactive";
 };
 
 int run_serve(ServeOptions o) {
@@ -36,6 +37,9 @@ int run_serve(ServeOptions o) {
   const auto body = parse_bytes(o.max_body);
   if (!body || *body == 0) fail("--max-body-bytes '{}' is not a size (examples: 8MiB, 65536)", o.max_body);
   cfg.max_body_bytes = *body;
+  const auto qos = qos_class_from_name(o.qos_default);
+  if (!qos) fail("--qos-default '{}' is not one of interactive, batch", o.qos_default);
+  cfg.qos_default = *qos;
   if (!(cfg.shutdown_timeout_s >= 0 && cfg.shutdown_timeout_s <= 86400)) fail("--shutdown-timeout-s must be in [0, 86400]");
   if (!o.chat_template_file.empty()) {
     std::ifstream in(o.chat_template_file, std::ios::binary);
@@ -78,6 +82,9 @@ void add_serve_commands(Cli& cli) {
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout-s", o->server.shutdown_timeout_s,
                   "On SIGINT/SIGTERM, how long in-flight requests may run before they are cancelled")
+      ->capture_default_str();
+  cmd->add_option("--qos-default", o->qos_default,
+                  "QoS class of requests without a 'qos' field: interactive or batch")
       ->capture_default_str();
   add_engine_flags(cmd, o->engine);
   add_kv_flags(cmd, o->kv);

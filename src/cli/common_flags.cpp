@@ -4,11 +4,13 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -41,6 +43,25 @@ std::optional<std::pair<std::string, double>> parse_tenant_weight(const std::str
   const double w = std::strtod(number.c_str(), &end);
   if (errno != 0 || end != number.c_str() + number.size() || !std::isfinite(w) || !(w > 0)) return std::nullopt;
   return std::make_pair(text.substr(0, eq), w);
+}
+
+// "KP,KI,KD": three finite numbers >= 0, or nullopt.
+std::optional<std::array<double, 3>> parse_gains(const std::string& text) {
+  std::array<double, 3> g{};
+  size_t pos = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const size_t comma = i < 2 ? text.find(',', pos) : text.size();
+    if (comma == std::string::npos) return std::nullopt;
+    const std::string number = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    errno = 0;
+    g[i] = std::strtod(number.c_str(), &end);
+    if (number.empty() || errno != 0 || end != number.c_str() + number.size() || !std::isfinite(g[i]) || g[i] < 0) {
+      return std::nullopt;
+    }
+    pos = comma + 1;
+  }
+  return g;
 }
 
 }  // namespace
@@ -152,7 +173,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--preempt", f.preempt,
                   "When KV blocks run out: swap (to the cold tier), recompute, or auto (swap when --kv-spill-dir is set)")
       ->capture_default_str();
-  cmd->add_option("--scheduling", f.scheduling, "Queue order: fcfs, priority, fair (virtual token counter per tenant)")
+  cmd->add_option("--scheduling", f.scheduling,
+                  "Queue order: fcfs, priority, fair (virtual token counter per tenant), drf (weighted dominant "
+                  "resource fairness over tenants: KV blocks held, tokens computed per step)")
       ->capture_default_str();
   cmd->add_option("--batch-wait-ms", f.batch_wait_ms, "When idle, wait this long for more arrivals before a step")
       ->capture_default_str();
@@ -160,6 +183,27 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str();
   cmd->add_option("-c,--ctx", f.ctx, "Context length per sequence (default: the model's)");
   cmd->add_option("--tenant-weight", f.tenant_weights, "Fair-share weight of a tenant, NAME=WEIGHT (repeatable)");
+  cmd->add_option("--qos-window-ms", f.qos_window_ms,
+                  "When idle and only batch-class requests wait, wait this long for more to fill the batch "
+                  "(an interactive arrival ends the wait)")
+      ->capture_default_str();
+  cmd->add_option("--qos-interactive-ttft-ms", f.qos_interactive_ttft_ms,
+                  "TTFT deadline of the interactive class (orders its queue: earliest deadline first)")
+      ->capture_default_str();
+  cmd->add_option("--qos-batch-ttft-ms", f.qos_batch_ttft_ms, "TTFT deadline of the batch class")->capture_default_str();
+  cmd->add_option("--controller", f.controller,
+                  "Adaptive control of the KV and batching knobs: off (static flags), pid (PID loops on KV usage and "
+                  "interactive TPOT move the watermark, the token budget, --max-seqs and the hot window)")
+      ->capture_default_str();
+  cmd->add_option("--controller-kv-target", f.controller_kv_target, "KV usage the pid controller holds, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--controller-tpot-slo-ms", f.controller_tpot_slo_ms,
+                  "Interactive TPOT (p90) above which the pid controller shrinks the batch")
+      ->capture_default_str();
+  cmd->add_option("--controller-kv-gains", f.controller_kv_gains, "KP,KI,KD of the KV usage loop (per second)")
+      ->capture_default_str();
+  cmd->add_option("--controller-tpot-gains", f.controller_tpot_gains, "KP,KI,KD of the interactive TPOT loop (per second)")
+      ->capture_default_str();
 }
 
 EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
@@ -172,7 +216,7 @@ EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
   c.sched.preempt = *p;
   if (*p == PreemptMode::kSwap && c.kv.spill_dir.empty()) fail("--preempt swap needs a cold tier (--kv-spill-dir)");
   auto s = scheduling_policy_from_name(scheduling);
-  if (!s) fail("--scheduling '{}' is not one of fcfs, priority, fair", scheduling);
+  if (!s) fail("--scheduling '{}' is not one of fcfs, priority, fair, drf", scheduling);
   c.sched.policy = *s;
   if (!(batch_wait_ms >= 0 && batch_wait_ms <= 10000)) fail("--batch-wait-ms must be in [0, 10000], got {}", batch_wait_ms);
   c.sched.batch_wait_ms = batch_wait_ms;
@@ -184,6 +228,31 @@ EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
     const auto parsed = parse_tenant_weight(tw);
     if (!parsed) fail("--tenant-weight '{}' is not NAME=WEIGHT with a non-empty NAME and a finite WEIGHT > 0", tw);
     c.sched.tenant_weights[parsed->first] = parsed->second;
+  }
+  if (!(qos_window_ms >= 0 && qos_window_ms <= 10000)) fail("--qos-window-ms must be in [0, 10000], got {}", qos_window_ms);
+  c.sched.qos_window_ms = qos_window_ms;
+  if (!(qos_interactive_ttft_ms > 0 && qos_interactive_ttft_ms <= 86400e3)) {
+    fail("--qos-interactive-ttft-ms must be in (0, 86400000], got {}", qos_interactive_ttft_ms);
+  }
+  if (!(qos_batch_ttft_ms > 0 && qos_batch_ttft_ms <= 86400e3)) fail("--qos-batch-ttft-ms must be in (0, 86400000], got {}", qos_batch_ttft_ms);
+  c.sched.qos_ttft_ms = {qos_interactive_ttft_ms, qos_batch_ttft_ms};
+  if (controller != "off" && controller != "pid") fail("--controller '{}' is not one of off, pid", controller);
+  c.controller.enabled = controller == "pid";
+  if (!(controller_kv_target > 0 && controller_kv_target <= 1)) {
+    fail("--controller-kv-target must be in (0, 1], got {}", controller_kv_target);
+  }
+  c.controller.kv_target = controller_kv_target;
+  if (!(controller_tpot_slo_ms > 0 && controller_tpot_slo_ms <= 600e3)) {
+    fail("--controller-tpot-slo-ms must be in (0, 600000], got {}", controller_tpot_slo_ms);
+  }
+  c.controller.tpot_slo_ms = controller_tpot_slo_ms;
+  for (auto [flag, text, loop] : {std::tuple{"--controller-kv-gains", &controller_kv_gains, &c.controller.memory},
+                                  std::tuple{"--controller-tpot-gains", &controller_tpot_gains, &c.controller.latency}}) {
+    const auto g = parse_gains(*text);
+    if (!g) fail("{} '{}' is not KP,KI,KD (three finite numbers >= 0)", flag, *text);
+    loop->kp = (*g)[0];
+    loop->ki = (*g)[1];
+    loop->kd = (*g)[2];
   }
   return c;
 }

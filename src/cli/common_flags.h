@@ -57,6 +57,14 @@ struct EngineFlags {
   double watermark = 0.01;
   int32_t ctx = 0;
   std::vector<std::string> tenant_weights;  // "name=weight"
+  double qos_window_ms = 50;
+  double qos_interactive_ttft_ms = 1000;
+  double qos_batch_ttft_ms = 60000;
+  std::string controller = "off";
+  double controller_kv_target = 0.9;
+  double controller_tpot_slo_ms = 200;
+  std::string controller_kv_gains = "0.3,0.5,0";
+  std::string controller_tpot_gains = "0.3,0.5,0";
 
   // The engine configuration with `kv` (validated); throws strata::Error naming the flag.
   EngineConfig to_config(const KvFlags& kv) const;

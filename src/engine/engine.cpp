@@ -89,6 +89,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   capacity_tokens_ = storage_->capacity().ram_tokens(cfg_.kv.block_size);
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
   runner_ = std::make_unique<StepRunner>(*sched_, *kv_, *storage_);
+  monitor_ = Monitor(cfg_.monitor);
+  if (cfg_.controller.enabled) {
+    const SchedulerConfig& sc = cfg_.sched;
+    controller_ = std::make_unique<MemoryController>(
+        cfg_.controller, ControllerKnobs{sc.watermark, sc.max_batched_tokens, sc.max_seqs, kv_->hot_tokens()});
+  }
   remote_ = make_remote_pool(cfg_.kv, storage_->remote_format(model.fingerprint()));
   if (remote_) {
     storage_->attach_remote(remote_.get());
@@ -204,6 +210,17 @@ EngineStats Engine::stats() const {
 
 void Engine::emit(RequestState& rs, EngineEvent e) {
   e.time = Clock::now();
+  if (e.kind == EngineEvent::Kind::kToken) {
+    if (!rs.first_token) {
+      rs.first_token = e.time;
+      monitor_.on_first_token(rs.request.qos, e.time, std::chrono::duration<double>(e.time - rs.arrival).count());
+    }
+    rs.last_token = e.time;
+    ++rs.tokens;
+  } else if (e.kind == EngineEvent::Kind::kDone && rs.tokens >= 2) {
+    monitor_.on_finish(rs.request.qos, e.time,
+                       std::chrono::duration<double>(rs.last_token - *rs.first_token).count() / static_cast<double>(rs.tokens - 1));
+  }
   if (rs.request.on_event) rs.request.on_event(e);
   else rs.handle->push(std::move(e));
 }
@@ -231,6 +248,10 @@ void Engine::start_request(RequestId id, Request r) {
   s.priority = r.priority;
   s.tenant = r.tenant;
   s.arrival = Clock::now();
+  s.qos = r.qos;
+  s.deadline = s.arrival + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double, std::milli>(cfg_.sched.qos_ttft_ms[static_cast<size_t>(r.qos)]));
+  rs.arrival = s.arrival;
   s.arrival_seq = arrival_counter_++;
   s.tokens = r.prompt;
   s.n_prompt = rs.n_prompt;
@@ -413,14 +434,21 @@ void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
 }
 
 void Engine::step() {
+  const Clock::time_point t0 = Clock::now();
   StepRunner::Prepared p = runner_->prepare();
   SchedulerOutput& out = p.out;
   handle_lost_kv(out, p.lost);
   if (out.empty()) return;
   max_batch_seqs_ = std::max(max_batch_seqs_, static_cast<int32_t>(out.seqs.size()));
   batched_steps_ += out.seqs.size() > 1;
+  const Clock::time_point t1 = Clock::now();
   const std::span<const float> logits = runner_->forward(model_, out);
   runner_->done(out);
+  const Clock::time_point t2 = Clock::now();
+  using Seconds = std::chrono::duration<double>;
+  monitor_.on_step(t2, Seconds(t1 - t0).count(), Seconds(t2 - t1).count(),
+                   last_step_end_ == Clock::time_point{} ? 0.0 : Seconds(t0 - last_step_end_).count());
+  last_step_end_ = t2;
   {
     // Counted before any token of this step is emitted, so a client that sees its request
     // finished also sees the step that finished it on /metrics.
@@ -469,6 +497,25 @@ void Engine::publish_stats() {
   }
 }
 
+void Engine::sample_monitor() {
+  const Clock::time_point now = Clock::now();
+  monitor_.sample(now, kv_->stats(), sched_->total_preemptions(), *sched_);
+  const MonitorSnapshot& m = monitor_.snapshot();
+  if (controller_ && now - last_control_ >= std::chrono::milliseconds(100)) {
+    const double dt = last_control_ == Clock::time_point{} ? 0.1 : std::min(1.0, std::chrono::duration<double>(now - last_control_).count());
+    last_control_ = now;
+    const QosLatency& li = m.latency[static_cast<size_t>(QosClass::kInteractive)];
+    const ControllerKnobs k = controller_->update({m.kv_usage, li.tpot_samples > 0, li.tpot_p90_s}, dt);
+    sched_->set_watermark(k.watermark);
+    sched_->set_max_batched_tokens(k.max_batched_tokens);
+    sched_->set_max_seqs(k.max_seqs);
+    kv_->set_hot_tokens(k.hot_tokens);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.monitor = m;
+  if (controller_) stats_.controller = controller_->state();
+}
+
 void Engine::loop() {
   for (;;) {
     std::vector<std::pair<RequestId, Request>> fresh;
@@ -480,9 +527,11 @@ void Engine::loop() {
         auto wake = [&] {
           return stop_ || (drain_ && remote_waits_.empty()) || remote_ready_ || !pending_.empty() || !pending_cancels_.empty();
         };
+        // Idle, the monitor still samples every 100 ms (its rates decay to what they are).
+        auto until = Clock::now() + std::chrono::milliseconds(100);
+        if (const auto deadline = next_remote_deadline()) until = std::min(until, *deadline);
         if (stop_ || (drain_ && !accepting_ && remote_waits_.empty())) stop = true;
-        else if (const auto deadline = next_remote_deadline()) cv_.wait_until(lock, *deadline, wake);
-        else cv_.wait(lock, wake);
+        else cv_.wait_until(lock, until, wake);
       }
       remote_ready_ = false;
       if (stop_) stop = true;
@@ -500,18 +549,25 @@ void Engine::loop() {
       publish_stats();
       break;
     }
-    // Light load: give a burst a moment to arrive so it is batched together.
-    if (cfg_.sched.batch_wait_ms > 0 && sched_->counts().running == 0 && sched_->counts().waiting > 0 &&
-        sched_->counts().waiting < cfg_.sched.max_seqs) {
+    // Light load: give a burst a moment to arrive so it is batched together; when only batch-class
+    // work waits, up to --qos-window-ms, cut short by an interactive arrival (its deadline is not
+    // spent waiting for batch formation).
+    const bool only_batch = sched_->only_batch_waiting();
+    const double wait_ms = std::max(cfg_.sched.batch_wait_ms, only_batch ? cfg_.sched.qos_window_ms : 0.0);
+    const int32_t max_seqs = sched_->config().max_seqs;
+    if (wait_ms > 0 && sched_->counts().running == 0 && sched_->counts().waiting > 0 && sched_->counts().waiting < max_seqs) {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, std::chrono::duration<double, std::milli>(cfg_.sched.batch_wait_ms),
-                   [&] { return stop_ || static_cast<int32_t>(pending_.size()) + sched_->counts().waiting >= cfg_.sched.max_seqs; });
+      cv_.wait_for(lock, std::chrono::duration<double, std::milli>(wait_ms), [&] {
+        const bool interactive = std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second.qos == QosClass::kInteractive; });
+        return stop_ || (only_batch && interactive) || static_cast<int32_t>(pending_.size()) + sched_->counts().waiting >= max_seqs;
+      });
       fresh.clear();
       fresh.swap(pending_);
       lock.unlock();
       for (auto& [id, r] : fresh) start_request(id, std::move(r));
     }
     if (!sched_->idle()) step();
+    sample_monitor();
     publish_stats();
   }
   // Wake every reader still waiting.

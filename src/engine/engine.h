@@ -18,12 +18,14 @@
 #include <thread>
 #include <vector>
 
+#include "engine/monitor.h"
 #include "engine/request.h"
 #include "engine/step_runner.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "kv/remote_pool.h"
 #include "model/model.h"
+#include "sched/controller.h"
 #include "sched/scheduler.h"
 #include "sample/stop_matcher.h"
 #include "tokenizer/detokenizer.h"
@@ -68,6 +70,8 @@ struct EngineConfig {
   // KV more often than this fails instead (kError to its request, then kDone), so a failing disk
   // cannot keep a request going round forever. The engine keeps serving the others.
   int32_t max_kv_losses = 3;
+  ControllerConfig controller;  // --controller off|pid and its gains and targets
+  MonitorConfig monitor;
 };
 
 struct EngineStats {
@@ -93,6 +97,8 @@ struct EngineStats {
   bool has_remote = false;
   RemoteKvStats remote;
   int64_t remote_waiting = 0;  // requests waiting for a remote lookup now
+  MonitorSnapshot monitor;     // engine/monitor.h: windowed rates, percentiles per QoS class
+  ControllerState controller;  // its setpoints, errors, outputs and the knobs as they are now
 };
 
 class Engine {
@@ -137,6 +143,10 @@ class Engine {
     int32_t n_finished = 0;
     int32_t max_tokens = 0;
     Usage usage;
+    Clock::time_point arrival;  // at the engine thread
+    std::optional<Clock::time_point> first_token;
+    Clock::time_point last_token;
+    int64_t tokens = 0;  // emitted, over all samples
   };
 
   void loop();
@@ -152,6 +162,9 @@ class Engine {
   void handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost);
   void emit(RequestState& rs, EngineEvent e);
   void publish_stats();
+  // Samples the monitor (after every step, and every 100 ms when idle) and, with --controller pid,
+  // updates the controller (at most every 100 ms) and applies its knobs.
+  void sample_monitor();
   // A new sequence goes to the scheduler, or first waits for a remote lookup of the prompt's
   // blocks the local prefix cache lacks (--kv-remote).
   void add_sequence(Sequence s);
@@ -188,6 +201,10 @@ class Engine {
   uint64_t arrival_counter_ = 0;
   int32_t max_batch_seqs_ = 0;
   int64_t batched_steps_ = 0;
+  Monitor monitor_;
+  std::unique_ptr<MemoryController> controller_;  // null with --controller off
+  Clock::time_point last_step_end_{};
+  Clock::time_point last_control_{};
 
   // Shared with other threads.
   mutable std::mutex mutex_;

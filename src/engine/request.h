@@ -14,6 +14,7 @@
 #include "sample/finish_reason.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
+#include "sched/sequence.h"
 
 namespace strata {
 
@@ -23,7 +24,10 @@ struct Request {
   std::vector<TokenId> prompt;  // token ids, BOS included when wanted
   SamplingParams params;        // max_tokens, stop, n, seed, logprobs, ... (validated by submit)
   int32_t priority = 0;         // higher first with --scheduling priority
-  std::string tenant;           // fairness group with --scheduling fair ("" is a tenant too)
+  std::string tenant;           // fairness group with --scheduling fair|drf ("" is a tenant too)
+  // Its class orders and protects it (sched/scheduler.h); its TTFT deadline is the class's
+  // (SchedulerConfig::qos_ttft_ms) from its arrival at the engine.
+  QosClass qos = QosClass::kInteractive;
   // Called on the engine thread for every event instead of queueing it on the handle; must be
   // quick and must not call back into the engine except cancel().
   std::function<void(const EngineEvent&)> on_event;

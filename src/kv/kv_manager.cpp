@@ -335,6 +335,11 @@ void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_compu
   if (cfg_.warm_format != WarmFormat::kNone) plan_reencode(s, q);
 }
 
+void KvManager::set_hot_tokens(int32_t n) {
+  STRATA_CHECK(n >= 0, "hot window {}", n);
+  cfg_.hot_tokens = n;
+}
+
 void KvManager::plan_reencode(SeqId, Seq& q) {
   const int32_t bs = geo_.block_size;
   const int32_t old_tokens = q.n_committed - cfg_.hot_tokens;

@@ -57,6 +57,13 @@ class KvManager {
   int32_t num_hot_blocks() const { return hot_pool_.num_blocks(); }
   bool has_cold_tier() const { return cap_.cold_slots > 0; }
   bool publishes() const { return publish_; }
+  bool has_warm_tier() const { return cfg_.warm_format != WarmFormat::kNone; }
+  int32_t hot_tokens() const { return cfg_.hot_tokens; }
+  // Moves the hot window (--kv-hot-tokens) at run time (a controller, sched/controller.h): from
+  // each sequence's next commit, its whole blocks older than its last n tokens are re-encoded into
+  // the warm tier (when there is one and it has room). A larger window re-encodes less from then
+  // on; blocks already warm stay warm. Precondition: n >= 0.
+  void set_hot_tokens(int32_t n);
 
   // --- sequences ---------------------------------------------------------------------------
 

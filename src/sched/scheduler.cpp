@@ -8,8 +8,24 @@
 namespace strata {
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, KvManager& kv)
-    : cfg_(cfg), kv_(kv), vtc_(cfg.fair_w_in, cfg.fair_w_out, cfg.tenant_weights) {
+    : cfg_(cfg), kv_(kv), vtc_(cfg.fair_w_in, cfg.fair_w_out, cfg.tenant_weights),
+      drf_(cfg.tenant_weights, cfg.drf_window_steps) {
   STRATA_CHECK(cfg.max_batched_tokens > 0 && cfg.max_seqs > 0);
+}
+
+void Scheduler::set_max_batched_tokens(int32_t n) {
+  STRATA_CHECK(n > 0, "max_batched_tokens {}", n);
+  cfg_.max_batched_tokens = n;
+}
+
+void Scheduler::set_max_seqs(int32_t n) {
+  STRATA_CHECK(n > 0, "max_seqs {}", n);
+  cfg_.max_seqs = n;
+}
+
+void Scheduler::set_watermark(double w) {
+  STRATA_CHECK(w >= 0 && w < 1, "watermark {}", w);
+  cfg_.watermark = w;
 }
 
 void Scheduler::mark_backlogged(const std::string& tenant) {
@@ -33,13 +49,20 @@ void Scheduler::add(Sequence seq) {
 }
 
 bool Scheduler::queue_before(const Sequence& a, const Sequence& b) const {
+  if (a.qos != b.qos) return a.qos < b.qos;  // interactive first
   if (cfg_.policy == SchedulingPolicy::kPriority && a.priority != b.priority) return a.priority > b.priority;
+  if (cfg_.policy == SchedulingPolicy::kDrf && a.tenant != b.tenant) {
+    const double da = drf_.dominant_share(a.tenant), db = drf_.dominant_share(b.tenant);
+    if (da != db) return da < db;
+  }
+  if (a.deadline != b.deadline) return a.deadline < b.deadline;  // EDF within a class
   if (a.arrival != b.arrival) return a.arrival < b.arrival;
   if (a.arrival_seq != b.arrival_seq) return a.arrival_seq < b.arrival_seq;
   return a.id < b.id;
 }
 
 bool Scheduler::admits_before(const Sequence& a, const Sequence& b) const {
+  if (a.qos != b.qos) return a.qos < b.qos;
   if (cfg_.policy == SchedulingPolicy::kFair && a.tenant != b.tenant) {
     const double ca = vtc_.counter(a.tenant), cb = vtc_.counter(b.tenant);
     if (ca != cb) return ca < cb;
@@ -99,10 +122,10 @@ void Scheduler::charge(const Sequence& s, int32_t n_new) {
   done = end;
 }
 
-std::vector<Sequence*> Scheduler::in_order(SeqStatus st, bool admission) {
+std::vector<Sequence*> Scheduler::in_order(SeqStatus st, bool admission, std::optional<QosClass> c) {
   std::vector<Sequence*> v;
   for (auto& [id, s] : seqs_) {
-    if (s->status == st) v.push_back(s.get());
+    if (s->status == st && (!c || s->qos == *c)) v.push_back(s.get());
   }
   std::sort(v.begin(), v.end(), [&](const Sequence* a, const Sequence* b) {
     return admission ? admits_before(*a, *b) : queue_before(*a, *b);
@@ -135,9 +158,11 @@ SchedulerOutput Scheduler::schedule() {
   plan.seq_budget = cfg_.max_seqs;
   for (;;) {
     swap_in(plan);
-    schedule_running(plan);
-    // Admitting while the running ones are short of blocks would only preempt them again.
-    if (!plan.preempted_any) admit_waiting(plan);
+    for (QosClass c : {QosClass::kInteractive, QosClass::kBatch}) {
+      schedule_running(plan, c);
+      // Admitting while the running ones are short of blocks would only preempt them again.
+      if (!plan.preempted_any) admit_waiting(plan, c);
+    }
     // Nothing runs and nothing could start: the free blocks are short because swapped sequences
     // hold hot blocks they share (forks), none of which fits beside the others' ones. Waiting
     // would wait for ever; the first swapped sequence gives its KV up and recomputes instead.
@@ -149,7 +174,33 @@ SchedulerOutput Scheduler::schedule() {
     sc.block_table.assign(table.begin(), table.end());
   }
   plan.out.kv_ops = kv_.take_ops();
+  account_drf(plan.out);
   return std::move(plan.out);
+}
+
+void Scheduler::account_drf(const SchedulerOutput& out) {
+  std::map<std::string, int64_t> tokens, blocks;
+  for (const ScheduledSeq& sc : out.seqs) tokens[seqs_.at(sc.id)->tenant] += sc.n_new;
+  for (const auto& [id, s] : seqs_) {
+    if (s->status == SeqStatus::kRunning) blocks[s->tenant] += static_cast<int64_t>(kv_.block_table(id).size());
+  }
+  drf_.end_step(tokens, cfg_.max_batched_tokens, blocks, kv_.num_hot_blocks());
+}
+
+std::vector<std::string> Scheduler::tenants() const {
+  std::set<std::string> t;
+  for (const auto& [id, s] : seqs_) t.insert(s->tenant);
+  return {t.begin(), t.end()};
+}
+
+bool Scheduler::only_batch_waiting() const {
+  bool any = false;
+  for (const auto& [id, s] : seqs_) {
+    if (s->status != SeqStatus::kWaiting) continue;
+    if (s->qos != QosClass::kBatch) return false;
+    any = true;
+  }
+  return any;
 }
 
 bool Scheduler::recompute_first_swapped() {
@@ -182,9 +233,9 @@ void Scheduler::swap_in(StepPlan& plan) {
   }
 }
 
-void Scheduler::schedule_running(StepPlan& plan) {
+void Scheduler::schedule_running(StepPlan& plan, QosClass c) {
   for (bool allow_protected : {false, true}) {
-    for (Sequence* s : in_order(SeqStatus::kRunning, false)) {
+    for (Sequence* s : in_order(SeqStatus::kRunning, false, c)) {
       // An earlier sequence's allocation may have preempted this one.
       if (s->status != SeqStatus::kRunning || plan.scheduled.count(s->id)) continue;
       if (plan.seq_budget <= 0 || plan.budget <= 0) break;
@@ -225,17 +276,23 @@ bool Scheduler::grow_running(StepPlan& plan, Sequence& s, int32_t& n, bool allow
   return false;  // it was its own victim
 }
 
-void Scheduler::admit_waiting(StepPlan& plan) {
-  for (Sequence* s : in_order(SeqStatus::kWaiting, true)) {
+void Scheduler::admit_waiting(StepPlan& plan, QosClass c) {
+  if (c == QosClass::kBatch) {
+    // No overtaking across classes: an interactive sequence still waiting goes first.
+    for (const auto& [id, s] : seqs_) {
+      if (s->status == SeqStatus::kWaiting && s->qos == QosClass::kInteractive) return;
+    }
+  }
+  std::vector<Sequence*> order = in_order(SeqStatus::kWaiting, true, c);
+  for (size_t i = 0; i < order.size(); ++i) {
+    Sequence* s = order[i];
     if (plan.seq_budget <= 0 || plan.budget <= 0) break;
     const int32_t len = static_cast<int32_t>(s->tokens.size());
     // The hits allocate will attach (those it can bring back now), so that the step's new tokens
     // stay within the budget.
     const int32_t hits = kv_.prefix_hits(s->id, s->tokens);
     int32_t target = hits + std::min(len - hits, plan.budget);
-    if (!admission_fits(*s, target) && cfg_.policy == SchedulingPolicy::kPriority) {
-      preempt_for_priority(plan, *s, target);
-    }
+    if (!admission_fits(*s, target)) preempt_for_admission(plan, *s, target);
     if (!admission_fits(*s, target)) {
       // With nothing running every hot block is free or cached, and any sequence that fits the
       // pool fits with a smaller first chunk (the hits leave a block for it: KvManager::
@@ -245,8 +302,10 @@ void Scheduler::admit_waiting(StepPlan& plan) {
       if (target <= hits) break;
     }
     int32_t hit = 0;
+    const int64_t blocks_before = static_cast<int64_t>(kv_.block_table(s->id).size());
     const bool ok = kv_.allocate(s->id, s->tokens, target, &hit);
     STRATA_CHECK(ok, "blocks_needed said it fits");
+    drf_.add_blocks(s->tenant, static_cast<int64_t>(kv_.block_table(s->id).size()) - blocks_before, kv_.num_hot_blocks());
     s->num_computed = hit;
     // Until its first forward pass a sequence has computed nothing itself, so what an admission
     // attaches is served by the prefix cache; after it, a readmission (recompute) also finds the
@@ -258,6 +317,11 @@ void Scheduler::admit_waiting(StepPlan& plan) {
       s->progress_mark = s->n_generated();
     }
     add_to_step(plan, *s, target - hit);
+    // Progressive filling: the admitted tenant's share grew, so the rest are ordered again.
+    if (cfg_.policy == SchedulingPolicy::kDrf) {
+      std::sort(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, order.end(),
+                [&](const Sequence* a, const Sequence* b) { return admits_before(*a, *b); });
+    }
   }
 }
 
@@ -284,10 +348,17 @@ bool Scheduler::any_running() const {
 
 int32_t Scheduler::admission_watermark() const { return any_running() ? watermark_blocks() : 0; }
 
-void Scheduler::preempt_for_priority(StepPlan& plan, const Sequence& s, int32_t target) {
+bool Scheduler::may_preempt_for(const Sequence& s, const Sequence& v) const {
+  if (s.qos == QosClass::kInteractive && v.qos == QosClass::kBatch) return true;
+  return cfg_.policy == SchedulingPolicy::kPriority && v.qos == s.qos && v.priority < s.priority;
+}
+
+void Scheduler::preempt_for_admission(StepPlan& plan, const Sequence& s, int32_t target) {
   while (!admission_fits(s, target)) {
+    // The victim is the sequence scheduled last (batch before interactive, then the policy's
+    // order), so when that one may not be preempted, none may.
     const SeqId victim = pick_victim({}, false);
-    if (victim == kNoSeq || seqs_.at(victim)->priority >= s.priority) break;
+    if (victim == kNoSeq || !may_preempt_for(s, *seqs_.at(victim))) break;
     // Its tokens and its batch slot, if it was scheduled this step, go back to the budgets;
     // preempt() takes it out of the batch.
     const bool was_scheduled = plan.scheduled.erase(victim) > 0;
@@ -376,6 +447,19 @@ std::vector<SeqId> Scheduler::sequences_of(RequestId r) const {
 SchedulerCounts Scheduler::counts() const {
   SchedulerCounts c;
   for (const auto& [id, s] : seqs_) {
+    switch (s->status) {
+      case SeqStatus::kWaiting: ++c.waiting; break;
+      case SeqStatus::kRunning: ++c.running; break;
+      case SeqStatus::kSwapped: ++c.swapped; break;
+    }
+  }
+  return c;
+}
+
+SchedulerCounts Scheduler::counts(QosClass q) const {
+  SchedulerCounts c;
+  for (const auto& [id, s] : seqs_) {
+    if (s->qos != q) continue;
     switch (s->status) {
       case SeqStatus::kWaiting: ++c.waiting; break;
       case SeqStatus::kRunning: ++c.running; break;

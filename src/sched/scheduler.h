@@ -8,10 +8,17 @@
 //     sequence that has made progress since it was last resumed (no thrashing), preempted by swap
 //     (to the cold tier) or recompute (KV freed, recomputed later);
 //  3. if nothing was preempted, waiting sequences are admitted in policy order (fcfs; priority; fair
-//     = virtual token counter) while their blocks fit with a watermark of free blocks left for the
-//     running ones. Long prompts are split across steps (chunked prefill); prefix-cache hits count
-//     as computed. With --scheduling priority a waiting sequence may preempt lower-priority running
-//     ones.
+//     = virtual token counter; drf = weighted dominant resource fairness, sched/drf.h) while their
+//     blocks fit with a watermark of free blocks left for the running ones. Long prompts are split
+//     across steps (chunked prefill); prefix-cache hits count as computed. With --scheduling
+//     priority a waiting sequence may preempt lower-priority running ones.
+//
+// QoS classes (Sequence::qos): steps 2 and 3 run first for the interactive class, then for the
+// batch class, so interactive decodes and prompt chunks take the budgets first; a class's queue is
+// earliest-deadline-first (Sequence::deadline, then the policy's order); batch sequences are never
+// admitted past a waiting interactive one; an interactive sequence that does not fit preempts
+// running batch sequences (latest first) before anything else, and the victim of any preemption
+// is a batch sequence while one runs. With every sequence in one class this is the order above.
 //
 // Liveness, so that no request that fits the pool waits for ever (tests/sched/
 // admission_liveness_test.cpp): the watermark only protects running sequences, so it yields when
@@ -34,12 +41,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kv/kv_manager.h"
+#include "sched/drf.h"
 #include "sched/fairness.h"
 #include "sched/scheduler_config.h"
 #include "sched/sequence.h"
@@ -77,6 +86,12 @@ class Scheduler {
   Scheduler(const SchedulerConfig& cfg, KvManager& kv);
 
   const SchedulerConfig& config() const { return cfg_; }
+
+  // The knobs a controller moves at run time (sched/controller.h), effective from the next
+  // schedule(). Preconditions: n > 0; 0 <= w < 1.
+  void set_max_batched_tokens(int32_t n);
+  void set_max_seqs(int32_t n);
+  void set_watermark(double w);
 
   // Adds a request's first sequence (it holds the prompt; n_fork_children more are forked from it
   // when the prompt is computed). Precondition: the prompt is non-empty and fits the pool.
@@ -117,6 +132,16 @@ class Scheduler {
   bool idle() const { return seqs_.empty(); }
   int64_t total_preemptions() const { return total_preemptions_; }
   const VirtualTokenCounter& fairness() const { return vtc_; }
+  // Dominant shares per tenant, updated every step whatever the policy (only drf orders by them).
+  const DrfAccount& drf() const { return drf_; }
+  // The tenants that have sequences now, and Jain's index over their dominant shares.
+  std::vector<std::string> tenants() const;
+  double fairness_index() const { return drf_.jain_index(tenants()); }
+  // Sequences per class and status.
+  SchedulerCounts counts(QosClass c) const;
+  // True when something waits and every waiting sequence is batch class: the engine may then
+  // wait up to --qos-window-ms to fill the batch, as no interactive deadline can be missed by it.
+  bool only_batch_waiting() const;
 
  private:
   // What one schedule() call has left to give and has given so far.
@@ -133,16 +158,21 @@ class Scheduler {
   // The first swapped sequence in queue order drops its KV and waits to be recomputed; false when
   // none is swapped.
   bool recompute_first_swapped();
-  void schedule_running(StepPlan& plan);  // 2
+  void schedule_running(StepPlan& plan, QosClass c);  // 2, for one class
   // Allocates n more tokens for running sequence s, preempting others (protected ones only when
   // allow_protected) until it fits; when nobody else is left to preempt, lowers n to the largest
   // chunk that fits. False when not even one token fits and nobody is left to preempt, or s
   // itself was preempted.
   bool grow_running(StepPlan& plan, Sequence& s, int32_t& n, bool allow_protected);
-  void admit_waiting(StepPlan& plan);  // 3
-  // Priority preemption within 3: preempts lower-priority running sequences until waiting
+  void admit_waiting(StepPlan& plan, QosClass c);  // 3, for one class
+  // Whether waiting sequence s may take the blocks of running sequence v: an interactive one those
+  // of a batch one; with --scheduling priority, one of higher priority in the same class.
+  bool may_preempt_for(const Sequence& s, const Sequence& v) const;
+  // Preemption within 3: preempts running sequences s may preempt, latest first, until waiting
   // sequence s fits with `target` tokens, or none is left.
-  void preempt_for_priority(StepPlan& plan, const Sequence& s, int32_t target);
+  void preempt_for_admission(StepPlan& plan, const Sequence& s, int32_t target);
+  // The end of planning a step: each tenant's tokens in it and blocks held go to drf_.
+  void account_drf(const SchedulerOutput& out);
   // Whether allocating `target` tokens for waiting s leaves the admission watermark free.
   bool admission_fits(const Sequence& s, int32_t target) const;
   // The largest target in (lo, hi] for which admission_fits holds, or lo when none.
@@ -152,8 +182,9 @@ class Scheduler {
   int32_t admission_watermark() const;
   // Puts the next n_new tokens of s (from num_computed) into the step and charges them.
   void add_to_step(StepPlan& plan, Sequence& s, int32_t n_new);
-  // Sequences with status st, in queue order (running/swapped) or admission order (waiting).
-  std::vector<Sequence*> in_order(SeqStatus st, bool admission);
+  // Sequences with status st (and class c when given), in queue order (running/swapped) or
+  // admission order (waiting).
+  std::vector<Sequence*> in_order(SeqStatus st, bool admission, std::optional<QosClass> c = std::nullopt);
 
   // Admission ordering key of a waiting sequence (lower first).
   bool admits_before(const Sequence& a, const Sequence& b) const;
@@ -172,6 +203,7 @@ class Scheduler {
   std::map<SeqId, std::unique_ptr<Sequence>> seqs_;
   SeqId next_child_id_ = int64_t{1} << 40;  // forked children; request sequences use their own ids
   VirtualTokenCounter vtc_;
+  DrfAccount drf_;
   std::map<SeqId, int32_t> charged_;  // highest token index already charged to the tenant
   int64_t total_preemptions_ = 0;
 };

@@ -6,6 +6,7 @@ std::optional<SchedulingPolicy> scheduling_policy_from_name(std::string_view s) 
   if (s == "fcfs") return SchedulingPolicy::kFcfs;
   if (s == "priority") return SchedulingPolicy::kPriority;
   if (s == "fair") return SchedulingPolicy::kFair;
+  if (s == "drf") return SchedulingPolicy::kDrf;
   return std::nullopt;
 }
 
@@ -21,6 +22,7 @@ std::string_view scheduling_policy_name(SchedulingPolicy p) {
     case SchedulingPolicy::kFcfs: return "fcfs";
     case SchedulingPolicy::kPriority: return "priority";
     case SchedulingPolicy::kFair: return "fair";
+    case SchedulingPolicy::kDrf: return "drf";
   }
   return "?";
 }
@@ -34,5 +36,18 @@ std::string_view preempt_mode_name(PreemptMode p) {
   return "?";
 }
 
+std::optional<QosClass> qos_class_from_name(std::string_view s) {
+  if (s == "interactive") return QosClass::kInteractive;
+  if (s == "batch") return QosClass::kBatch;
+  return std::nullopt;
+}
+
+std::string_view qos_class_name(QosClass c) {
+  switch (c) {
+    case QosClass::kInteractive: return "interactive";
+    case QosClass::kBatch: return "batch";
+  }
+  return "?";
+}
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 // that share the prompt's blocks. Thread-safety: engine thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,11 @@
 #include "core/types.h"
 
 namespace strata {
+
+// Service class of a request (--qos): interactive work is scheduled, admitted and protected before
+// batch work; each class has a TTFT deadline that orders its queue (earliest deadline first).
+enum class QosClass : uint8_t { kInteractive, kBatch };
+inline constexpr size_t kNumQosClasses = 2;
 
 enum class SeqStatus : uint8_t {
   kWaiting,   // not admitted yet, or preempted by recompute (KV freed)
@@ -23,7 +29,11 @@ struct Sequence {
   RequestId request = 0;
   int32_t sample_index = 0;       // 0..n-1 within the request
   int32_t priority = 0;           // higher runs first (--scheduling priority)
-  std::string tenant;             // fairness group (--scheduling fair)
+  std::string tenant;             // fairness group (--scheduling fair|drf)
+  QosClass qos = QosClass::kInteractive;
+  // The first token is due by then (arrival + the class's TTFT deadline); orders a class's queue.
+  // max(): no deadline (queue order by arrival).
+  Clock::time_point deadline = Clock::time_point::max();
   Clock::time_point arrival;      // of the request; orders FCFS queues
   uint64_t arrival_seq = 0;       // tie-break for equal arrival times
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "sched/scheduler_config.h"
 
 namespace strata::server {
 namespace {
@@ -43,6 +44,67 @@ void histogram(std::string& out, std::string_view name, std::string_view help, c
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
   STRATA_CHECK(std::is_sorted(bounds_.begin(), bounds_.end()), "histogram bounds must ascend");
+}
+
+// The engine's monitor (engine/monitor.h) and controller (sched/controller.h).
+static void render_monitor(std::string& out, const EngineStats& st) {
+  const MonitorSnapshot& m = st.monitor;
+  header(out, "strata_kv_tier_usage_ratio", "gauge", "Share of each KV tier's slots referenced by sequences.");
+  for (const auto& [tier, v] : {std::pair{"hot", m.kv_usage_hot}, {"warm", m.kv_usage_warm}, {"cold", m.kv_usage_cold}})
+    out += fmt::format("strata_kv_tier_usage_ratio{{tier=\"{}\"}} {}\n", tier, v);
+  single(out, "strata_kv_fragmentation_ratio", "gauge",
+         "Internal fragmentation: empty token slots in partly filled last blocks, over the token slots of the hot blocks in use.",
+         m.kv_fragmentation);
+  single(out, "strata_prefix_cache_hit_rate", "gauge",
+         "Prompt tokens found in the prefix cache over those looked up, in the monitor's window (0 when none).", m.prefix_hit_rate);
+  single(out, "strata_preemptions_per_second", "gauge", "Preemptions per second in the monitor's window.", m.preemptions_per_s);
+  single(out, "strata_kv_swap_bytes_per_second", "gauge", "KV bytes per second to and from the cold tier in the monitor's window.",
+         m.swap_bytes_per_s);
+  header(out, "strata_engine_step_seconds", "gauge",
+         "Mean time per engine step in the monitor's window: kv (scheduling and KV ops), compute (the forward pass), wait (between steps).");
+  for (const auto& [phase, v] : {std::pair{"kv", m.step_kv_s}, {"compute", m.step_compute_s}, {"wait", m.step_wait_s}})
+    out += fmt::format("strata_engine_step_seconds{{phase=\"{}\"}} {}\n", phase, v);
+  single(out, "strata_engine_steps_per_second", "gauge", "Engine steps per second in the monitor's window.", m.steps_per_s);
+  header(out, "strata_qos_sequences", "gauge", "Sequences per QoS class and state.");
+  for (size_t c = 0; c < kNumQosClasses; ++c) {
+    const std::string_view q = qos_class_name(static_cast<QosClass>(c));
+    out += fmt::format("strata_qos_sequences{{qos=\"{}\",state=\"waiting\"}} {}\n", q, m.queues[c].waiting);
+    out += fmt::format("strata_qos_sequences{{qos=\"{}\",state=\"running\"}} {}\n", q, m.queues[c].running);
+    out += fmt::format("strata_qos_sequences{{qos=\"{}\",state=\"swapped\"}} {}\n", q, m.queues[c].swapped);
+  }
+  header(out, "strata_qos_ttft_seconds", "gauge", "TTFT quantiles per QoS class in the monitor's window (from the engine's arrival).");
+  for (size_t c = 0; c < kNumQosClasses; ++c) {
+    const std::string_view q = qos_class_name(static_cast<QosClass>(c));
+    out += fmt::format("strata_qos_ttft_seconds{{qos=\"{}\",quantile=\"0.5\"}} {}\n", q, m.latency[c].ttft_p50_s);
+    out += fmt::format("strata_qos_ttft_seconds{{qos=\"{}\",quantile=\"0.99\"}} {}\n", q, m.latency[c].ttft_p99_s);
+  }
+  header(out, "strata_qos_tpot_seconds", "gauge", "TPOT quantiles per QoS class in the monitor's window (requests of 2+ tokens).");
+  for (size_t c = 0; c < kNumQosClasses; ++c) {
+    const std::string_view q = qos_class_name(static_cast<QosClass>(c));
+    out += fmt::format("strata_qos_tpot_seconds{{qos=\"{}\",quantile=\"0.5\"}} {}\n", q, m.latency[c].tpot_p50_s);
+    out += fmt::format("strata_qos_tpot_seconds{{qos=\"{}\",quantile=\"0.9\"}} {}\n", q, m.latency[c].tpot_p90_s);
+    out += fmt::format("strata_qos_tpot_seconds{{qos=\"{}\",quantile=\"0.99\"}} {}\n", q, m.latency[c].tpot_p99_s);
+  }
+  single(out, "strata_fairness_jain_index", "gauge",
+         "Jain's fairness index over the tenants with work, of their weighted dominant shares (KV blocks held, tokens per step); 1 = equal.",
+         m.fairness_index);
+  const ControllerState& c = st.controller;
+  single(out, "strata_controller_enabled", "gauge", "1 with --controller pid.", c.enabled ? 1 : 0);
+  if (!c.enabled) return;
+  header(out, "strata_controller_setpoint", "gauge", "Setpoint of each controller loop (KV usage ratio; interactive TPOT p90 in seconds).");
+  out += fmt::format("strata_controller_setpoint{{loop=\"kv_usage\"}} {}\n", c.kv_target);
+  out += fmt::format("strata_controller_setpoint{{loop=\"interactive_tpot\"}} {}\n", c.tpot_slo_s);
+  header(out, "strata_controller_error", "gauge", "Last error of each loop (KV usage - target; (TPOT - SLO) / SLO, -1 without samples).");
+  out += fmt::format("strata_controller_error{{loop=\"kv_usage\"}} {}\n", c.kv_error);
+  out += fmt::format("strata_controller_error{{loop=\"interactive_tpot\"}} {}\n", c.tpot_error);
+  header(out, "strata_controller_output", "gauge", "Output (pressure, 0..1) of each loop.");
+  out += fmt::format("strata_controller_output{{loop=\"kv_usage\"}} {}\n", c.memory_pressure);
+  out += fmt::format("strata_controller_output{{loop=\"interactive_tpot\"}} {}\n", c.latency_pressure);
+  header(out, "strata_controller_knob", "gauge", "The knobs as the controller set them.");
+  out += fmt::format("strata_controller_knob{{knob=\"watermark\"}} {}\n", c.knobs.watermark);
+  out += fmt::format("strata_controller_knob{{knob=\"max_batched_tokens\"}} {}\n", c.knobs.max_batched_tokens);
+  out += fmt::format("strata_controller_knob{{knob=\"max_seqs\"}} {}\n", c.knobs.max_seqs);
+  out += fmt::format("strata_controller_knob{{knob=\"hot_tokens\"}} {}\n", c.knobs.hot_tokens);
 }
 
 void Histogram::observe(double value) {
@@ -206,6 +268,8 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
          "Engine steps (one batched forward pass each); generated tokens beyond one per step were batched.", st.steps);
   single(out, "strata_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", st.prompt_tokens);
   single(out, "strata_generation_tokens_total", "counter", "Generated tokens of finished requests.", st.generated_tokens);
+
+  render_monitor(out, st);
 
   histogram(out, "strata_time_to_first_token_seconds", "Time from a request's arrival to its first generated token.", ttft_);
   histogram(out, "strata_time_per_output_token_seconds", "Mean time between consecutive generated tokens of a request.", tpot_);

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <limits>
 
+#include "sched/scheduler_config.h"
 #include "server/json_fields.h"
 
 namespace strata::server {
@@ -92,6 +93,12 @@ void parse_common_fields(const Json& body, GenerationRequest& out) {
   }
   if (auto v = get_string(body, "user")) out.request.tenant = *v;
   if (auto v = get_int(body, "priority", kInt32Min, kInt32Max)) out.request.priority = static_cast<int32_t>(*v);
+  if (auto v = get_string(body, "qos")) {
+    const auto c = qos_class_from_name(*v);
+    if (!c) throw bad_request(fmt::format("'qos' must be \"interactive\" or \"batch\", got \"{}\"", *v), "qos");
+    out.request.qos = *c;
+    out.qos_given = true;
+  }
 }
 
 void validate_params(const SamplingParams& params, int32_t n_vocab) {

@@ -1,6 +1,6 @@
 // The fields /v1/completions and /v1/chat/completions share: sampling (temperature, top_p, top_k,
 // min_p, penalties, logit_bias, seed, n, stop, stop_token_ids, ignore_eos), streaming (stream,
-// stream_options.include_usage), scheduling (user as the fairness tenant, priority), and the
+// stream_options.include_usage), scheduling (user as the fairness tenant, priority, qos), and the
 // parsed form of a generation request that the HTTP layer submits to the engine.
 // Thread-safety: pure functions over plain values.
 #pragma once
@@ -22,7 +22,8 @@ inline constexpr int32_t kMaxCompletionLogprobs = 5;
 
 struct GenerationRequest {
   Api api = Api::kCompletions;
-  Request request;             // prompt ids, validated params, tenant (`user`), priority
+  Request request;             // prompt ids, validated params, tenant (`user`), priority, qos
+  bool qos_given = false;      // the body had `qos` (else the server's --qos-default applies)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // Completions only: `echo` returns the prompt text before the completion; `logprobs` is the

@@ -15,6 +15,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0 = any free port (printed at start)
   std::string api_key;            // "" = no authentication
+  QosClass qos_default = QosClass::kInteractive;  // --qos-default: the class of requests without a `qos` field
   std::string served_model_name;  // "" = the model file's name without .gguf
   int32_t max_queue = 256;        // generation requests in flight (waiting + running) before 429
   int32_t http_threads = 2;       // I/O threads serving every connection (none is held by a stream)

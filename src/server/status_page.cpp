@@ -2,7 +2,10 @@
 // resources, nothing to build) so that it works offline and from the bare binary. It polls
 // /metrics every second, parses the Prometheus text and draws hand-written <canvas> line charts
 // of the last five minutes: KV bytes per tier and usage, queue depths, token throughput (rates of
-// the counters), prefix-cache hit rate and preemptions.
+// the counters), prefix-cache hit rate and preemptions. Below them, the engine monitor's figures
+// (engine/monitor.h: KV usage per tier, fragmentation, windowed prefix-hit rate, preemptions per
+// second, step time, Jain's index), a table per QoS class (queues, TTFT and TPOT p50/p99) and the
+// memory controller's loops (setpoint, error, output) and knobs, or "off".
 //
 // Robustness the page promises (and tests/server/status_page_slow_test.cpp checks in headless
 // Chromium): no JavaScript error when /metrics is slow, failing or missing metrics; a failed poll
@@ -44,6 +47,12 @@ h1 { font-size: 20px; margin: 0; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 10px; }
 .chart h2 { font-size: 13px; margin: 0 0 6px; font-weight: 600; }
 .chart canvas { width: 100%; height: 170px; display: block; }
+.panels { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 10px; margin-top: 10px; }
+.panel table { width: 100%; border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+.panel th { color: var(--muted); font-weight: 500; text-align: right; padding: 2px 6px; }
+.panel td { text-align: right; padding: 2px 6px; border-top: 1px solid var(--grid); white-space: nowrap; }
+.panel th:first-child, .panel td:first-child { text-align: left; }
+.panel .note { color: var(--muted); font-size: 12px; margin-top: 6px; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin-top: 6px; font-size: 12px; color: var(--muted); }
 .legend i { display: inline-block; width: 10px; height: 3px; margin-right: 5px; vertical-align: middle; border-radius: 2px; }
 .legend b { color: var(--fg); font-weight: 600; margin-left: 4px; }
@@ -72,6 +81,43 @@ footer a { color: inherit; }
   <div class="chart"><h2>Throughput (tokens/s)</h2><canvas id="ch-tput"></canvas><div class="legend" id="lg-tput"></div></div>
   <div class="chart"><h2>Prefix-cache hit rate</h2><canvas id="ch-hit"></canvas><div class="legend" id="lg-hit"></div></div>
   <div class="chart"><h2>Preemptions (per second)</h2><canvas id="ch-pre"></canvas><div class="legend" id="lg-pre"></div></div>
+</section>
+<section class="panels">
+  <div class="chart panel"><h2>Monitor <span class="note">(engine, last 30 s)</span></h2>
+    <table>
+      <tr><td>KV usage hot / warm / cold</td><td id="m-tier-hot">–</td><td id="m-tier-warm">–</td><td id="m-tier-cold">–</td></tr>
+      <tr><td>Fragmentation (hot)</td><td id="m-frag" colspan="3">–</td></tr>
+      <tr><td>Prefix-cache hit rate</td><td id="m-hit" colspan="3">–</td></tr>
+      <tr><td>Preemptions per second</td><td id="m-pre" colspan="3">–</td></tr>
+      <tr><td>Step kv / compute / wait</td><td id="m-step-kv">–</td><td id="m-step-compute">–</td><td id="m-step-wait">–</td></tr>
+      <tr><td>Fairness (Jain's index)</td><td id="m-jain" colspan="3">–</td></tr>
+    </table>
+  </div>
+  <div class="chart panel"><h2>QoS classes <span class="note">(engine, last 30 s)</span></h2>
+    <table>
+      <tr><th>class</th><th>waiting</th><th>running</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th></tr>
+      <tr><td>interactive</td><td id="q-interactive-waiting">–</td><td id="q-interactive-running">–</td>
+          <td id="q-interactive-ttft-p50">–</td><td id="q-interactive-ttft-p99">–</td>
+          <td id="q-interactive-tpot-p50">–</td><td id="q-interactive-tpot-p99">–</td></tr>
+      <tr><td>batch</td><td id="q-batch-waiting">–</td><td id="q-batch-running">–</td>
+          <td id="q-batch-ttft-p50">–</td><td id="q-batch-ttft-p99">–</td>
+          <td id="q-batch-tpot-p50">–</td><td id="q-batch-tpot-p99">–</td></tr>
+    </table>
+  </div>
+  <div class="chart panel"><h2>Controller: <span id="ctl-state">–</span></h2>
+    <table>
+      <tr><th>loop</th><th>setpoint</th><th>error</th><th>output</th></tr>
+      <tr><td>KV usage</td><td id="ctl-kv-setpoint">–</td><td id="ctl-kv-error">–</td><td id="ctl-kv-output">–</td></tr>
+      <tr><td>interactive TPOT p90</td><td id="ctl-tpot-setpoint">–</td><td id="ctl-tpot-error">–</td><td id="ctl-tpot-output">–</td></tr>
+    </table>
+    <table>
+      <tr><th>knob</th><th>value</th></tr>
+      <tr><td>admission watermark</td><td id="ctl-knob-watermark">–</td></tr>
+      <tr><td>max batched tokens</td><td id="ctl-knob-max_batched_tokens">–</td></tr>
+      <tr><td>max seqs</td><td id="ctl-knob-max_seqs">–</td></tr>
+      <tr><td>hot tokens</td><td id="ctl-knob-hot_tokens">–</td></tr>
+    </table>
+  </div>
 </section>
 <footer>Polls <a href="/metrics">/metrics</a> every second · last 5 minutes · <a href="/health">/health</a> · <a href="/v1/models">/v1/models</a></footer>
 <script>
@@ -148,6 +194,12 @@ footer a { color: inherit; }
     return Number.isInteger(v) ? String(v) : String(Number(v.toFixed(Math.abs(v) < 1 ? 2 : 1)));
   }
   const fmtPct = (v) => (v === null || !isFinite(v) ? '–' : (100 * v).toFixed(1) + '%');
+  // Seconds shown as milliseconds.
+  function fmtMs(v) {
+    if (v === null || !isFinite(v)) return '–';
+    const ms = 1000 * v;
+    return (ms >= 100 ? ms.toFixed(0) : ms.toFixed(1)) + ' ms';
+  }
 
   // --- time series -----------------------------------------------------------------------------
   // Each series is [[t_ms, value|null], ...]; a null value is a gap (a failed poll, a reset counter).
@@ -330,7 +382,38 @@ footer a { color: inherit; }
     const by = (s) => get(m, 'strata_requests_total', { status: s }) || 0;
     $('c-req-sub').textContent = fmtNum(by('success'), 0) + ' done · ' + fmtNum(by('error') + by('aborted') + by('rejected'), 0) + ' failed';
     $('c-req-sub').title = by('error') + ' errors, ' + by('aborted') + ' aborted, ' + by('rejected') + ' rejected';
+    renderMonitor(m);
     return ready;
+  }
+
+  // The monitor's, the QoS classes' and the controller's gauges (absent ones show '–').
+  function renderMonitor(m) {
+    const set = (id, text) => { $(id).textContent = text; };
+    for (const tier of ['hot', 'warm', 'cold']) set('m-tier-' + tier, fmtPct(get(m, 'strata_kv_tier_usage_ratio', { tier })));
+    set('m-frag', fmtPct(get(m, 'strata_kv_fragmentation_ratio')));
+    set('m-hit', fmtPct(get(m, 'strata_prefix_cache_hit_rate')));
+    set('m-pre', fmtNum(get(m, 'strata_preemptions_per_second'), 2));
+    for (const phase of ['kv', 'compute', 'wait']) set('m-step-' + phase, fmtMs(get(m, 'strata_engine_step_seconds', { phase })));
+    set('m-jain', fmtNum(get(m, 'strata_fairness_jain_index'), 2));
+    for (const qos of ['interactive', 'batch']) {
+      for (const state of ['waiting', 'running']) set('q-' + qos + '-' + state, fmtNum(get(m, 'strata_qos_sequences', { qos, state }), 0));
+      for (const [what, metric] of [['ttft', 'strata_qos_ttft_seconds'], ['tpot', 'strata_qos_tpot_seconds']]) {
+        set('q-' + qos + '-' + what + '-p50', fmtMs(get(m, metric, { qos, quantile: '0.5' })));
+        set('q-' + qos + '-' + what + '-p99', fmtMs(get(m, metric, { qos, quantile: '0.99' })));
+      }
+    }
+    const enabled = get(m, 'strata_controller_enabled');
+    set('ctl-state', enabled === null ? '–' : enabled > 0 ? 'pid' : 'off');
+    const loop = (name, metric) => get(m, metric, { loop: name });
+    set('ctl-kv-setpoint', fmtPct(loop('kv_usage', 'strata_controller_setpoint')));
+    set('ctl-kv-error', fmtNum(loop('kv_usage', 'strata_controller_error'), 3));
+    set('ctl-kv-output', fmtNum(loop('kv_usage', 'strata_controller_output'), 3));
+    set('ctl-tpot-setpoint', fmtMs(loop('interactive_tpot', 'strata_controller_setpoint')));
+    set('ctl-tpot-error', fmtNum(loop('interactive_tpot', 'strata_controller_error'), 3));
+    set('ctl-tpot-output', fmtNum(loop('interactive_tpot', 'strata_controller_output'), 3));
+    const knob = (k) => get(m, 'strata_controller_knob', { knob: k });
+    set('ctl-knob-watermark', fmtPct(knob('watermark')));
+    for (const k of ['max_batched_tokens', 'max_seqs', 'hot_tokens']) set('ctl-knob-' + k, fmtNum(knob(k), 0));
   }
 
   function recordGap(now) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -114,6 +115,100 @@ TEST(BenchDataset, InvalidOptionsAreRejectedWithTheFlagName) {
   EXPECT_THROW(make_dataset(options(DatasetKind::kRandom, 0, 10, 4)), Error);
   EXPECT_THROW(make_dataset(options(DatasetKind::kRandom, 4, 0, 4)), Error);
   EXPECT_THROW(make_dataset(options(DatasetKind::kRandom, 4, 10, 0)), Error);
+}
+
+TEST(BenchDataset, RangeRatioSpreadsPromptAndOutputLengthsWithinTheRange) {
+  auto o = options(DatasetKind::kRandom, 200, 40, 20);
+  o.range_ratio = 0.5;  // prompts 20..60 words, max_tokens 10..30
+  const Dataset d = make_dataset(o);
+  std::set<int32_t> in_lens, out_lens;
+  for (const auto& c : d.conversations) {
+    const Turn& t = c.turns.at(0);
+    EXPECT_EQ(count_words(t.prompt), t.prompt_len);
+    EXPECT_GE(t.prompt_len, 20);
+    EXPECT_LE(t.prompt_len, 60);
+    EXPECT_GE(t.max_tokens, 10);
+    EXPECT_LE(t.max_tokens, 30);
+    in_lens.insert(t.prompt_len);
+    out_lens.insert(t.max_tokens);
+  }
+  // 200 uniform draws over 41 and 21 values: nearly all of them appear, ends included.
+  EXPECT_GT(in_lens.size(), 30u);
+  EXPECT_GT(out_lens.size(), 15u);
+  EXPECT_EQ(prompts(make_dataset(o)), prompts(d)) << "the same seed gives the same lengths";
+  // Ratio 0 is the exact length, and a ratio draws from its own generator: no other prompt changes.
+  o.range_ratio = 0;
+  for (const auto& c : make_dataset(o).conversations) EXPECT_EQ(c.turns[0].prompt_len, 40);
+}
+
+TEST(BenchDataset, RangeRatioKeepsSharedPrefixPromptsAtLeastThePrefix) {
+  auto o = options(DatasetKind::kSharedPrefix, 50, 12, 4);
+  o.shared_prefix_len = 10;
+  o.range_ratio = 0.9;  // 1..23 asked, but never below the prefix
+  const std::string prefix = shared_prefix_text(o);
+  for (const auto& c : make_dataset(o).conversations) {
+    EXPECT_GE(c.turns[0].prompt_len, 10);
+    EXPECT_EQ(c.turns[0].prompt.rfind(prefix, 0), 0u);
+  }
+}
+
+TEST(BenchDataset, RangeRatioOutsideZeroToOneNamesTheFlag) {
+  for (double r : {-0.1, 1.0, 2.0}) {
+    auto o = options(DatasetKind::kRandom, 4, 10, 4);
+    o.range_ratio = r;
+    try {
+      make_dataset(o);
+      FAIL() << "expected an error for " << r;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--random-range-ratio"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(BenchDataset, QosMixParsesNamesAndWeights) {
+  const auto mix = parse_qos_mix("interactive=0.3,batch=0.7");
+  ASSERT_EQ(mix.size(), 2u);
+  EXPECT_EQ(mix[0].name, "interactive");
+  EXPECT_DOUBLE_EQ(mix[0].weight, 0.3);
+  EXPECT_EQ(mix[1].name, "batch");
+  EXPECT_DOUBLE_EQ(mix[1].weight, 0.7);
+  EXPECT_EQ(parse_qos_mix("batch=2").size(), 1u);
+  for (const char* bad : {"", "interactive", "=1", "a=0", "a=-1", "a=x", "a=1,", "a=1,a=2", "a b=1", "a=inf", "a=1;b=2"}) {
+    try {
+      parse_qos_mix(bad);
+      FAIL() << "expected an error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--qos-mix"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(BenchDataset, AssignQosGivesEachClassItsShareShuffledBySeed) {
+  Dataset d = make_dataset(options(DatasetKind::kRandom, 10, 5, 2));
+  assign_qos(d, parse_qos_mix("interactive=0.3,batch=0.7"), 1);
+  std::vector<std::string> a;
+  for (const auto& c : d.conversations) a.push_back(c.qos);
+  EXPECT_EQ(std::count(a.begin(), a.end(), "interactive"), 3);
+  EXPECT_EQ(std::count(a.begin(), a.end(), "batch"), 7);
+  Dataset e = d;
+  assign_qos(e, parse_qos_mix("interactive=0.3,batch=0.7"), 1);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(e.conversations[i].qos, a[i]) << "same seed, same classes";
+  // Another seed places them elsewhere (for some seed among a few: 10 choose 3 = 120 placements).
+  bool moved = false;
+  for (uint64_t seed = 2; seed < 6 && !moved; ++seed) {
+    assign_qos(e, parse_qos_mix("interactive=0.3,batch=0.7"), seed);
+    for (size_t i = 0; i < a.size(); ++i) moved |= e.conversations[i].qos != a[i];
+  }
+  EXPECT_TRUE(moved);
+  // Largest remainders: 1/3 each of 10 gives 4, 3, 3 and the counts always sum to n.
+  assign_qos(d, parse_qos_mix("a=1,b=1,c=1"), 3);
+  std::vector<std::string> abc;
+  for (const auto& c : d.conversations) abc.push_back(c.qos);
+  EXPECT_EQ(std::count(abc.begin(), abc.end(), "a"), 4);
+  EXPECT_EQ(std::count(abc.begin(), abc.end(), "b"), 3);
+  EXPECT_EQ(std::count(abc.begin(), abc.end(), "c"), 3);
+  assign_qos(d, {}, 3);
+  for (const auto& c : d.conversations) EXPECT_EQ(c.qos, "");
 }
 
 TEST(BenchDataset, ParsesDatasetNames) {

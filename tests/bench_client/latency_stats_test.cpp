@@ -135,6 +135,132 @@ TEST(BenchReport, PrefixHitRateIsTheDeltaBetweenScrapes) {
   EXPECT_NE(format_report(r).find("75.0%"), std::string::npos);
 }
 
+TEST(BenchReport, QosClassesGetTheirOwnLatenciesAndThroughput) {
+  BenchRun run;
+  run.duration_s = 4.0;
+  auto rec = [](const char* qos, double ttft_s, double e2e_s, int32_t output) {
+    RequestRecord r = ok_record(ttft_s, {}, e2e_s, 10, output, true);
+    r.qos = qos;
+    return r;
+  };
+  run.records.push_back(rec("interactive", 0.1, 0.5, 5));  // TPOT 100 ms
+  run.records.push_back(rec("batch", 2.0, 4.0, 11));        // TPOT 200 ms
+  run.records.push_back(rec("batch", 3.0, 4.0, 3));         // TPOT 500 ms
+  RequestRecord failed;
+  failed.qos = "batch";
+  failed.result.error = "HTTP 500";
+  run.records.push_back(failed);
+  const BenchReport r = make_report(run);
+  ASSERT_EQ(r.qos_classes.size(), 2u);
+  const QosClassReport& b = r.qos_classes[0];  // by name
+  const QosClassReport& i = r.qos_classes[1];
+  EXPECT_EQ(b.name, "batch");
+  EXPECT_EQ(b.requests, 3u);
+  EXPECT_EQ(b.completed, 2u);
+  EXPECT_EQ(b.failed, 1u);
+  EXPECT_EQ(b.total_output_tokens, 14);
+  EXPECT_DOUBLE_EQ(b.request_throughput, 0.5);
+  EXPECT_DOUBLE_EQ(b.output_tok_s, 3.5);
+  EXPECT_DOUBLE_EQ(b.ttft_ms.median, 2500);
+  EXPECT_DOUBLE_EQ(b.ttft_ms.p99, 2990);
+  EXPECT_DOUBLE_EQ(b.tpot_ms.median, 350);
+  EXPECT_EQ(i.name, "interactive");
+  EXPECT_EQ(i.completed, 1u);
+  EXPECT_DOUBLE_EQ(i.ttft_ms.p99, 100);
+  EXPECT_DOUBLE_EQ(i.tpot_ms.median, 100);
+  // The totals pool both classes.
+  EXPECT_EQ(r.completed, 3u);
+  EXPECT_EQ(r.ttft_ms.count, 3u);
+  const std::string text = format_report(r);
+  EXPECT_NE(text.find("QoS class batch"), std::string::npos) << text;
+  EXPECT_NE(text.find("QoS class interactive"), std::string::npos) << text;
+  const auto j = report_to_json(r);
+  EXPECT_EQ(j["qos_classes"]["batch"]["failed"], 1);
+  EXPECT_DOUBLE_EQ(j["qos_classes"]["interactive"]["ttft_ms"]["p99"].get<double>(), 100);
+  EXPECT_DOUBLE_EQ(j["qos_classes"]["batch"]["tpot_ms"]["median"].get<double>(), 350);
+
+  // Without classes: no sections, an empty object.
+  for (auto& x : run.records) x.qos.clear();
+  const BenchReport plain = make_report(run);
+  EXPECT_TRUE(plain.qos_classes.empty());
+  EXPECT_EQ(format_report(plain).find("QoS class"), std::string::npos);
+  EXPECT_TRUE(report_to_json(plain)["qos_classes"].empty());
+}
+
+TEST(BenchReport, PreemptionsAreTheCounterDeltaSummedOverServers) {
+  BenchRun run;
+  run.duration_s = 1;
+  ServerRun a, b, c;
+  a.metrics_before = parse_prometheus_text("strata_preemptions_total 4\n");
+  a.metrics_after = parse_prometheus_text("strata_preemptions_total 11\n");
+  b.metrics_before = parse_prometheus_text("vllm:num_preemptions_total{model_name=\"m\"} 1\n");
+  b.metrics_after = parse_prometheus_text("vllm:num_preemptions_total{model_name=\"m\"} 3\n");
+  c.metrics_before = parse_prometheus_text("other 1\n");
+  c.metrics_after = parse_prometheus_text("other 2\n");
+  run.servers = {a, b, c};
+  const BenchReport r = make_report(run);
+  EXPECT_DOUBLE_EQ(r.preemptions.value(), 9);
+  EXPECT_DOUBLE_EQ(r.servers[0].preemptions.value(), 7);
+  EXPECT_DOUBLE_EQ(r.servers[1].preemptions.value(), 2);
+  EXPECT_FALSE(r.servers[2].preemptions.has_value());
+  EXPECT_NE(format_report(r).find("Preemptions (server):"), std::string::npos);
+  EXPECT_EQ(report_to_json(r)["preemptions"], 9.0);
+  EXPECT_TRUE(report_to_json(r)["servers"][2]["preemptions"].is_null());
+  run.servers = {c};
+  EXPECT_FALSE(make_report(run).preemptions.has_value());
+  EXPECT_TRUE(report_to_json(make_report(run))["preemptions"].is_null());
+}
+
+TEST(BenchReport, KvUsageIsSummarisedFromEveryServersTrace) {
+  BenchRun run;
+  run.duration_s = 1;
+  ServerRun a, b;
+  for (double u : {0.5, 0.95, 1.0}) {
+    TracePoint p;
+    p.kv_usage = u;
+    a.trace.push_back(p);
+  }
+  TracePoint gap;  // a scrape without the gauge counts for nothing
+  a.trace.push_back(gap);
+  TracePoint p;
+  p.kv_usage = 0.1;
+  b.trace.push_back(p);
+  run.servers = {a, b};
+  const BenchReport r = make_report(run);
+  EXPECT_EQ(r.kv_usage.samples, 4u);
+  EXPECT_DOUBLE_EQ(r.kv_usage.mean, (0.5 + 0.95 + 1.0 + 0.1) / 4);
+  EXPECT_DOUBLE_EQ(r.kv_usage.p50, 0.725);
+  EXPECT_DOUBLE_EQ(r.kv_usage.max, 1.0);
+  EXPECT_DOUBLE_EQ(r.kv_usage.share_at_or_above_90, 0.5);
+  EXPECT_NE(format_report(r).find("KV usage sampled"), std::string::npos);
+  EXPECT_EQ(report_to_json(r)["kv_usage"]["samples"], 4);
+  run.servers = {ServerRun{}};
+  EXPECT_TRUE(report_to_json(make_report(run))["kv_usage"].is_null());
+  EXPECT_EQ(format_report(make_report(run)).find("KV usage sampled"), std::string::npos);
+}
+
+TEST(BenchReport, RampArrivalsSpeedUpFromOneRateToTheOther) {
+  // From 1/s to 3/s: T = 2n / 4 = 1000 s for n = 2000; the first half of T expects
+  // (1 + 2) / 2 * 500 = 750 arrivals and the second (2 + 3) / 2 * 500 = 1250.
+  const auto a = ramp_arrival_times(2000, 1, 3, 7);
+  EXPECT_EQ(a, ramp_arrival_times(2000, 1, 3, 7));
+  ASSERT_EQ(a.size(), 2000u);
+  EXPECT_EQ(a.front(), 0);
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  const auto first_half = std::lower_bound(a.begin(), a.end(), 500.0) - a.begin();
+  EXPECT_NEAR(static_cast<double>(first_half), 750, 5 * std::sqrt(750.0));
+  EXPECT_NEAR(a.back(), 1000, 5 * std::sqrt(2000.0) / 3);  // the count's spread over the last rate
+  // Gaps in the first and last tenth: mean about 1/1.1 s and 1/2.9 s.
+  const double early = a[199] / 199, late = (a[1999] - a[1800]) / 199;
+  EXPECT_GT(early / late, 2.0);
+  // A ramp down mirrors it; a flat "ramp" is the plain Poisson process of that rate.
+  const auto down = ramp_arrival_times(2000, 3, 1, 7);
+  EXPECT_NEAR(static_cast<double>(std::lower_bound(down.begin(), down.end(), 500.0) - down.begin()), 1250, 5 * std::sqrt(1250.0));
+  const auto flat = ramp_arrival_times(500, 4, 4, 9);
+  const auto poisson = arrival_times(500, 4, 9);
+  for (size_t i = 0; i < flat.size(); ++i) EXPECT_NEAR(flat[i], poisson[i], 1e-9 * (1 + poisson[i]));
+}
+
 TEST(BenchReport, ArrivalTimesArePoissonFromTheSeedOrAllAtOnce) {
   EXPECT_EQ(arrival_times(4, 0, 1), (std::vector<double>{0, 0, 0, 0}));
   const auto a = arrival_times(2000, 50, 7);

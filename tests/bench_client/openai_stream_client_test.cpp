@@ -40,8 +40,11 @@ class FakeServer {
     svr_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, true); });
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       const int n = requests_.load();
+      // One preemption per request, and the requests in flight as the KV usage (in tenths).
       res.set_content("# TYPE strata_prefix_cache_hit_tokens_total counter\nstrata_prefix_cache_hit_tokens_total " +
-                          std::to_string(3 * n) + "\nstrata_prefix_cache_queried_tokens_total " + std::to_string(4 * n) + "\n",
+                          std::to_string(3 * n) + "\nstrata_prefix_cache_queried_tokens_total " + std::to_string(4 * n) +
+                          "\nstrata_preemptions_total " + std::to_string(n) + "\nstrata_kv_usage_ratio " +
+                          std::to_string(in_flight_.load() / 10.0) + "\n",
                       "text/plain");
     });
     port_ = svr_.bind_to_any_port("127.0.0.1");
@@ -143,12 +146,16 @@ TEST(OpenAiStreamClient, RequestBodyAsksForAStreamWithUsage) {
   EXPECT_EQ(c["max_tokens"], 4);
   EXPECT_EQ(c["temperature"], 0.0);
   EXPECT_FALSE(c.contains("ignore_eos")) << "extensions only when asked for";
+  EXPECT_FALSE(c.contains("qos")) << "extensions only when asked for";
   r.messages = {{"user", "hello"}};
   r.ignore_eos = true;
   const json chat = json::parse(OpenAiStreamClient::request_body(Endpoint::kChat, r));
   EXPECT_FALSE(chat.contains("prompt"));
   EXPECT_EQ(chat["messages"], json::parse(R"([{"role":"user","content":"hello"}])"));
   EXPECT_EQ(chat["ignore_eos"], true);
+  r.qos = "batch";
+  EXPECT_EQ(json::parse(OpenAiStreamClient::request_body(Endpoint::kChat, r))["qos"], "batch");
+  EXPECT_EQ(json::parse(OpenAiStreamClient::request_body(Endpoint::kCompletions, r))["qos"], "batch");
 }
 
 TEST(OpenAiStreamClient, ReadsAStreamCutAtAwkwardPlaces) {
@@ -241,6 +248,55 @@ TEST(BenchRunner, MultiTurnSendsTheHistoryWithTheServersReplies) {
     EXPECT_TRUE(found) << "history turns come from one conversation, in order";
   }
   EXPECT_EQ(third_turns, 2);
+}
+
+TEST(BenchRunner, QosClassesAreSentPerConversationAndGaugesSampledDuringTheRun) {
+  FakeServer server;
+  DatasetOptions o;
+  o.num_prompts = 8;
+  o.input_len = 3;
+  o.output_len = 4;
+  Dataset d = make_dataset(o);
+  assign_qos(d, parse_qos_mix("interactive=1,batch=1"), 5);
+  BenchConfig cfg;
+  cfg.base_urls = {server.url()};
+  cfg.model = "m";
+  cfg.max_concurrency = 2;  // 4 rounds of 30 ms: several samples 5 ms apart
+  cfg.trace_ms = 5;
+  const BenchRun run = run_benchmark(cfg, d);
+  // Every request carried its conversation's class, and the record keeps it.
+  const auto bodies = server.bodies();
+  ASSERT_EQ(bodies.size(), 8u);
+  for (const json& b : bodies) {
+    size_t matches = 0;
+    for (const auto& c : d.conversations) {
+      if (c.turns[0].prompt == b["prompt"]) {
+        ++matches;
+        EXPECT_EQ(b["qos"], c.qos);
+      }
+    }
+    EXPECT_EQ(matches, 1u);
+  }
+  for (const auto& rec : run.records) EXPECT_EQ(rec.qos, d.conversations[rec.conversation].qos);
+  const BenchReport rep = make_report(run);
+  ASSERT_EQ(rep.qos_classes.size(), 2u);
+  EXPECT_EQ(rep.qos_classes[0].completed, 4u);
+  EXPECT_EQ(rep.qos_classes[1].completed, 4u);
+  EXPECT_DOUBLE_EQ(rep.preemptions.value(), 8) << "the counter's delta over the run";
+  const auto& trace = run.servers.at(0).trace;
+  ASSERT_GE(trace.size(), 3u);
+  for (size_t i = 0; i < trace.size(); ++i) {
+    ASSERT_TRUE(trace[i].kv_usage.has_value());
+    EXPECT_GE(*trace[i].kv_usage, 0);
+    EXPECT_LE(*trace[i].kv_usage, 0.2) << "at most 2 requests in flight";
+    if (i > 0) {
+      EXPECT_GT(trace[i].t_s, trace[i - 1].t_s);
+    }
+  }
+  EXPECT_EQ(rep.kv_usage.samples, trace.size());
+  // No sampling unless asked for.
+  cfg.trace_ms = 0;
+  EXPECT_TRUE(run_benchmark(cfg, d).servers.at(0).trace.empty());
 }
 
 TEST(BenchRunner, MaxConcurrencyCapsRequestsInFlight) {

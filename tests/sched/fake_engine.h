@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -56,6 +57,7 @@ class FakeEngine {
     s.tokens = std::move(prompt);
     s.max_tokens = max_tokens;
     s.n_fork_children = n_samples - 1;
+    if (decorate) decorate(s);
     sched_.add(std::move(s));
     return next_id_ - 1;
   }
@@ -98,6 +100,8 @@ class FakeEngine {
   Scheduler sched_;
   StepRunner runner_;
   bool fork_on_prompt_done = false;
+  // Called on every new sequence before the scheduler sees it (QoS class, deadline, ...).
+  std::function<void(Sequence&)> decorate;
   std::map<SeqId, int> generated_;
   std::map<std::string, int64_t> served_;
   std::vector<SeqId> finished_;

@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "server/server_process.h"
@@ -173,6 +175,48 @@ TEST_F(BenchServe, ServerNotThereMeansFailuresWithTheFirstError) {
   EXPECT_NE(last_.out.find("n/a"), std::string::npos) << last_.out;
 }
 
+TEST_F(BenchServe, QosMixRampMixedLengthsAndAKvTrace) {
+  const std::string trace = dir_ + "/kv.csv";
+  const json j = bench({"--dataset", "random", "--num-prompts", "16", "--input-len", "24", "--output-len", "8",
+                        "--random-range-ratio", "0.5", "--ramp", "20:60", "--qos-mix", "interactive=1,batch=3",
+                        "--kv-sample-ms", "20", "--kv-trace", trace, "--ignore-eos"});
+  expect_documented_fields(j);
+  expect_all_completed(j, 16);
+  EXPECT_EQ(j["qos_classes"]["interactive"]["completed"], 4) << j.dump(2);
+  EXPECT_EQ(j["qos_classes"]["batch"]["completed"], 12) << j.dump(2);
+  for (const char* c : {"interactive", "batch"}) {
+    EXPECT_GT(j["qos_classes"][c]["ttft_ms"]["p99"].get<double>(), 0) << c;
+    EXPECT_GT(j["qos_classes"][c]["tpot_ms"]["p99"].get<double>(), 0) << c;
+    EXPECT_GT(j["qos_classes"][c]["output_tok_s"].get<double>(), 0) << c;
+  }
+  // max_tokens 4..12 with --ignore-eos: every request generates exactly its own.
+  EXPECT_GE(j["total_output_tokens"].get<int64_t>(), 16 * 4);
+  EXPECT_LE(j["total_output_tokens"].get<int64_t>(), 16 * 12);
+  EXPECT_TRUE(j["preemptions"].is_number()) << "strata serve exposes strata_preemptions_total";
+  EXPECT_TRUE(j["request_rate"].is_null());
+  EXPECT_EQ(j["ramp"], json({{"from", 20.0}, {"to", 60.0}}));
+  EXPECT_EQ(j["qos_mix"], "interactive=1,batch=3");
+  EXPECT_EQ(j["random_range_ratio"], 0.5);
+  EXPECT_EQ(j["kv_trace"], trace);
+  ASSERT_TRUE(j["kv_usage"].is_object()) << j.dump(2);
+  EXPECT_GE(j["kv_usage"]["samples"].get<int64_t>(), 1);
+  EXPECT_NE(last_.out.find("QoS class interactive"), std::string::npos) << last_.out;
+  EXPECT_NE(last_.out.find("KV usage sampled from /metrics"), std::string::npos) << last_.out;
+  // The CSV: its header, then one row per sample with 15 cells, time first, strata's gauges filled.
+  const std::string csv = test::read_file(trace);
+  std::istringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line.rfind("t_s,server,kv_usage,kv_hot,kv_warm,kv_cold,running,waiting,swapped,preemptions_total,", 0), 0u) << line;
+  int64_t rows = 0;
+  while (std::getline(lines, line)) {
+    ++rows;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 14) << line;
+    EXPECT_TRUE(std::regex_search(line, std::regex("^[0-9]+\\.[0-9]{3},0,[0-9.e-]+,[0-9.e-]+,"))) << line;
+  }
+  EXPECT_EQ(rows, j["kv_usage"]["samples"].get<int64_t>());
+}
+
 TEST_F(BenchServe, BadFlagsAreUsageErrors) {
   const std::string out = dir_ + "/unused.json";
   auto r = test::run_command({test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--endpoint", "embeddings"});
@@ -184,6 +228,25 @@ TEST_F(BenchServe, BadFlagsAreUsageErrors) {
   r = test::run_command({test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--dataset", "multi-turn"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--endpoint chat"), std::string::npos) << r.err;
+  // Each new flag's own message, before anything is sent.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--qos-mix", "interactive"}, "--qos-mix"},
+      {{"--qos-mix", "interactive=0"}, "--qos-mix"},
+      {{"--ramp", "2"}, "--ramp"},
+      {{"--ramp", "0:4"}, "--ramp"},
+      {{"--ramp", "2:4", "--request-rate", "3"}, "--ramp and --request-rate"},
+      {{"--random-range-ratio", "1"}, "--random-range-ratio"},
+      {{"--kv-sample-ms", "-1"}, "--kv-sample-ms"},
+      {{"--kv-sample-ms", "0", "--kv-trace", out}, "--kv-trace needs --kv-sample-ms"},
+      {{"--kv-trace", dir_ + "/no/such/dir/kv.csv"}, "--kv-trace"},
+  };
+  for (const auto& [args, message] : bad) {
+    std::vector<std::string> argv = {test::strata_bin(), "bench", "serve", "--base-url", server_->url(), "--num-prompts", "1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    r = test::run_command(argv);
+    EXPECT_EQ(r.exit_code, 2) << args.front() << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

@@ -121,6 +121,35 @@ TEST_F(StatusPage, RendersTheLiveMetricsOfARunningServer) {
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-running\">0<"))) << r.dom;
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("capacity hot [0-9.]+ [KMG]iB"))) << r.dom;
   EXPECT_NE(r.dom.find("id=\"model\">stories260K<"), std::string::npos) << "model name from /v1/models";
+  // The engine monitor's figures, from strata's own gauges; the controller is off by default.
+  for (const char* id : {"m-tier-hot", "m-tier-warm", "m-tier-cold", "m-frag", "m-hit"}) {
+    EXPECT_TRUE(std::regex_search(r.dom, std::regex(std::string("id=\"") + id + "\"[^>]*>[0-9.]+%<"))) << id << r.dom;
+  }
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"m-jain\"[^>]*>[0-9.]+<"))) << r.dom;
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"m-step-compute\">[0-9.]+ ms<"))) << r.dom;
+  for (const char* id : {"q-interactive-ttft-p50", "q-interactive-ttft-p99", "q-batch-tpot-p50", "q-batch-tpot-p99"}) {
+    EXPECT_TRUE(std::regex_search(r.dom, std::regex(std::string("id=\"") + id + "\">[0-9.]+ ms<"))) << id << r.dom;
+  }
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"q-batch-waiting\">0<"))) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-state\">off<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-knob-max_seqs\">–<"), std::string::npos) << "no knobs without the controller";
+}
+
+TEST_F(StatusPage, ShowsTheQosClassesAndThePidControllersLoopsAndKnobs) {
+  test::ServerOptions options;
+  options.args = {"--controller", "pid", "--max-seqs", "48"};
+  test::ServerProcess serve(options);
+  ASSERT_TRUE(serve.running()) << serve.log();
+  const BrowserRun r = run_browser(serve.url() + "/", {"--dump-dom"}, 5000);
+  ASSERT_EQ(r.result.exit_code, 0) << r.console;
+  expect_no_js_errors(r);
+  EXPECT_NE(r.dom.find("id=\"ctl-state\">pid<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-kv-setpoint\">90.0%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-tpot-setpoint\">200 ms<"), std::string::npos) << r.dom;
+  // Idle: no KV pressure, no interactive TPOT (error -1): both loops rest at 0, knobs at the flags.
+  EXPECT_NE(r.dom.find("id=\"ctl-kv-output\">0.000<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-tpot-error\">-1.000<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-knob-max_seqs\">48<"), std::string::npos) << r.dom;
 }
 
 TEST_F(StatusPage, ScreenshotIsANonTrivialPng) {
@@ -160,7 +189,14 @@ TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
       res.set_content(
           "strata_model_ready 1\nstrata_kv_usage_ratio 0.25\nstrata_kv_bytes{tier=\"hot\"} 1048576\n"
           "strata_kv_capacity_bytes{tier=\"hot\"} 4194304\nstrata_requests_running 3\nstrata_requests_waiting 1\n"
-          "strata_requests_swapped 0\nstrata_generation_tokens_total " + std::to_string(100 * call) + "\n",
+          "strata_requests_swapped 0\nstrata_generation_tokens_total " + std::to_string(100 * call) + "\n"
+          "strata_kv_tier_usage_ratio{tier=\"hot\"} 0.8\nstrata_kv_tier_usage_ratio{tier=\"warm\"} 0.25\n"
+          "strata_kv_fragmentation_ratio 0.0625\nstrata_fairness_jain_index 0.875\n"
+          "strata_qos_sequences{qos=\"batch\",state=\"waiting\"} 6\n"
+          "strata_qos_ttft_seconds{qos=\"interactive\",quantile=\"0.99\"} 0.0425\n"
+          "strata_qos_tpot_seconds{qos=\"batch\",quantile=\"0.5\"} 1.25\n"
+          "strata_controller_enabled 1\nstrata_controller_output{loop=\"kv_usage\"} 0.5\n"
+          "strata_controller_knob{knob=\"watermark\"} 0.155\n",
           "text/plain");
     }
   });
@@ -172,6 +208,19 @@ TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
   EXPECT_GE(server.calls(), 5);
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-kv\">25.0%<"))) << r.dom;
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-running\">3<"))) << r.dom;
+  // The monitor's gauges as sent; what is missing (the cold tier, most quantiles) shows a dash.
+  EXPECT_NE(r.dom.find("id=\"m-tier-hot\">80.0%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-tier-warm\">25.0%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-tier-cold\">–<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-frag\" colspan=\"3\">6.3%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-jain\" colspan=\"3\">0.88<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"q-batch-waiting\">6<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"q-interactive-ttft-p99\">42.5 ms<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"q-batch-tpot-p50\">1250 ms<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"q-batch-tpot-p99\">–<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-state\">pid<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-kv-output\">0.500<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-knob-watermark\">15.5%<"), std::string::npos) << r.dom;
 }
 
 TEST_F(StatusPage, ShowsUnreachableWhenMetricsCannotBeFetchedAtAll) {
