@@ -41,6 +41,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/seq_slots.cuh"
 
 namespace strata::cuda {
 namespace attn {
@@ -224,31 +225,11 @@ __global__ void __launch_bounds__(WQ * 32, (VEC <= 3 ? 12 : 8) / WQ)
 
   // Which sequence holds this tile group: prefix sums of ceil(tiles / WQ) over the sequences (every
   // warp computes the same, no barrier needed).
-  int32_t seq = -1;
-  int64_t local_group = 0;
-  {
-    int64_t cum = 0;
-    for (int32_t base = 0; base < b.n_seqs; base += 32) {
-      const int32_t si = base + lane;
-      const int64_t ng = si < b.n_seqs ? (seq_tiles(b.seqs[si].n_q, group) + WQ - 1) / WQ : 0;
-      int64_t inc = ng;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
-      }
-      const int64_t total = __shfl_sync(0xffffffffu, inc, 31);
-      if (gslot < cum + total) {
-        const unsigned mask = __ballot_sync(0xffffffffu, cum + inc > gslot);
-        const int L = __ffs(mask) - 1;
-        const int64_t excl = __shfl_sync(0xffffffffu, inc - ng, L);
-        seq = base + L;
-        local_group = gslot - cum - excl;
-        break;
-      }
-      cum += total;
-    }
-  }
+  int32_t seq;
+  int64_t local_group;
+  find_seq_slot(
+      b.n_seqs, [&](int32_t si) { return (seq_tiles(b.seqs[si].n_q, group) + WQ - 1) / WQ; }, gslot, lane, &seq,
+      &local_group);
   if (seq < 0) return;  // block-uniform
   const AttnSeqDev sd = b.seqs[seq];
   const int32_t* table = b.tables + sd.table_offset;

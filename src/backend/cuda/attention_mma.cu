@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/seq_slots.cuh"
 
 namespace strata::cuda::attn {
 namespace {
@@ -178,31 +179,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Which sequence holds block slot gslot: prefix sums of its blocks ceil(n_q * group / kVecs)
   // over the sequences (every warp computes the same).
-  int32_t seq = -1;
-  int64_t local = 0;
-  {
-    int64_t cum = 0;
-    for (int32_t base = 0; base < b.n_seqs; base += 32) {
-      const int32_t si = base + lane;
-      const int64_t ng = si < b.n_seqs ? (int64_t{b.seqs[si].n_q} * group + kVecs - 1) / kVecs : 0;
-      int64_t inc = ng;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
-      }
-      const int64_t total = __shfl_sync(0xffffffffu, inc, 31);
-      if (gslot < cum + total) {
-        const unsigned mask = __ballot_sync(0xffffffffu, cum + inc > gslot);
-        const int L = __ffs(mask) - 1;
-        const int64_t excl = __shfl_sync(0xffffffffu, inc - ng, L);
-        seq = base + L;
-        local = gslot - cum - excl;
-        break;
-      }
-      cum += total;
-    }
-  }
+  int32_t seq;
+  int64_t local;
+  find_seq_slot(
+      b.n_seqs, [&](int32_t si) { return (int64_t{b.seqs[si].n_q} * group + kVecs - 1) / kVecs; }, gslot, lane, &seq,
+      &local);
   if (seq < 0) return;  // block-uniform
   const AttnSeqDev sd = b.seqs[seq];
   const int32_t* table = b.tables + sd.table_offset;
