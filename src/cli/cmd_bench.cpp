@@ -139,21 +139,32 @@ int run_bench_model(const BenchModelOptions& o) {
     model->forward(b, kv.views());
     kv.release_all();
   }
+  // B sequences decode o.tg tokens together from an empty context, one token each per step
+  // (greedy, to keep the work realistic); returns the seconds it took.
+  auto decode = [&] {
+    std::vector<TokenId> toks = random_tokens(o.batch);
+    const auto t0 = Clock::now();
+    for (int32_t step = 0; step < o.tg; ++step) {
+      ForwardBatch b;
+      for (int32_t s = 0; s < o.batch; ++s) {
+        kv.reserve(static_cast<size_t>(s), step + 1);
+        b.seqs.push_back({std::span<const TokenId>(&toks[static_cast<size_t>(s)], 1), step, kv.table(static_cast<size_t>(s)),
+                          LogitsMode::kLast});
+      }
+      auto logits = model->forward(b, kv.views());
+      for (int32_t s = 0; s < o.batch; ++s) {
+        auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
+        toks[static_cast<size_t>(s)] = static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    kv.release_all();
+    return secs;
+  };
   // GPU: one untimed decode of the measured shape too, so that recording its CUDA graphs (one per
   // context-length bucket, made on first use and replayed after, as in a serving steady state)
   // does not land in the first repetition.
-  if (!model->backend().host_visible() && o.tg > 0) {
-    for (int32_t step = 0; step < o.tg; ++step) {
-      ForwardBatch b;
-      const TokenId t = static_cast<TokenId>(step % mc.n_vocab);
-      for (int32_t s = 0; s < o.batch; ++s) {
-        kv.reserve(static_cast<size_t>(s), step + 1);
-        b.seqs.push_back({std::span<const TokenId>(&t, 1), step, kv.table(static_cast<size_t>(s)), LogitsMode::kLast});
-      }
-      model->forward(b, kv.views());
-    }
-    kv.release_all();
-  }
+  if (!model->backend().host_visible() && o.tg > 0) decode();
 
   std::vector<double> pp_runs, tg_runs;
   for (int32_t rep = 0; rep < o.reps; ++rep) {
@@ -168,27 +179,7 @@ int run_bench_model(const BenchModelOptions& o) {
       pp_runs.push_back(o.pp / s);
       kv.release_all();
     }
-    if (o.tg > 0) {
-      // B sequences decode together from an empty context, one token each per step.
-      std::vector<TokenId> toks = random_tokens(o.batch);
-      const auto t0 = Clock::now();
-      for (int32_t step = 0; step < o.tg; ++step) {
-        ForwardBatch b;
-        for (int32_t s = 0; s < o.batch; ++s) {
-          kv.reserve(static_cast<size_t>(s), step + 1);
-          b.seqs.push_back({std::span<const TokenId>(&toks[static_cast<size_t>(s)], 1), step, kv.table(static_cast<size_t>(s)),
-                            LogitsMode::kLast});
-        }
-        auto logits = model->forward(b, kv.views());
-        for (int32_t s = 0; s < o.batch; ++s) {  // greedy, to keep the work realistic
-          auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
-          toks[static_cast<size_t>(s)] = static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
-        }
-      }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      tg_runs.push_back(static_cast<double>(o.tg) * o.batch / s);
-      kv.release_all();
-    }
+    if (o.tg > 0) tg_runs.push_back(static_cast<double>(o.tg) * o.batch / decode());
   }
   const Stats pp = stats(pp_runs), tg = stats(tg_runs);
   const uint64_t bytes_per_step = model->step_weight_bytes();
