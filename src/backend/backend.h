@@ -205,6 +205,10 @@ class Backend {
   // their positions.
   virtual void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
                                float scale, ActView out) = 0;
+  // Whether paged_attention fills AttentionSeq::importance (the attention mass per key slot) and
+  // keys may sit in slots other than their positions (eviction policies, --kv-evict). Backends
+  // that return false ignore the buffer; the engine and the CLI refuse a policy on them.
+  virtual bool reports_attention_importance() const { return false; }
   // Copies hot block src to hot block dst, K and V, in one layer (copy-on-write).
   virtual void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) = 0;
   // Encodes `blocks` (warm_span(f, block_size) full hot blocks of one layer) into one warm slot,

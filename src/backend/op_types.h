@@ -33,15 +33,27 @@ struct RopeParams {
 };
 
 // One sequence of a batch for attention: its new tokens are rows [q_begin, q_begin + n_q) of q
-// and out, at positions start_pos .. start_pos + n_q - 1; it attends causally to keys at
-// positions [0, start_pos + i] read through `blocks` (block j holds positions
-// [j*block_size, (j+1)*block_size)). `blocks` is host memory (the scheduler's block table).
+// and out, stored in KV slots start_pos .. start_pos + n_q - 1; row i attends to the keys of
+// slots [0, start_pos + i] read through `blocks` (block j holds slots
+// [j*block_size, (j+1)*block_size)). Slots are positions unless the sequence evicted tokens
+// (kv/kv_manager.h: its slots are then dense, and every cached slot precedes the new rows, so
+// the slot order is the causal order attention needs; RoPE used the true positions).
+// `blocks` is host memory (the scheduler's block table).
+//
+// Importance (--kv-evict; backends that report it: Backend::reports_attention_importance()):
+// when `importance` is set (host memory, [start_pos + n_q] floats), the kernel adds to
+// importance[k] the softmax weight key slot k received from every query head of every row
+// i >= importance_from, i.e. the attention mass summed over the query heads (all KV groups);
+// called once per layer, the buffer sums over layers too. Rows before importance_from and
+// sequences without a buffer cost nothing extra.
 struct AttentionSeq {
   int32_t q_begin = 0;
   int32_t n_q = 0;
   int32_t start_pos = 0;
   const BlockId* blocks = nullptr;
   int32_t n_blocks = 0;
+  float* importance = nullptr;
+  int32_t importance_from = 0;
 };
 
 }  // namespace strata

@@ -10,6 +10,13 @@
 // at the end over the tokens held. The mean over windows of each window's bytes per token is kept
 // as `kv_bytes_per_token_window_mean`: it weighs a short last window like a full one, and a short
 // window holds relatively many hot tokens, so it reads high.
+//
+// Eviction (--kv-evict, --kv-budget, ...): each window runs as one request would: its first
+// --prompt tokens are the prompt (computed in chunks of --chunk; snapkv votes at its end), the
+// rest are fed --chunk tokens per forward pass, and after every pass the policy evicts down to
+// the budget (kv/kv_evictor.h), so later tokens attend only to what was kept. With --prompt, only
+// the positions after the prompt are scored (the prompt is context, as in a request). The
+// reference run keeps every token, with the same chunks.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -23,6 +30,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "engine/step_runner.h"
+#include "kv/kv_evictor.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
@@ -37,6 +45,7 @@ struct EvalOptions {
   std::string file;
   int32_t ctx = 0;
   int32_t chunk = 0;
+  int32_t prompt = 0;
   bool json = false;
 };
 
@@ -50,11 +59,14 @@ struct PplRun {
   int64_t windows = 0;
   double kv_bytes_per_token() const { return kv_tokens ? static_cast<double>(kv_bytes) / static_cast<double>(kv_tokens) : 0; }
   int64_t reencoded_blocks = 0;  // hot blocks re-encoded into the warm tier, all windows
+  int64_t evicted_tokens = 0;    // dropped by the eviction policy, all windows
+  int64_t max_held_tokens = 0;   // most tokens one window's sequence held after a step
 };
 
 // Feeds each window chunk by chunk, so that blocks leave the hot window (and are re-encoded)
 // while later tokens still attend to them, as in a long generation.
-PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, int32_t chunk, const KvConfig& kvc) {
+PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, int32_t chunk, int32_t prompt,
+               const KvConfig& kvc) {
   const ModelConfig& mc = model.config();
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
   PplRun run;
@@ -67,18 +79,33 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     if (window.size() < 2) break;
     KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
     KvManager kv(geo, kvc, storage.capacity(), model.fingerprint());
+    std::unique_ptr<KvEvictor> evictor;
+    if (kvc.evict.enabled()) evictor = std::make_unique<KvEvictor>(kv, kvc.evict, mc.n_layer, mc.n_head);
     kv.add_sequence(1);
     const int32_t n = static_cast<int32_t>(window.size());
-    for (int32_t pos = 0; pos < n - 1; pos += chunk) {
-      const int32_t len = std::min(chunk, n - 1 - pos);
+    const int32_t n_prompt = std::min(std::max(prompt, 1), n - 1);
+    for (int32_t pos = 0; pos < n - 1;) {
+      // With --prompt, prompt chunks end at the prompt's end, so that snapkv votes there.
+      const int32_t len = std::min({chunk, n - 1 - pos, prompt > 0 && pos < n_prompt ? n_prompt - pos : chunk});
       if (!kv.allocate(1, window, pos + len)) fail("the KV pool is too small for --ctx {}; raise --kv-memory", ctx);
       if (!run_kv_ops(kv, storage, kv.take_ops()).empty()) fail("the KV cache could not be read back from the cold tier");
       ForwardBatch b;
       b.seqs.push_back({std::span<const TokenId>(window).subspan(static_cast<size_t>(pos), static_cast<size_t>(len)), pos,
                         kv.block_table(1), LogitsMode::kAll});
+      if (evictor) {
+        const KvEvictor::StepImportance imp = evictor->prepare(1, pos, len, n_prompt);
+        b.seqs.back().kv_start = pos - kv.num_evicted(1);
+        b.seqs.back().importance = imp.buffer;
+        b.seqs.back().importance_from = imp.from_row;
+      }
       const auto logits = model.forward(b, storage.views());
       kv.commit(1, window, pos + len);
+      if (evictor) run.evicted_tokens += evictor->after_step(1, pos, len, n_prompt, kvc.evict.budget);
+      run.max_held_tokens = std::max<int64_t>(run.max_held_tokens, kv.num_tokens(1));
+      const int32_t step_pos = pos;
+      pos += len;
       for (int32_t i = 0; i < len; ++i) {
+        if (prompt > 0 && step_pos + i < n_prompt - 1) continue;  // the prompt is context, not scored
         const auto row = logits.subspan(static_cast<size_t>(i) * V, static_cast<size_t>(V));
         float mx = row[0];
         TokenId best = 0;
@@ -90,7 +117,7 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
         }
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[static_cast<size_t>(v)]) - mx);
-        const TokenId target = window[static_cast<size_t>(pos + i + 1)];
+        const TokenId target = window[static_cast<size_t>(step_pos + i + 1)];
         run.nll += -(static_cast<double>(row[static_cast<size_t>(target)]) - mx - std::log(sum));
         run.top1.push_back(best);
         ++run.scored;
@@ -98,10 +125,11 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     }
     const KvStats st = kv.stats();
     run.reencoded_blocks += st.reencoded_blocks;
-    STRATA_CHECK(st.tokens_stored == n - 1, "the window holds {} tokens, not {}", st.tokens_stored, n - 1);
+    STRATA_CHECK(st.tokens_stored + kv.num_evicted(1) == n - 1, "the window holds {} tokens, not {}",
+                 st.tokens_stored + kv.num_evicted(1), n - 1);
     const uint64_t bytes = st.hot.bytes_used + st.warm.bytes_used;
     run.kv_bytes += bytes;
-    run.kv_tokens += n - 1;
+    run.kv_tokens += n - 1;  // per token of the text: what eviction saves shows here
     bytes_sum += static_cast<double>(bytes) / static_cast<double>(n - 1);
     ++run.windows;
   }
@@ -117,7 +145,12 @@ int run_eval_ppl(const EvalOptions& o) {
   const KvConfig kvc = o.kv.to_config();
   if (o.ctx < 0) fail("--ctx must be >= 0 (0: the model's context), got {}", o.ctx);
   if (o.chunk < 0) fail("--chunk must be >= 0 (0: the KV block size), got {}", o.chunk);
+  if (o.prompt < 0) fail("--prompt must be >= 0, got {}", o.prompt);
   auto model = Model::load(o.model.model, o.model.backend_options());
+  if (kvc.evict.enabled() && !model->backend().reports_attention_importance()) {
+    fail("--kv-evict {} needs the CPU backend (--device cpu): the {} attention kernels do not report token importance yet",
+         evict_kind_name(kvc.evict.kind), device_kind_name(model->backend().kind()));
+  }
   auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<TokenId> tokens = tokenizer->encode(ss.str(), true, false);
   if (tokens.size() < 2) fail("--file '{}' has fewer than 2 tokens", o.file);
@@ -133,8 +166,10 @@ int run_eval_ppl(const EvalOptions& o) {
   KvConfig ref_cfg = kvc;  // full precision: every block stays hot, no sharing
   ref_cfg.warm_format = WarmFormat::kNone;
   ref_cfg.spill_dir.clear();
-  const PplRun ref = run_ppl(*model, tokens, ctx, chunk, ref_cfg);
-  const PplRun run = run_ppl(*model, tokens, ctx, chunk, kvc);
+  ref_cfg.evict = EvictConfig{};  // and none evicted
+  if (o.prompt >= ctx) fail("--prompt ({}) must be shorter than the window (--ctx {})", o.prompt, ctx);
+  const PplRun ref = run_ppl(*model, tokens, ctx, chunk, o.prompt, ref_cfg);
+  const PplRun run = run_ppl(*model, tokens, ctx, chunk, o.prompt, kvc);
   const double ppl = std::exp(run.nll / static_cast<double>(run.scored));
   const double ppl_ref = std::exp(ref.nll / static_cast<double>(ref.scored));
   int64_t agree = 0;
@@ -162,6 +197,14 @@ int run_eval_ppl(const EvalOptions& o) {
     j["kv_bytes_per_token_window_mean"] = run.kv_bytes_per_token_window_mean;
     j["kv_bytes_per_token_window_mean_ref"] = ref.kv_bytes_per_token_window_mean;
     j["reencoded_blocks"] = run.reencoded_blocks;
+    j["chunk"] = chunk;
+    j["prompt"] = o.prompt;
+    j["kv_evict"] = evict_kind_name(kvc.evict.kind);
+    j["kv_budget"] = kvc.evict.budget;
+    j["kv_sinks"] = kvc.evict.sinks;
+    j["kv_recent"] = kvc.evict.enabled() ? kvc.evict.recent_for(kvc.evict.budget) : 0;
+    j["tokens_evicted"] = run.evicted_tokens;
+    j["max_held_tokens"] = run.max_held_tokens;
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
@@ -177,6 +220,10 @@ int run_eval_ppl(const EvalOptions& o) {
                ref.kv_bytes_per_token_window_mean, run.kv_bytes_per_token_window_mean / ref.kv_bytes_per_token_window_mean);
   }
   fmt::print("blocks re-encoded into the warm tier: {}\n", run.reencoded_blocks);
+  if (kvc.evict.enabled()) {
+    fmt::print("eviction {} with a budget of {} tokens: {} tokens evicted, at most {} held\n", evict_kind_name(kvc.evict.kind),
+               kvc.evict.budget, run.evicted_tokens, run.max_held_tokens);
+  }
   return kExitOk;
 }
 
@@ -192,6 +239,9 @@ void add_eval_commands(Cli& cli) {
   cmd->add_option("-f,--file", o->file, "Text file")->required();
   cmd->add_option("--ctx", o->ctx, "Window length in tokens (default: the model's context)");
   cmd->add_option("--chunk", o->chunk, "Tokens per forward pass (default: the KV block size)");
+  cmd->add_option("--prompt", o->prompt,
+                  "Tokens at the start of each window treated as the prompt: not scored; snapkv votes at its end "
+                  "(default 0: every position scored)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->callback([&cli, o] { cli.run = [o] { return run_eval_ppl(*o); }; });
 }

@@ -169,7 +169,18 @@ int run_generate(const GenerateOptions& o) {
   for (size_t i = 0; i < handles.size(); ++i) {
     outcomes[i] = drain(*handles[i], std::move(outcomes[i]), stream);
     if (o.json) {
-      fmt::print("{}\n", outcomes[i].to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      auto j = outcomes[i].to_json();
+      if (cfg.kv.evict.enabled()) {
+        // Engine-wide so far (all prompts of the run): the policy, the budget, tokens evicted, and
+        // the highest KV memory the sequences held after any step.
+        const EngineStats st = engine.stats();
+        j["kv"] = {{"evict", evict_kind_name(cfg.kv.evict.kind)},
+                   {"budget", cfg.kv.evict.budget},
+                   {"evicted_tokens", st.kv.evicted_tokens},
+                   {"compacted_tokens", st.kv.compacted_tokens},
+                   {"held_bytes_peak", st.kv_usage_peak * static_cast<double>(st.kv.hot.bytes_total + st.kv.warm.bytes_total)}};
+      }
+      fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else if (!stream) {
       fmt::print("--- prompt {} ---\n{}\n", i + 1, outcomes[i].text);
     }

@@ -111,6 +111,16 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
       ->capture_default_str();
   cmd->add_option("--kv-remote-queue", f.remote_queue, "Blocks waiting to be published beyond which more are dropped (counted)")
       ->capture_default_str();
+  cmd->add_option("--kv-evict", f.evict,
+                  "Eviction within a sequence beyond --kv-budget tokens: none, window (sinks + most recent), h2o "
+                  "(sinks + heavy hitters by attention + recent) or snapkv (the prompt's last queries vote, then h2o); "
+                  "CPU backend only")
+      ->capture_default_str();
+  cmd->add_option("--kv-budget", f.budget, "Cached tokens kept per sequence with --kv-evict (0: none)")->capture_default_str();
+  cmd->add_option("--kv-sinks", f.sinks, "First tokens of a sequence never evicted (attention sinks)")->capture_default_str();
+  cmd->add_option("--kv-recent", f.recent,
+                  "Most recent tokens never evicted by h2o/snapkv (-1: half of the budget after the sinks)")
+      ->capture_default_str();
 }
 
 KvConfig KvFlags::to_config() const {
@@ -162,6 +172,14 @@ KvConfig KvFlags::to_config() const {
   else fail("--kv-remote-write '{}' is not one of always, on-evict", remote_write);
   if (remote_queue <= 0) fail("--kv-remote-queue must be positive, got {}", remote_queue);
   c.remote_queue_blocks = remote_queue;
+  const auto ek = evict_kind_from_name(evict);
+  if (!ek) fail("--kv-evict '{}' is not one of none, window, h2o, snapkv", evict);
+  c.evict.kind = *ek;
+  c.evict.budget = budget;
+  c.evict.sinks = sinks;
+  c.evict.recent = recent;
+  if (budget < 0) fail("--kv-budget must be >= 0, got {}", budget);
+  c.evict.validate();
   return c;
 }
 

@@ -42,6 +42,10 @@ struct KvFlags {
   int64_t remote_ttl_s = 86400;
   std::string remote_write = "always";
   int32_t remote_queue = 1024;
+  std::string evict = "none";
+  int32_t budget = 0;
+  int32_t sinks = 4;
+  int32_t recent = -1;
 
   // Validates and converts; throws strata::Error naming the flag.
   KvConfig to_config() const;

@@ -88,6 +88,15 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   kv_ = std::make_unique<KvManager>(geo, cfg_.kv, storage_->capacity(), model.fingerprint());
   capacity_tokens_ = storage_->capacity().ram_tokens(cfg_.kv.block_size);
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
+  if (cfg_.kv.evict.enabled()) {
+    if (!model.backend().reports_attention_importance()) {
+      fail("--kv-evict {} needs the CPU backend (--device cpu): the {} attention kernels do not report token importance yet",
+           evict_kind_name(cfg_.kv.evict.kind), device_kind_name(model.backend().kind()));
+    }
+    evictor_ = std::make_unique<KvEvictor>(*kv_, cfg_.kv.evict, mc.n_layer, mc.n_head);
+    sched_->set_evictor(evictor_.get());
+    stats_.kv_budget = cfg_.kv.evict.budget;
+  }
   runner_ = std::make_unique<StepRunner>(*sched_, *kv_, *storage_);
   monitor_ = Monitor(cfg_.monitor);
   if (cfg_.controller.enabled) {
@@ -229,7 +238,9 @@ void Engine::start_request(RequestId id, Request r) {
   RequestState rs;
   rs.n_prompt = static_cast<int32_t>(r.prompt.size());
   rs.n_samples = std::max<int32_t>(1, r.params.n);
-  const int64_t room = std::min<int64_t>(n_ctx_, capacity_tokens_) - rs.n_prompt;
+  // With an eviction policy a sequence holds at most its budget (and a step's tokens) however long
+  // it grows: neither the context nor the pool bounds what it may generate.
+  const int64_t room = evictor_ ? int64_t{INT32_MAX} - rs.n_prompt : std::min<int64_t>(n_ctx_, capacity_tokens_) - rs.n_prompt;
   rs.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens.value_or(INT32_MAX), room));
   rs.usage.prompt_tokens = rs.n_prompt;
   {
@@ -249,6 +260,7 @@ void Engine::start_request(RequestId id, Request r) {
   s.tenant = r.tenant;
   s.arrival = Clock::now();
   s.qos = r.qos;
+  s.kv_budget = r.kv_budget;
   s.deadline = s.arrival + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double, std::milli>(cfg_.sched.qos_ttft_ms[static_cast<size_t>(r.qos)]));
   rs.arrival = s.arrival;

@@ -97,6 +97,9 @@ struct EngineStats {
   bool has_remote = false;
   RemoteKvStats remote;
   int64_t remote_waiting = 0;  // requests waiting for a remote lookup now
+  // Eviction within sequences (--kv-evict): the budget per sequence (0: no policy); the tokens
+  // evicted are kv.evicted_tokens.
+  int32_t kv_budget = 0;
   MonitorSnapshot monitor;     // engine/monitor.h: windowed rates, percentiles per QoS class
   ControllerState controller;  // its setpoints, errors, outputs and the knobs as they are now
 };
@@ -181,6 +184,7 @@ class Engine {
   int64_t capacity_tokens_;
   std::unique_ptr<KvStorage> storage_;  // declared first: outlives the manager and scheduler
   std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<KvEvictor> evictor_;  // --kv-evict; null without a policy
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<RemoteKvPool> remote_;  // null without --kv-remote

@@ -28,6 +28,8 @@ struct Request {
   // Its class orders and protects it (sched/scheduler.h); its TTFT deadline is the class's
   // (SchedulerConfig::qos_ttft_ms) from its arrival at the engine.
   QosClass qos = QosClass::kInteractive;
+  // With --kv-evict: a budget of cached tokens lower than --kv-budget for this request (0: none).
+  int32_t kv_budget = 0;
   // Called on the engine thread for every event instead of queueing it on the handle; must be
   // quick and must not call back into the engine except cancel().
   std::function<void(const EngineEvent&)> on_event;

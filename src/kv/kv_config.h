@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kv/cold_store.h"
+#include "kv/evict_policy.h"
 
 #include "kv/kv_arena.h"
 #include "kv/kv_types.h"
@@ -45,6 +46,9 @@ struct KvConfig {
   enum class RemoteWrite : uint8_t { kAlways, kOnEvict };
   RemoteWrite remote_write = RemoteWrite::kAlways;  // --kv-remote-write: publish at commit, or when evicted from RAM
   int32_t remote_queue_blocks = 1024;    // --kv-remote-queue: publishes waiting beyond this are dropped (counted)
+
+  // Eviction within sequences (--kv-evict, --kv-budget, --kv-sinks, --kv-recent; kv/kv_evictor.h).
+  EvictConfig evict;
 
   // Number of blocks for a model of the given geometry: --kv-blocks, else --kv-memory divided by
   // the bytes of one block, else kDefaultKvMemoryBytes worth. Throws strata::Error when the result

@@ -153,13 +153,13 @@ int32_t KvManager::query_prefix(std::span<const TokenId> tokens) const {
 
 int32_t KvManager::query_prefix(SeqId s, std::span<const TokenId> tokens) const {
   const Seq& q = seqs_.at(s);
-  if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0) return 0;
+  if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0 || q.n_evicted != 0) return 0;
   return cached_prefix_blocks(prompt_chain(q, tokens)) * geo_.block_size;
 }
 
 int32_t KvManager::prefix_hits(SeqId s, std::span<const TokenId> tokens) const {
   const Seq& q = seqs_.at(s);
-  if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0) return 0;
+  if (!cfg_.prefix_cache || tokens.empty() || !q.table.empty() || q.n_tokens != 0 || q.n_evicted != 0) return 0;
   int32_t taken = 0;
   return static_cast<int32_t>(find_hits(prompt_chain(q, tokens), &taken).size()) * geo_.block_size;
 }
@@ -219,11 +219,12 @@ int32_t KvManager::blocks_needed(SeqId s, std::span<const TokenId> tokens, int32
   const Seq& q = seqs_.at(s);
   STRATA_CHECK(!q.swapped);
   const int32_t bs = geo_.block_size;
-  if (q.table.empty() && q.n_tokens == 0) {
+  if (q.table.empty() && q.n_tokens == 0 && q.n_evicted == 0) {
     int32_t taken = 0;
     const auto hits = cfg_.prefix_cache ? find_hits(prompt_chain(q, tokens), &taken) : std::vector<Hit>{};
     return taken + std::max(0, ceil_div(n_tokens, bs) - static_cast<int32_t>(hits.size()));
   }
+  n_tokens -= q.n_evicted;
   return std::max(0, ceil_div(n_tokens, bs) - static_cast<int32_t>(q.table.size())) + cow_needed(q, n_tokens);
 }
 
@@ -235,6 +236,115 @@ void KvManager::add_sequence(SeqId s) {
 }
 
 int32_t KvManager::num_tokens(SeqId s) const { return seqs_.at(s).n_tokens; }
+
+// --- eviction within a sequence ---------------------------------------------------------------
+
+int32_t KvManager::num_evicted(SeqId s) const { return seqs_.at(s).n_evicted; }
+
+std::vector<int32_t> KvManager::slot_positions(SeqId s) const {
+  const Seq& q = seqs_.at(s);
+  std::vector<int32_t> p(q.positions.begin(), q.positions.end());
+  p.reserve(static_cast<size_t>(q.n_tokens));
+  for (auto i = static_cast<int32_t>(p.size()); i < q.n_tokens; ++i) p.push_back(i + q.n_evicted);
+  return p;
+}
+
+std::vector<uint8_t> KvManager::pinned_slots(SeqId s) const {
+  const Seq& q = seqs_.at(s);
+  std::vector<uint8_t> pinned(static_cast<size_t>(q.n_tokens), 0);
+  for (int32_t i = 0; i < q.n_tokens; ++i) pinned[static_cast<size_t>(i)] = q.table[static_cast<size_t>(i / geo_.block_size)].tier != Tier::kHot;
+  return pinned;
+}
+
+std::optional<std::vector<std::pair<int32_t, int32_t>>> KvManager::evict(SeqId s, std::span<const int32_t> slots) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped && q.n_committed == q.n_tokens, "evict from sequence {}: swapped or not committed", s);
+  std::vector<int32_t> drop(slots.begin(), slots.end());
+  std::sort(drop.begin(), drop.end());
+  STRATA_CHECK(std::adjacent_find(drop.begin(), drop.end()) == drop.end(), "evict: repeated slot");
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  if (drop.empty()) return moves;
+  const int32_t bs = geo_.block_size;
+  const int32_t n = q.n_tokens;
+  STRATA_CHECK(drop.front() >= 0 && drop.back() < n, "evict: slot out of range");
+  auto hot_at = [&](int32_t slot) { return q.table[static_cast<size_t>(slot / bs)].tier == Tier::kHot; };
+  for (int32_t d : drop) STRATA_CHECK(hot_at(d), "evict: slot {} of sequence {} is not in a hot block", d, s);
+  const int32_t new_n = n - static_cast<int32_t>(drop.size());
+  // Holes below the new count, filled in order by the kept tokens at or after it.
+  std::vector<int32_t> holes, donors;
+  for (int32_t d : drop) {
+    if (d < new_n) holes.push_back(d);
+  }
+  for (int32_t i = new_n, k = 0; i < n; ++i) {
+    while (k < static_cast<int32_t>(drop.size()) && drop[static_cast<size_t>(k)] < i) ++k;
+    if (k < static_cast<int32_t>(drop.size()) && drop[static_cast<size_t>(k)] == i) continue;
+    donors.push_back(i);
+  }
+  STRATA_CHECK(holes.size() == donors.size());
+  for (int32_t d : donors) {
+    if (!hot_at(d)) return std::nullopt;  // a warm block after a hot one (a mixed prefix hit): left alone
+  }
+  // Blocks written: those with holes. Shared ones get private copies first.
+  std::vector<int32_t> written;
+  for (int32_t h : holes) {
+    if (written.empty() || written.back() != h / bs) written.push_back(h / bs);
+  }
+  int32_t copies = 0;
+  for (int32_t b : written) copies += hot_pool_.ref_count(q.table[static_cast<size_t>(b)].slot) > 1;
+  if (copies > hot_pool_.num_available()) return std::nullopt;
+
+  const int32_t first_changed = drop.front() / bs;
+  q.hash_limit = std::min(q.hash_limit, first_changed);
+  if (static_cast<int32_t>(q.hashes.size()) > q.hash_limit) q.hashes.resize(static_cast<size_t>(q.hash_limit));
+  if (static_cast<int32_t>(q.chain.size()) > q.hash_limit) q.chain.resize(static_cast<size_t>(q.hash_limit));
+  for (int32_t b : written) {
+    Loc& l = q.table[static_cast<size_t>(b)];
+    if (hot_pool_.ref_count(l.slot) > 1) {
+      const std::optional<int32_t> fresh = take_slot(Tier::kHot);
+      STRATA_CHECK(fresh.has_value(), "a hot block was available");
+      ops_.push_back(KvOp{KvOp::Kind::kCopy, slot_of(l), KvSlot{Tier::kHot, *fresh}, {}, {}, {}});
+      release_ref(l);
+      l = Loc{Tier::kHot, *fresh, 0};
+      ++counters_.evict_copies;
+    } else if (!hot_pool_.hash(l.slot).empty()) {
+      forget_slot_hashes(l);  // its content changes: no longer a prefix-cache block
+    }
+  }
+  if (!holes.empty()) {
+    KvOp op{KvOp::Kind::kCompact, {}, {}, {}, {}, {}};
+    for (size_t i = 0; i < holes.size(); ++i) {
+      const int32_t from = donors[i], to = holes[i];
+      op.moves.push_back(KvTokenMove{q.table[static_cast<size_t>(from / bs)].slot, from % bs,
+                                     q.table[static_cast<size_t>(to / bs)].slot, to % bs});
+      moves.emplace_back(from, to);
+    }
+    ops_.push_back(std::move(op));
+  }
+  // Positions follow the tokens.
+  std::vector<int32_t> pos = slot_positions(s);
+  for (const auto& [from, to] : moves) pos[static_cast<size_t>(to)] = pos[static_cast<size_t>(from)];
+  pos.resize(static_cast<size_t>(new_n));
+  q.positions = std::move(pos);
+  // Tail blocks no longer used, tail first; the new last block, if partial, is written by the
+  // next tokens: private, it leaves the prefix cache (shared, copy-on-write copies it).
+  const auto n_blocks = static_cast<size_t>(ceil_div(new_n, bs));
+  while (q.table.size() > n_blocks) {
+    release_ref(q.table.back());
+    q.table.pop_back();
+  }
+  if (new_n % bs != 0) {
+    const Loc& last = q.table.back();
+    if (last.tier == Tier::kHot && hot_pool_.ref_count(last.slot) == 1 && !hot_pool_.hash(last.slot).empty()) {
+      forget_slot_hashes(last);
+    }
+  }
+  q.n_tokens = q.n_committed = new_n;
+  q.n_evicted += static_cast<int32_t>(drop.size());
+  counters_.evicted_tokens += static_cast<int64_t>(drop.size());
+  counters_.compacted_tokens += static_cast<int64_t>(moves.size());
+  rebuild_ids(q);
+  return moves;
+}
 
 std::span<const BlockId> KvManager::block_table(SeqId s) const {
   const Seq& q = seqs_.at(s);
@@ -248,7 +358,8 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
   if (cached_tokens) *cached_tokens = 0;
   if (blocks_needed(s, tokens, n_tokens) > hot_pool_.num_available()) return false;
   const int32_t bs = geo_.block_size;
-  const bool fresh = q.table.empty() && q.n_tokens == 0;
+  const bool fresh = q.table.empty() && q.n_tokens == 0 && q.n_evicted == 0;
+  n_tokens -= q.n_evicted;  // slots from here on
 
   if (fresh && cfg_.prefix_cache) {
     counters_.prefix_queried_tokens += static_cast<int64_t>(tokens.size());
@@ -295,6 +406,12 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
     release_ref(q.table[b]);
     q.table[b] = Loc{Tier::kHot, *fresh_block, 0};
   }
+  // A partial last block that an eviction cut out of a registered full block, and that this
+  // sequence now holds alone, is about to be written: it leaves the prefix cache.
+  if (n_tokens > q.n_committed && q.n_committed % bs != 0 && q.n_evicted > 0) {
+    const Loc& l = q.table[static_cast<size_t>(q.n_committed / bs)];
+    if (l.tier == Tier::kHot && hot_pool_.ref_count(l.slot) == 1 && !hot_pool_.hash(l.slot).empty()) forget_slot_hashes(l);
+  }
   while (static_cast<int32_t>(q.table.size()) < ceil_div(n_tokens, bs)) {
     std::optional<int32_t> b = take_slot(Tier::kHot);
     STRATA_CHECK(b.has_value(), "blocks_needed promised a block");
@@ -310,11 +427,11 @@ bool KvManager::allocate(SeqId s, std::span<const TokenId> tokens, int32_t n_tok
 
 void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_computed) {
   Seq& q = seqs_.at(s);
-  STRATA_CHECK(!q.swapped && n_computed <= q.n_tokens && n_computed <= static_cast<int32_t>(tokens.size()),
-               "commit of {} tokens, sequence has {}", n_computed, q.n_tokens);
-  q.n_committed = std::max(q.n_committed, n_computed);
+  STRATA_CHECK(!q.swapped && n_computed - q.n_evicted <= q.n_tokens && n_computed <= static_cast<int32_t>(tokens.size()),
+               "commit of {} tokens, sequence has {}", n_computed, q.n_tokens + q.n_evicted);
+  q.n_committed = std::max(q.n_committed, n_computed - q.n_evicted);
   const int32_t bs = geo_.block_size;
-  const int32_t n_full = q.n_committed / bs;
+  const int32_t n_full = std::min(q.n_committed / bs, q.hash_limit);
   while (static_cast<int32_t>(q.hashes.size()) < n_full) {
     const size_t i = q.hashes.size();
     const BlockHash parent = i == 0 ? BlockHash{} : q.hashes[i - 1];
@@ -332,7 +449,8 @@ void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_compu
     if (pool(l.tier).hash(l.slot).empty()) pool(l.tier).set_hash(l.slot, h);
     if (publish_ && cfg_.remote_write == KvConfig::RemoteWrite::kAlways) plan_publish(l, h);
   }
-  if (cfg_.warm_format != WarmFormat::kNone) plan_reencode(s, q);
+  // Sequences thinned by an eviction policy stay hot: compaction moves hot token rows.
+  if (cfg_.warm_format != WarmFormat::kNone && !cfg_.evict.enabled()) plan_reencode(s, q);
 }
 
 void KvManager::set_hot_tokens(int32_t n) {
@@ -418,7 +536,7 @@ std::vector<std::pair<int32_t, KvTier>> KvManager::cold_reads_ahead(SeqId s, std
   };
   if (q.swapped) {
     for (const Loc& l : q.table) add(l);
-  } else if (cfg_.prefix_cache && q.table.empty() && q.n_tokens == 0 && !tokens.empty()) {
+  } else if (cfg_.prefix_cache && q.table.empty() && q.n_tokens == 0 && q.n_evicted == 0 && !tokens.empty()) {
     for (const BlockHash& h : prompt_chain(q, tokens)) {
       auto c = cache_.find(h);
       if (c == cache_.end()) break;
@@ -548,6 +666,7 @@ int32_t KvManager::blocks_to_swap_in(SeqId s, int32_t n_tokens) const {
     seen[l.slot] = true;
     n += cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot;
   }
+  n_tokens = std::max(0, n_tokens - q.n_evicted);
   // Blocks that come back from the cold tier are this sequence's alone (no copy-on-write); one
   // that stayed in RAM because it is shared may need its copy (cow_needed looks at hot ones only).
   return n + std::max(0, ceil_div(n_tokens, geo_.block_size) - static_cast<int32_t>(q.table.size())) + cow_needed(q, n_tokens);
@@ -620,6 +739,14 @@ void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> 
         break;
       case KvOp::Kind::kPublish:
         continue;  // nothing was written here (the remote pool counts what it stores)
+      case KvOp::Kind::kCompact:
+        if (!ok) {
+          for (const KvTokenMove& m : op.moves) {
+            lost.insert({Tier::kHot, m.dst_block});
+            forget_slot_hashes(Loc{Tier::kHot, m.dst_block, 0});
+          }
+        }
+        continue;
     }
     if (ok) continue;
     lost.insert({op.dst.tier, op.dst.slot});
@@ -678,6 +805,14 @@ void KvManager::check_invariants() const {
     STRATA_CHECK(static_cast<int64_t>(q.table.size()) * geo_.block_size >= q.n_tokens, "sequence {} table too short", id);
     STRATA_CHECK(q.n_committed <= q.n_tokens, "sequence {} committed past its tokens", id);
     STRATA_CHECK(static_cast<int32_t>(q.hashes.size()) <= q.n_committed / geo_.block_size, "sequence {} hashes", id);
+    STRATA_CHECK(static_cast<int32_t>(q.hashes.size()) <= q.hash_limit, "sequence {} hashed past its first compacted block", id);
+    STRATA_CHECK(static_cast<int32_t>(q.positions.size()) <= q.n_tokens && q.n_evicted >= 0, "sequence {} positions", id);
+    if (q.n_evicted > 0) {
+      std::vector<int32_t> pos = slot_positions(id);
+      std::sort(pos.begin(), pos.end());
+      STRATA_CHECK(std::adjacent_find(pos.begin(), pos.end()) == pos.end(), "sequence {} holds a position twice", id);
+      STRATA_CHECK(pos.empty() || (pos.front() >= 0 && pos.back() < q.n_tokens + q.n_evicted), "sequence {} position range", id);
+    }
     for (const Loc& l : q.table) {
       STRATA_CHECK(q.swapped || l.tier != Tier::kCold, "running sequence {} has a cold block", id);
       STRATA_CHECK(l.slot >= 0 && l.slot < pool(l.tier).num_blocks(), "sequence {} has a bad slot", id);

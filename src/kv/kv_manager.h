@@ -24,6 +24,7 @@
 // Thread-safety: engine thread only.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -122,6 +123,31 @@ class KvManager {
   bool swap_in(SeqId s);
 
   int32_t num_tokens(SeqId s) const;  // tokens with slots
+
+  // --- eviction within a sequence (kv/kv_evictor.h) ------------------------------------------
+  // A sequence that evicted tokens holds fewer slots than tokens: the n_tokens / n_computed
+  // arguments of allocate, blocks_needed, commit and blocks_to_swap_in count the sequence's
+  // tokens (positions), and slot = position - num_evicted() for the tokens appended since. Its
+  // slots stay dense ([0, num_tokens(s))); each holds the token of its original position (RoPE
+  // was applied there), in no particular order after a compaction, which attention does not
+  // need: a new token sees every cached slot before its own.
+
+  // Tokens dropped from s so far.
+  int32_t num_evicted(SeqId s) const;
+  // The position of the token in each slot, [num_tokens(s)].
+  std::vector<int32_t> slot_positions(SeqId s) const;
+  // 1 for the slots eviction may not drop: those in warm blocks (compaction works on hot blocks).
+  std::vector<uint8_t> pinned_slots(SeqId s) const;
+  // Drops the tokens of `slots` (distinct slot indices < num_tokens(s), none pinned) and
+  // compacts: each hole below the new count takes one of the last kept tokens (its K and V rows
+  // move; kept tokens keep their positions), emptied tail blocks are released. Blocks that
+  // receive tokens are written only when this sequence holds them alone; a shared one (forks,
+  // prefix cache) is first copied into a private block (a kCopy op). Private blocks that change
+  // leave the prefix cache, and the sequence's prefix hashing stops at its first changed block.
+  // Plans the kCopy and one kCompact op. Returns the moves (from slot, to slot), or nullopt,
+  // changing nothing, when a private copy needs a hot block and none is available.
+  // Preconditions: not swapped; every slot committed.
+  std::optional<std::vector<std::pair<int32_t, int32_t>>> evict(SeqId s, std::span<const int32_t> slots);
   // Block table for attention. Precondition: not swapped; valid until the next call that
   // changes this sequence.
   std::span<const BlockId> block_table(SeqId s) const;
@@ -206,9 +232,15 @@ class KvManager {
     // the first query); after the first allocate, the part inside the allocated tokens, for commit.
     mutable std::vector<BlockHash> chain;
     mutable bool chain_ready = false;
-    int32_t n_tokens = 0;
-    int32_t n_committed = 0;
+    int32_t n_tokens = 0;     // slots
+    int32_t n_committed = 0;  // slots
     bool swapped = false;
+    // Eviction: tokens dropped so far; the positions of the first positions.size() slots (the
+    // slots after them hold position slot + n_evicted); blocks from hash_limit on are never
+    // hashed (their content is no longer the prompt's tokens in order).
+    int32_t n_evicted = 0;
+    std::vector<int32_t> positions;
+    int32_t hash_limit = INT32_MAX;
   };
   struct Hit {
     Loc loc;

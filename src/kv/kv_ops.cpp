@@ -21,6 +21,7 @@ std::string_view kv_op_kind_name(KvOp::Kind k) {
     case KvOp::Kind::kFetch: return "fetch";
     case KvOp::Kind::kLoad: return "load";
     case KvOp::Kind::kPublish: return "publish";
+    case KvOp::Kind::kCompact: return "compact";
   }
   return "?";
 }
@@ -34,6 +35,10 @@ std::ostream& operator<<(std::ostream& os, const KvOp& op) {
     for (BlockId b : op.hot) os << ' ' << b;
   } else if (op.kind == KvOp::Kind::kLoad) {
     os << "remote (" << (op.bytes ? op.bytes->size() : 0) << " bytes)";
+  } else if (op.kind == KvOp::Kind::kCompact) {
+    os << op.moves.size() << " tokens:";
+    for (const KvTokenMove& m : op.moves) os << " hot " << m.src_block << '.' << m.src_slot << " -> " << m.dst_block << '.' << m.dst_slot << ';';
+    return os;
   } else if (op.kind == KvOp::Kind::kPublish) {
     return os << op.src << " -> remote";
   } else {

@@ -24,6 +24,15 @@ struct KvSlot {
   friend bool operator==(const KvSlot&, const KvSlot&) = default;
 };
 
+// One token's K and V rows (every layer) moved from one hot block's slot to another's (compaction).
+struct KvTokenMove {
+  BlockId src_block = kNoBlock;
+  int32_t src_slot = 0;
+  BlockId dst_block = kNoBlock;
+  int32_t dst_slot = 0;
+  friend bool operator==(const KvTokenMove&, const KvTokenMove&) = default;
+};
+
 struct KvOp {
   enum class Kind : uint8_t {
     kCopy,      // hot block src -> hot block dst (copy-on-write)
@@ -32,6 +41,7 @@ struct KvOp {
     kFetch,     // cold slot src -> RAM slot dst (of the tier the cold slot's content came from)
     kLoad,      // `bytes` (a block fetched from the remote pool) -> RAM slot dst (a hot block or a one-block warm slot)
     kPublish,   // RAM slot src (a hot block, or a warm slot of one block) -> the remote pool, as `hash`
+    kCompact,   // `moves`: token rows between hot blocks of one sequence (eviction within a sequence)
   };
   Kind kind = Kind::kCopy;
   KvSlot src;                // kCopy, kSpill, kFetch, kPublish
@@ -39,6 +49,7 @@ struct KvOp {
   std::vector<BlockId> hot;  // kReencode only
   BlockHash hash;            // kPublish: the block's prefix-cache hash
   std::shared_ptr<const std::vector<uint8_t>> bytes;  // kLoad: the block's bytes
+  std::vector<KvTokenMove> moves = {};  // kCompact only: no source is the destination of another move
 
   friend bool operator==(const KvOp&, const KvOp&) = default;
 };

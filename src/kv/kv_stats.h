@@ -43,6 +43,11 @@ struct KvStats {
   // (bytes of the wrong size).
   int64_t remote_imported_blocks = 0;
   int64_t remote_load_failures = 0;
+  // Eviction within sequences (--kv-evict): tokens dropped, tokens moved into the holes, shared
+  // blocks copied so that a sequence could compact its own copy.
+  int64_t evicted_tokens = 0;
+  int64_t compacted_tokens = 0;
+  int64_t evict_copies = 0;
 
   // Share of the RAM tiers that sequences hold, by bytes. Prefix-cached slots that no sequence
   // holds are evictable, so they count as available (as vLLM's KV usage does); `cached` and

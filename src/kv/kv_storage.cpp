@@ -231,6 +231,20 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
   }
 }
 
+void KvStorage::compact(std::span<const KvTokenMove> moves) {
+  // Eviction policies are refused at start-up on backends whose memory the host cannot address
+  // (their attention kernels do not report importance yet).
+  STRATA_CHECK(device_ == nullptr, "KV compaction needs host-visible KV memory");
+  for (const KvLayerView& v : views_) {
+    const int64_t ts = v.token_stride_bytes(), bs = v.block_stride_bytes();
+    for (const KvTokenMove& m : moves) {
+      const int64_t src = m.src_block * bs + m.src_slot * ts, dst = m.dst_block * bs + m.dst_slot * ts;
+      std::memcpy(v.k + dst, v.k + src, static_cast<size_t>(ts));
+      std::memcpy(v.v + dst, v.v + src, static_cast<size_t>(ts));
+    }
+  }
+}
+
 void KvStorage::reencode(const KvOp& op) {
   STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
   if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
@@ -352,6 +366,15 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
           remote_->publish(op.hash, op.src.tier, std::move(bytes));
         }
         continue;  // nothing here was written
+      case KvOp::Kind::kCompact:
+        compact(op.moves);
+        for (const KvTokenMove& m : op.moves) {
+          if (is_lost(KvSlot{KvTier::kHot, m.src_block})) status[i] = KvOpStatus::kSourceLost;
+        }
+        if (status[i] != KvOpStatus::kOk) {
+          for (const KvTokenMove& m : op.moves) lost.insert({KvTier::kHot, m.dst_block});
+        }
+        continue;  // its destinations are the moves'
     }
     if (status[i] != KvOpStatus::kOk) lost.insert({op.dst.tier, op.dst.slot});
   }

@@ -85,6 +85,7 @@ class KvStorage {
   void restore(const KvSlot& ram, const uint8_t* bytes, size_t n);
   bool read_cold(int32_t cold_slot, KvTier content, uint64_t ticket, std::vector<uint8_t>& bytes);
   void copy_block(BlockId src, BlockId dst);
+  void compact(std::span<const KvTokenMove> moves);  // kCompact: token rows, every layer
   void reencode(const KvOp& op);
 
   static constexpr uint64_t kColdHeaderBytes = 8;

@@ -21,8 +21,15 @@ enum class LogitsMode : uint8_t {
 struct ForwardSeq {
   std::span<const TokenId> tokens;  // new tokens, at positions start_pos, start_pos + 1, ...
   int32_t start_pos = 0;            // tokens before it are already in the KV cache
-  std::span<const BlockId> blocks;  // covers positions [0, start_pos + tokens.size())
+  std::span<const BlockId> blocks;  // covers slots [0, kv_start + tokens.size())
   LogitsMode logits = LogitsMode::kLast;
+  // KV slot of the first new token: -1 = start_pos. A sequence that evicted tokens
+  // (kv/kv_manager.h) holds them in slots [0, kv_start), all attended to.
+  int32_t kv_start = -1;
+  // Where the attention mass each slot receives goes (AttentionSeq::importance), summed over
+  // layers and query heads, for rows >= importance_from; null: not computed.
+  float* importance = nullptr;
+  int32_t importance_from = 0;
 };
 
 struct ForwardBatch {

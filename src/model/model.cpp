@@ -144,15 +144,17 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   for (const ForwardSeq& s : batch.seqs) {
     const int32_t n = static_cast<int32_t>(s.tokens.size());
     const int32_t t0 = static_cast<int32_t>(tokens_.size());
-    STRATA_CHECK(static_cast<int64_t>(s.blocks.size()) * bs >= s.start_pos + n, "block table too short");
-    attn_seqs_.push_back({t0, n, s.start_pos, s.blocks.data(), static_cast<int32_t>(s.blocks.size())});
+    const int32_t k0 = s.kv_start >= 0 ? s.kv_start : s.start_pos;  // KV slot of the first new token
+    STRATA_CHECK(static_cast<int64_t>(s.blocks.size()) * bs >= k0 + n, "block table too short");
+    attn_seqs_.push_back({t0, n, k0, s.blocks.data(), static_cast<int32_t>(s.blocks.size()), s.importance,
+                          s.importance_from});
     for (int32_t i = 0; i < n; ++i) {
       const TokenId tok = s.tokens[i];
       STRATA_CHECK(tok >= 0 && tok < c.n_vocab, "token id {} out of range", tok);
-      const int32_t p = s.start_pos + i;
+      const int32_t p = s.start_pos + i, k = k0 + i;
       tokens_.push_back(tok);
       pos_.push_back(p);
-      slots_.push_back(s.blocks[p / bs] * bs + p % bs);
+      slots_.push_back(s.blocks[k / bs] * bs + k % bs);
       if (s.logits == LogitsMode::kAll || (s.logits == LogitsMode::kLast && i == n - 1)) logit_rows_.push_back(t0 + i);
     }
   }

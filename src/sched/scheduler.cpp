@@ -106,6 +106,7 @@ bool Scheduler::preempt(SeqId id, SchedulerOutput& out) {
   }
   kv_.free_sequence(id);
   kv_.add_sequence(id);
+  if (evictor_ != nullptr) evictor_->forget(id);
   s.num_computed = 0;
   s.status = SeqStatus::kWaiting;
   return false;
@@ -145,6 +146,13 @@ std::vector<SeqId> Scheduler::upcoming(int32_t n) {
 void Scheduler::add_to_step(StepPlan& plan, Sequence& s, int32_t n_new) {
   const int32_t start = s.num_computed;
   plan.out.seqs.push_back({s.id, start, n_new, start + n_new == static_cast<int32_t>(s.tokens.size()), {}});
+  if (evictor_ != nullptr) {
+    ScheduledSeq& sc = plan.out.seqs.back();
+    sc.kv_start = start - kv_.num_evicted(s.id);
+    const KvEvictor::StepImportance imp = evictor_->prepare(s.id, start, n_new, s.n_prompt);
+    sc.importance = imp.buffer;
+    sc.importance_from = imp.from_row;
+  }
   plan.out.n_tokens += n_new;
   plan.scheduled.insert(s.id);
   plan.budget -= n_new;
@@ -209,6 +217,7 @@ bool Scheduler::recompute_first_swapped() {
   Sequence& s = *swapped.front();
   kv_.free_sequence(s.id);
   kv_.add_sequence(s.id);
+  if (evictor_ != nullptr) evictor_->forget(s.id);
   s.num_computed = 0;
   s.status = SeqStatus::kWaiting;
   return true;
@@ -384,6 +393,7 @@ void Scheduler::on_kv_lost(SchedulerOutput& out, std::span<const SeqId> lost) {
     }
     kv_.free_sequence(id);
     kv_.add_sequence(id);
+    if (evictor_ != nullptr) evictor_->forget(id);
     s.num_computed = 0;
     s.status = SeqStatus::kWaiting;
     ++s.kv_losses;
@@ -399,6 +409,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
     s.num_computed = sc.start + sc.n_new;
     s.computed_any = true;
     kv_.commit(s.id, s.tokens, s.num_computed);
+    if (evictor_ != nullptr) evictor_->after_step(s.id, sc.start, sc.n_new, s.n_prompt, evictor_->budget_for(s.kv_budget));
   }
 }
 
@@ -414,6 +425,7 @@ std::vector<SeqId> Scheduler::fork_children(SeqId parent) {
     c->preemptions = 0;
     c->protected_from_preemption = false;
     kv_.fork(parent, c->id);
+    if (evictor_ != nullptr) evictor_->fork(parent, c->id);
     charged_[c->id] = charged_[parent];
     ids.push_back(c->id);
     seqs_.emplace(c->id, std::move(c));
@@ -432,6 +444,7 @@ void Scheduler::finish(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   if (kv_.has_sequence(id)) kv_.free_sequence(id);
+  if (evictor_ != nullptr) evictor_->forget(id);
   charged_.erase(id);
   seqs_.erase(it);
 }

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_evictor.h"
 #include "kv/kv_manager.h"
 #include "sched/drf.h"
 #include "sched/fairness.h"
@@ -61,6 +62,11 @@ struct ScheduledSeq {
   int32_t n_new = 0;      // tokens computed this step
   bool logits = false;    // all known tokens are computed after this step: sample the next one
   std::vector<BlockId> block_table;  // for attention this step (KvManager::block_table)
+  // Eviction (--kv-evict): the KV slot of the first new token (start - tokens evicted; -1 = start)
+  // and where attention reports the mass each slot receives (KvEvictor::prepare; null = not).
+  int32_t kv_start = -1;
+  float* importance = nullptr;
+  int32_t importance_from = 0;
 };
 
 // The plan of one step: a plain value (a dry run is a call of schedule() and a look at this).
@@ -92,6 +98,11 @@ class Scheduler {
   void set_max_batched_tokens(int32_t n);
   void set_max_seqs(int32_t n);
   void set_watermark(double w);
+  // Eviction within sequences (--kv-evict): after each step's commit the evictor thins every
+  // sequence over its budget (Sequence::kv_budget lowers it). Null (the default): none.
+  // `e` outlives the scheduler.
+  void set_evictor(KvEvictor* e) { evictor_ = e; }
+  KvEvictor* evictor() const { return evictor_; }
 
   // Adds a request's first sequence (it holds the prompt; n_fork_children more are forked from it
   // when the prompt is computed). Precondition: the prompt is non-empty and fits the pool.
@@ -206,6 +217,7 @@ class Scheduler {
   DrfAccount drf_;
   std::map<SeqId, int32_t> charged_;  // highest token index already charged to the tenant
   int64_t total_preemptions_ = 0;
+  KvEvictor* evictor_ = nullptr;
 };
 
 }  // namespace strata

@@ -52,6 +52,9 @@ struct Sequence {
   // Prompt tokens the prefix cache served this sequence: what its admission attached from the
   // cache, as long as it had computed nothing itself (usage.prompt_tokens_details.cached_tokens).
   int32_t cached_tokens = 0;
+  // Eviction (--kv-evict): the request's own budget of cached tokens, if it asked for a lower one
+  // than --kv-budget (0: none asked).
+  int32_t kv_budget = 0;
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
   int32_t n_uncomputed() const { return static_cast<int32_t>(tokens.size()) - num_computed; }

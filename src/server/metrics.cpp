@@ -224,6 +224,14 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   single(out, "strata_kv_cold_read_failures_total", "counter",
          "Cold-tier reads that failed or returned damaged bytes (checksum); each one is recomputed, never served.",
          st.kv.cold_read_failures);
+  if (st.kv_budget > 0) {
+    single(out, "strata_kv_budget_tokens", "gauge", "Cached tokens kept per sequence by the eviction policy (--kv-budget).",
+           st.kv_budget);
+    single(out, "strata_kv_evicted_tokens_total", "counter", "Tokens dropped from sequences by the eviction policy (--kv-evict).",
+           st.kv.evicted_tokens);
+    single(out, "strata_kv_compacted_tokens_total", "counter",
+           "Tokens moved into the holes eviction left (compaction of a sequence's blocks).", st.kv.compacted_tokens);
+  }
   single(out, "strata_kv_cold_prefetch_hits_total", "counter",
          "Cold-tier fetches whose read was issued steps ahead (sequences about to resume or admit a cold prefix hit).",
          st.cold_prefetch_hits);

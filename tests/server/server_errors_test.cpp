@@ -114,6 +114,8 @@ const std::vector<BadRequest>& bad_requests() {
       {"echo with logprobs", "POST", "/v1/completions", completion("\"echo\": true, \"logprobs\": 1"), 400, "echo"},
       {"user as a number", "POST", "/v1/completions", completion("\"user\": 7"), 400, "user"},
       {"fractional priority", "POST", "/v1/completions", completion("\"priority\": 0.5"), 400, "priority"},
+      {"kv_budget zero", "POST", "/v1/completions", completion("\"kv_budget\": 0"), 400, "kv_budget"},
+      {"kv_budget as a string", "POST", "/v1/completions", completion("\"kv_budget\": \"64\""), 400, "kv_budget"},
       {"stop_token_ids outside the vocabulary", "POST", "/v1/completions", completion("\"stop_token_ids\": [100000]"), 400,
        "stop_token_ids"},
       {"tools are not supported", "POST", "/v1/completions", completion("\"tools\": []"), 400, "tools"},

@@ -13,6 +13,13 @@
 // its own keys and the block size, never on the tile or batch it is in.
 // Items are taken from a shared counter, the sequences' last (longest) tiles first, so one long
 // prompt and many short decodes both spread evenly over the threads.
+//
+// Importance (AttentionSeq::importance): a sequence that asks for it has each item also keep the
+// unnormalised weights exp(s - m_block) of its counted vectors, [vector][key], and each block's
+// running max; after the last block, weight · exp(m_block - m_final) / l_final is the softmax
+// weight of the key, added into the thread's own accumulator of the sequence (no atomics), and
+// the threads' accumulators are summed into the sequence's buffer after the pass. The softmax
+// arithmetic itself is the same with or without it.
 
 #include <algorithm>
 #include <atomic>
@@ -48,6 +55,13 @@ struct AttnItemState {
   float* kbuf;  // [block_size][head_dim] the current block's keys as f32 (16-bit KV only)
   float* vbuf;  // [block_size][head_dim] values as f32
   WarmParams warm;  // per-block scales and int4 parameters of warm blocks
+  // Importance of the current item's sequence, or null: weights [kAttnTileVectors][w_stride],
+  // running max after each block [kAttnTileVectors][mb_stride], this thread's accumulator [keys].
+  float* wsave = nullptr;
+  int32_t w_stride = 0;
+  float* mblk = nullptr;
+  int32_t mb_stride = 0;
+  float* acc = nullptr;
 };
 }  // namespace strata::cpu
 #endif
@@ -81,6 +95,7 @@ struct ItemTile {
   int32_t hd;          // head_dim
   int32_t bs_groups;   // keys reduced four at a time: block_size rounded down to a multiple of 4
   int32_t p0 = 0;      // position of the current block's first key
+  int32_t blk = 0;     // index of the current block
   int32_t np_all = 0;  // keys of the current block up to the tile's last row
 
   HWY_INLINE const float* qvec(int32_t j) const {
@@ -178,8 +193,11 @@ HWY_INLINE void SoftmaxUpdate(D d, const float* kscale, const float* vscale, flo
     st.m[j] = m_new;
     const V vm = hn::Set(d, m_new);
     V vsum = hn::Zero(d);
+    float* ws = st.wsave != nullptr ? st.wsave + int64_t{j} * st.w_stride + t.p0 : nullptr;
+    if (ws != nullptr) st.mblk[int64_t{j} * st.mb_stride + t.blk] = m_new;
     for (int32_t p = 0; p < np; p += N) {
       V e = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(np - p)), hn::Exp(d, hn::Sub(hn::LoadU(d, sc + p), vm)));
+      if (ws != nullptr) hn::StoreU(e, d, ws + p);
       vsum = hn::Add(vsum, e);
       if (vscale) e = hn::Mul(e, hn::LoadU(d, vscale + p));
       hn::StoreU(e, d, sc + p);
@@ -314,6 +332,24 @@ HWY_INLINE void WriteOutputs(const ItemTile& t, const AttnItemState& st, float* 
   }
 }
 
+// The softmax weight of each key a counted vector saw, into the thread's accumulator: the saved
+// weights rescaled from their block's running max to the final one and divided by the sum.
+HWY_INLINE void AddImportance(const ItemTile& t, const AttnItemState& st, int32_t importance_from, int32_t bs) {
+  for (int32_t j = 0; j < t.nvec; ++j) {
+    const int32_t i = t.i0 + j / t.group;
+    if (i < importance_from) continue;
+    const int32_t n_vis = t.start_pos + i + 1;
+    const float inv_l = 1.0f / st.l[j];
+    const float* w = st.wsave + int64_t{j} * st.w_stride;
+    const float* mb = st.mblk + int64_t{j} * st.mb_stride;
+    for (int32_t b = 0; b * bs < n_vis; ++b) {
+      const float f = std::exp(mb[b] - st.m[j]) * inv_l;
+      const int32_t p_end = std::min(n_vis, (b + 1) * bs);
+      for (int32_t p = b * bs; p < p_end; ++p) st.acc[p] += w[p] * f;
+    }
+  }
+}
+
 // One work item: rows [i0, i1) of sequence s, kv head kvh, query heads kvh·group .. + group - 1,
 // walking the keys one KV block at a time. D's lane count divides head_dim.
 template <class D>
@@ -327,9 +363,11 @@ void RunItem(D d, const float* q, const KvLayerView& kv, const AttentionSeq& s, 
   const int32_t last_key = s.start_pos + i1 - 1;
   for (int32_t blk = 0; blk * bs <= last_key; ++blk) {
     t.p0 = blk * bs;
+    t.blk = blk;
     t.np_all = std::min(bs, last_key + 1 - t.p0);
     AttendKvBlock(d, kv, layout, locate_block(kv, s.blocks[blk], kvh), scale, t, st);
   }
+  if (st.wsave != nullptr) AddImportance(t, st, s.importance_from, bs);
   WriteOutputs(t, st, out);
 }
 
@@ -373,9 +411,33 @@ void paged_attention(const float* q, const KvLayerView& kv, std::span<const Atte
   const size_t warm_floats = kv.warm_format != WarmFormat::kNone ? WarmParams::words(bs, hd, s_stride) : 0;
   const size_t state_floats =
       static_cast<size_t>(tile_vectors) * (hd + 3 + s_stride) + 2 * static_cast<size_t>(bs) * hd + warm_floats;
-  const size_t state_bytes = (state_floats * sizeof(float) + 63) / 64 * 64;
-  uint8_t* mem = scratch.get(offsets_bytes + state_bytes * static_cast<size_t>(pool.size()));
+  // Importance: per thread, the weights and block maxima of one item (sized for the longest
+  // sequence that asks) and an accumulator over every asking sequence's keys.
+  int32_t imp_keys_max = 0;
+  int64_t imp_keys_total = 0;
+  for (const AttentionSeq& s : seqs) {
+    if (s.importance == nullptr) continue;
+    imp_keys_max = std::max(imp_keys_max, s.start_pos + s.n_q);
+    imp_keys_total += s.start_pos + s.n_q;
+  }
+  const int32_t w_stride = imp_keys_max > 0 ? (imp_keys_max + 15) / 16 * 16 + 16 : 0;
+  const int32_t mb_stride = imp_keys_max > 0 ? (imp_keys_max + bs - 1) / bs : 0;
+  const size_t imp_floats = imp_keys_max > 0 ? static_cast<size_t>(tile_vectors) * (w_stride + mb_stride) +
+                                                   static_cast<size_t>(imp_keys_total)
+                                             : 0;
+  const size_t state_bytes = ((state_floats + imp_floats) * sizeof(float) + 63) / 64 * 64;
+  const size_t acc_offsets_bytes = imp_keys_max > 0 ? (static_cast<size_t>(n_seqs) * sizeof(int64_t) + 63) / 64 * 64 : 0;
+  uint8_t* mem = scratch.get(offsets_bytes + acc_offsets_bytes + state_bytes * static_cast<size_t>(pool.size()));
   auto* offsets = reinterpret_cast<int64_t*>(mem);
+  auto* acc_offsets = reinterpret_cast<int64_t*>(mem + offsets_bytes);
+  if (imp_keys_max > 0) {
+    int64_t o = 0;
+    for (int64_t i = 0; i < n_seqs; ++i) {
+      acc_offsets[i] = o;
+      if (seqs[i].importance != nullptr) o += seqs[i].start_pos + seqs[i].n_q;
+    }
+  }
+  const size_t states_at = offsets_bytes + acc_offsets_bytes;
   offsets[0] = 0;
   for (int64_t i = 0; i < n_seqs; ++i) {
     const AttentionSeq& s = seqs[i];
@@ -389,7 +451,7 @@ void paged_attention(const float* q, const KvLayerView& kv, std::span<const Atte
   const int64_t n_items = offsets[n_seqs];
   std::atomic<int64_t> next{0};
   pool.run([&](int t) {
-    float* f = reinterpret_cast<float*>(mem + offsets_bytes + state_bytes * static_cast<size_t>(t));
+    float* f = reinterpret_cast<float*>(mem + states_at + state_bytes * static_cast<size_t>(t));
     AttnItemState st;
     st.o = f;
     st.m = st.o + int64_t{tile_vectors} * hd;
@@ -400,6 +462,9 @@ void paged_attention(const float* q, const KvLayerView& kv, std::span<const Atte
     st.kbuf = st.s + int64_t{tile_vectors} * s_stride;
     st.vbuf = st.kbuf + int64_t{bs} * hd;
     if (warm_floats > 0) st.warm = WarmParams::carve(st.vbuf + int64_t{bs} * hd, bs, hd, s_stride);
+    float* imp = f + state_floats;  // this thread's importance region
+    if (imp_keys_max > 0) std::fill(imp + static_cast<size_t>(tile_vectors) * (w_stride + mb_stride),
+                                    imp + imp_floats, 0.0f);
     for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < n_items;
          it = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t si = std::upper_bound(offsets, offsets + n_seqs + 1, it) - offsets - 1;
@@ -410,9 +475,30 @@ void paged_attention(const float* q, const KvLayerView& kv, std::span<const Atte
       const auto tile = static_cast<int32_t>(n_tiles - 1 - local / kv.n_kv_heads);
       const auto kvh = static_cast<int32_t>(local % kv.n_kv_heads);
       const int32_t i0 = tile * tile_rows, i1 = std::min(s.n_q, i0 + tile_rows);
+      if (s.importance != nullptr && i1 > s.importance_from) {
+        st.wsave = imp;
+        st.w_stride = w_stride;
+        st.mblk = imp + static_cast<size_t>(tile_vectors) * w_stride;
+        st.mb_stride = mb_stride;
+        st.acc = imp + static_cast<size_t>(tile_vectors) * (w_stride + mb_stride) + acc_offsets[si];
+      } else {
+        st.wsave = st.mblk = st.acc = nullptr;
+      }
       HWY_DYNAMIC_DISPATCH(AttentionItem)(q, kv, s, kvh, i0, i1, n_head, scale, out, st);
     }
   });
+  if (imp_keys_max == 0) return;
+  // The threads' accumulators into each asking sequence's buffer.
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    const AttentionSeq& s = seqs[i];
+    if (s.importance == nullptr) continue;
+    const int32_t keys = s.start_pos + s.n_q;
+    for (int t = 0; t < pool.size(); ++t) {
+      const float* a = reinterpret_cast<const float*>(mem + states_at + state_bytes * static_cast<size_t>(t)) +
+                       state_floats + static_cast<size_t>(tile_vectors) * (w_stride + mb_stride) + acc_offsets[i];
+      for (int32_t k = 0; k < keys; ++k) s.importance[k] += a[k];
+    }
+  }
 }
 
 }  // namespace strata::cpu

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) override;
   void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
                        float scale, ActView out) override;
+  bool reports_attention_importance() const override { return true; }
   void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
   void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                       uint8_t* v_slot) override;
