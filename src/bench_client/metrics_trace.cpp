@@ -33,22 +33,24 @@ TracePoint trace_point(const MetricSamples& m) {
   p.waiting = first_of(m, {"strata_requests_waiting", "vllm:num_requests_waiting"});
   p.swapped = first_of(m, {"strata_requests_swapped", "vllm:num_requests_swapped"});
   p.preemptions = first_of(m, {"strata_preemptions_total", "vllm:num_preemptions_total"});
-  p.watermark = m.find("strata_controller_knob", {{"knob", "watermark"}});
+  p.kv_demand = m.find("strata_controller_kv_demand_ratio");
+  p.batch_reserve = m.find("strata_controller_knob", {{"knob", "batch_reserve"}});
   p.max_batched_tokens = m.find("strata_controller_knob", {{"knob", "max_batched_tokens"}});
   p.max_seqs = m.find("strata_controller_knob", {{"knob", "max_seqs"}});
-  p.memory_pressure = m.find("strata_controller_output", {{"loop", "kv_usage"}});
+  p.memory_pressure = m.find("strata_controller_output", {{"loop", "kv_demand"}});
   p.latency_pressure = m.find("strata_controller_output", {{"loop", "interactive_tpot"}});
   return p;
 }
 
 std::string trace_csv(const std::vector<TracePoint>& points) {
   std::string s =
-      "t_s,server,kv_usage,kv_hot,kv_warm,kv_cold,running,waiting,swapped,preemptions_total,watermark,max_batched_tokens,"
+      "t_s,server,kv_usage,kv_hot,kv_warm,kv_cold,running,waiting,swapped,preemptions_total,kv_demand,batch_reserve,"
+      "max_batched_tokens,"
       "max_seqs,memory_pressure,latency_pressure\n";
   for (const TracePoint& p : points) {
     s += fmt::format("{:.3f},{}", p.t_s, p.server);
     for (const auto* v : {&p.kv_usage, &p.kv_hot, &p.kv_warm, &p.kv_cold, &p.running, &p.waiting, &p.swapped, &p.preemptions,
-                          &p.watermark, &p.max_batched_tokens, &p.max_seqs, &p.memory_pressure, &p.latency_pressure}) {
+                          &p.kv_demand, &p.batch_reserve, &p.max_batched_tokens, &p.max_seqs, &p.memory_pressure, &p.latency_pressure}) {
       s += ',';
       s += cell(*v);
     }

@@ -8,8 +8,9 @@
 //   kv_hot/warm/cold  strata_kv_tier_usage_ratio{tier=...}
 //   running, waiting, swapped  strata_requests_{running,waiting,swapped}, vllm:num_requests_{running,waiting,swapped}
 //   preemptions  strata_preemptions_total, vllm:num_preemptions_total
-//   watermark, max_batched_tokens, max_seqs  strata_controller_knob{knob=...}
-//   memory_pressure, latency_pressure  strata_controller_output{loop="kv_usage"|"interactive_tpot"}
+//   kv_demand    strata_controller_kv_demand_ratio (the memory loop's projected KV demand)
+//   batch_reserve, max_batched_tokens, max_seqs  strata_controller_knob{knob=...}
+//   memory_pressure, latency_pressure  strata_controller_output{loop="kv_demand"|"interactive_tpot"}
 //
 // Thread-safety: pure functions over plain values.
 #pragma once
@@ -28,14 +29,14 @@ struct TracePoint {
   size_t server = 0;  // index into the base URLs
   std::optional<double> kv_usage, kv_hot, kv_warm, kv_cold;
   std::optional<double> running, waiting, swapped, preemptions;
-  std::optional<double> watermark, max_batched_tokens, max_seqs, memory_pressure, latency_pressure;
+  std::optional<double> kv_demand, batch_reserve, max_batched_tokens, max_seqs, memory_pressure, latency_pressure;
 };
 
 // The gauges of one /metrics scrape (t_s and server left 0).
 TracePoint trace_point(const MetricSamples& m);
 
 // "t_s,server,kv_usage,kv_hot,kv_warm,kv_cold,running,waiting,swapped,preemptions_total,
-// watermark,max_batched_tokens,max_seqs,memory_pressure,latency_pressure" and one row per point
+// kv_demand,batch_reserve,max_batched_tokens,max_seqs,memory_pressure,latency_pressure" and one row per point
 // in the given order; missing values are empty cells.
 std::string trace_csv(const std::vector<TracePoint>& points);
 

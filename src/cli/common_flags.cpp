@@ -210,10 +210,19 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str();
   cmd->add_option("--qos-batch-ttft-ms", f.qos_batch_ttft_ms, "TTFT deadline of the batch class")->capture_default_str();
   cmd->add_option("--controller", f.controller,
-                  "Adaptive control of the KV and batching knobs: off (static flags), pid (PID loops on KV usage and "
-                  "interactive TPOT move the watermark, the token budget, --max-seqs and the hot window)")
+                  "Adaptive control of the KV and batching knobs: off (static flags), pid (the default: batch admissions by projected "
+                  "KV demand; PID loops on that demand and on interactive TPOT move a KV reserve for interactive work, "
+                  "the token budget, --max-seqs and the hot window)")
       ->capture_default_str();
-  cmd->add_option("--controller-kv-target", f.controller_kv_target, "KV usage the pid controller holds, in (0, 1]")
+  cmd->add_option("--controller-kv-target", f.controller_kv_target,
+                  "Projected KV demand (held + still needed by the running requests, share of the pool) the pid "
+                  "controller holds, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--controller-horizon-tokens", f.controller_horizon_tokens,
+                  "Tokens ahead per running request that the projected KV demand counts (at most to its max_tokens)")
+      ->capture_default_str();
+  cmd->add_option("--controller-reserve-max", f.controller_reserve_max,
+                  "Largest share of the KV pool the pid controller keeps from batch admissions for interactive work, in [0, 1)")
       ->capture_default_str();
   cmd->add_option("--controller-tpot-slo-ms", f.controller_tpot_slo_ms,
                   "Interactive TPOT (p90) above which the pid controller shrinks the batch")
@@ -264,6 +273,14 @@ EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
     fail("--controller-tpot-slo-ms must be in (0, 600000], got {}", controller_tpot_slo_ms);
   }
   c.controller.tpot_slo_ms = controller_tpot_slo_ms;
+  if (!(controller_horizon_tokens >= 1 && controller_horizon_tokens <= (1 << 24))) {
+    fail("--controller-horizon-tokens must be in [1, 16777216], got {}", controller_horizon_tokens);
+  }
+  c.controller.horizon_tokens = controller_horizon_tokens;
+  if (!(controller_reserve_max >= 0 && controller_reserve_max < 1)) {
+    fail("--controller-reserve-max must be in [0, 1), got {}", controller_reserve_max);
+  }
+  c.controller.reserve_max = controller_reserve_max;
   for (auto [flag, text, loop] : {std::tuple{"--controller-kv-gains", &controller_kv_gains, &c.controller.memory},
                                   std::tuple{"--controller-tpot-gains", &controller_tpot_gains, &c.controller.latency}}) {
     const auto g = parse_gains(*text);

@@ -64,11 +64,13 @@ struct EngineFlags {
   double qos_window_ms = 50;
   double qos_interactive_ttft_ms = 1000;
   double qos_batch_ttft_ms = 60000;
-  std::string controller = "off";
+  std::string controller = "pid";
   double controller_kv_target = 0.9;
   double controller_tpot_slo_ms = 200;
   std::string controller_kv_gains = "0.3,0.5,0";
   std::string controller_tpot_gains = "0.3,0.5,0";
+  int32_t controller_horizon_tokens = 512;
+  double controller_reserve_max = 0.3;
 
   // The engine configuration with `kv` (validated); throws strata::Error naming the flag.
   EngineConfig to_config(const KvFlags& kv) const;

@@ -102,7 +102,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   if (cfg_.controller.enabled) {
     const SchedulerConfig& sc = cfg_.sched;
     controller_ = std::make_unique<MemoryController>(
-        cfg_.controller, ControllerKnobs{sc.watermark, sc.max_batched_tokens, sc.max_seqs, kv_->hot_tokens()});
+        cfg_.controller, ControllerKnobs{0.0, sc.max_batched_tokens, sc.max_seqs, kv_->hot_tokens()});
+    sched_->set_batch_admission(cfg_.controller.horizon_tokens, 0.0);
+    stats_.controller = controller_->state();  // on /metrics from the start
   }
   remote_ = make_remote_pool(cfg_.kv, storage_->remote_format(model.fingerprint()));
   if (remote_) {
@@ -511,14 +513,24 @@ void Engine::publish_stats() {
 
 void Engine::sample_monitor() {
   const Clock::time_point now = Clock::now();
-  monitor_.sample(now, kv_->stats(), sched_->total_preemptions(), *sched_);
+  TransferTotals transfers;
+  transfers.to_host = storage_->bytes_to_host();
+  transfers.to_device = storage_->bytes_to_device();
+  if (remote_) {
+    const RemoteKvStats r = remote_->stats();
+    transfers.remote_read = r.bytes_read;
+    transfers.remote_written = r.bytes_written;
+  }
+  monitor_.sample(now, kv_->stats(), transfers, sched_->total_preemptions(), *sched_);
   const MonitorSnapshot& m = monitor_.snapshot();
   if (controller_ && now - last_control_ >= std::chrono::milliseconds(100)) {
     const double dt = last_control_ == Clock::time_point{} ? 0.1 : std::min(1.0, std::chrono::duration<double>(now - last_control_).count());
     last_control_ = now;
     const QosLatency& li = m.latency[static_cast<size_t>(QosClass::kInteractive)];
-    const ControllerKnobs k = controller_->update({m.kv_usage, li.tpot_samples > 0, li.tpot_p90_s}, dt);
-    sched_->set_watermark(k.watermark);
+    const double demand = static_cast<double>(sched_->projected_demand_blocks(cfg_.controller.horizon_tokens)) /
+                          std::max(1, kv_->num_hot_blocks());
+    const ControllerKnobs k = controller_->update({demand, li.tpot_samples > 0, li.tpot_p90_s}, dt);
+    sched_->set_batch_admission(cfg_.controller.horizon_tokens, k.batch_reserve);
     sched_->set_max_batched_tokens(k.max_batched_tokens);
     sched_->set_max_seqs(k.max_seqs);
     kv_->set_hot_tokens(k.hot_tokens);

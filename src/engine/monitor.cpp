@@ -40,8 +40,10 @@ void Monitor::prune(Clock::time_point now) {
   }
 }
 
-void Monitor::sample(Clock::time_point now, const KvStats& kv, int64_t preemptions, const Scheduler& sched) {
-  counters_.push_back({now, preemptions, kv.spill_bytes_in + kv.spill_bytes_out, kv.prefix_queried_tokens, kv.prefix_hit_tokens});
+void Monitor::sample(Clock::time_point now, const KvStats& kv, const TransferTotals& transfers, int64_t preemptions,
+                     const Scheduler& sched) {
+  counters_.push_back({now, preemptions, kv.spill_bytes_out, kv.spill_bytes_in, transfers, kv.prefix_queried_tokens,
+                       kv.prefix_hit_tokens});
   prune(now);
   MonitorSnapshot s;
   s.kv_usage = kv.usage_ratio();
@@ -56,7 +58,14 @@ void Monitor::sample(Clock::time_point now, const KvStats& kv, int64_t preemptio
   const double dt = std::chrono::duration<double>(b.t - a.t).count();
   if (dt > 0) {
     s.preemptions_per_s = static_cast<double>(b.preemptions - a.preemptions) / dt;
-    s.swap_bytes_per_s = static_cast<double>(b.swap_bytes - a.swap_bytes) / dt;
+    auto rate = [&](uint64_t from, uint64_t to) { return to >= from ? static_cast<double>(to - from) / dt : 0.0; };
+    s.cold_write_bytes_per_s = rate(a.cold_written, b.cold_written);
+    s.cold_read_bytes_per_s = rate(a.cold_read, b.cold_read);
+    s.swap_bytes_per_s = s.cold_write_bytes_per_s + s.cold_read_bytes_per_s;
+    s.remote_write_bytes_per_s = rate(a.transfers.remote_written, b.transfers.remote_written);
+    s.remote_read_bytes_per_s = rate(a.transfers.remote_read, b.transfers.remote_read);
+    s.to_host_bytes_per_s = rate(a.transfers.to_host, b.transfers.to_host);
+    s.to_device_bytes_per_s = rate(a.transfers.to_device, b.transfers.to_device);
   }
   const int64_t queried = b.prefix_queried - a.prefix_queried;
   if (queried > 0) s.prefix_hit_rate = static_cast<double>(b.prefix_hit - a.prefix_hit) / static_cast<double>(queried);
@@ -90,6 +99,7 @@ void Monitor::sample(Clock::time_point now, const KvStats& kv, int64_t preemptio
     l.tpot_p99_s = quantile(v, 0.99);
   }
   s.fairness_index = sched.fairness_index();
+  for (const std::string& t : cfg_.tenants) s.tenants.push_back({t, sched.counts_of_tenant(t), sched.drf().dominant_share(t)});
   snap_ = s;
 }
 

@@ -4,14 +4,18 @@
 //   KV usage per tier (used slots / slots), internal fragmentation (empty token slots in partly
 //   filled last blocks / token slots of the used hot blocks), the prefix-cache hit rate (hit /
 //   queried prompt tokens in the window), preemptions and swap bytes (cold tier in + out) per
-//   second, the step time split into compute (the forward pass), KV (schedule + KV ops) and wait
-//   (between steps), queue depths per QoS class, and TTFT / TPOT percentiles per QoS class.
+//   second, the transfer bandwidth used (bytes per second each way between the RAM tiers and the
+//   cold tier, the remote pool, and on a GPU between device and host), the step time split into
+//   compute (the forward pass), KV (schedule + KV ops) and wait (between steps), queue depths per
+//   QoS class, TTFT / TPOT percentiles per QoS class, and the sequences and dominant share of each
+//   tenant named in the configuration (API keys, --tenant-weight; not the free-form `user`).
 // Thread-safety: engine thread only; MonitorSnapshot is a plain value copied into EngineStats.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "core/ids.h"
@@ -27,6 +31,19 @@ struct QosLatency {
   double tpot_p50_s = 0, tpot_p90_s = 0, tpot_p99_s = 0;
 };
 
+struct TenantLoad {
+  std::string name;
+  SchedulerCounts sequences;
+  double dominant_share = 0;  // sched/drf.h
+};
+
+// Bytes moved since start that the KV manager does not count (it counts the cold tier's:
+// KvStats::spill_bytes_in/out).
+struct TransferTotals {
+  uint64_t remote_read = 0, remote_written = 0;  // RemoteKvStats (value bytes)
+  uint64_t to_host = 0, to_device = 0;           // KvStorage::transfers() on a device backend
+};
+
 struct MonitorSnapshot {
   double kv_usage = 0;       // KvStats::usage_ratio (held bytes of the RAM tiers)
   double kv_usage_hot = 0, kv_usage_warm = 0, kv_usage_cold = 0;  // used / slots per tier
@@ -34,6 +51,10 @@ struct MonitorSnapshot {
   double prefix_hit_rate = 0;    // in the window; 0 when nothing was looked up
   double preemptions_per_s = 0;
   double swap_bytes_per_s = 0;   // cold tier, both directions
+  // Transfer bandwidth in the window (bytes per second).
+  double cold_write_bytes_per_s = 0, cold_read_bytes_per_s = 0;      // RAM tiers -> cold, cold -> RAM
+  double remote_write_bytes_per_s = 0, remote_read_bytes_per_s = 0;  // to / from the remote pool
+  double to_host_bytes_per_s = 0, to_device_bytes_per_s = 0;         // device -> host, host -> device
   double step_compute_s = 0;     // mean per step in the window
   double step_kv_s = 0;          // scheduling and KV ops before the forward pass
   double step_wait_s = 0;        // between a step's end and the next one's start
@@ -41,10 +62,14 @@ struct MonitorSnapshot {
   std::array<SchedulerCounts, kNumQosClasses> queues{};
   std::array<QosLatency, kNumQosClasses> latency{};
   double fairness_index = 1;     // Jain's index over tenants' dominant shares (sched/drf.h)
+  std::vector<TenantLoad> tenants;  // MonitorConfig::tenants, in that order
 };
 
 struct MonitorConfig {
   double window_s = 30;
+  // Tenants reported one by one (operator-configured names, so that a client's `user` field
+  // cannot grow the metrics without bound).
+  std::vector<std::string> tenants;
 };
 
 class Monitor {
@@ -57,7 +82,8 @@ class Monitor {
   void on_finish(QosClass c, Clock::time_point now, double tpot_s);
 
   // Takes a sample of the gauges and counters and recomputes the snapshot.
-  void sample(Clock::time_point now, const KvStats& kv, int64_t preemptions, const Scheduler& sched);
+  void sample(Clock::time_point now, const KvStats& kv, const TransferTotals& transfers, int64_t preemptions,
+              const Scheduler& sched);
 
   const MonitorSnapshot& snapshot() const { return snap_; }
 
@@ -65,7 +91,8 @@ class Monitor {
   struct Counters {
     Clock::time_point t;
     int64_t preemptions = 0;
-    uint64_t swap_bytes = 0;
+    uint64_t cold_written = 0, cold_read = 0;
+    TransferTotals transfers;
     int64_t prefix_queried = 0, prefix_hit = 0;
   };
   struct StepSample {

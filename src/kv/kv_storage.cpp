@@ -143,6 +143,7 @@ void KvStorage::capture(const KvSlot& l, std::vector<uint8_t>& out) const {
       const size_t at = out.size();
       out.resize(at + static_cast<size_t>(n));
       device_->copy_to_host(out.data() + at, src, static_cast<uint64_t>(n));
+      bytes_to_host_ += static_cast<uint64_t>(n);
     };
     for (const KvLayerView& v : views_) {
       if (l.tier == KvTier::kHot) {
@@ -171,6 +172,7 @@ void KvStorage::capture(const KvSlot& l, std::vector<uint8_t>& out) const {
 void KvStorage::restore(const KvSlot& l, const uint8_t* p, size_t n) {
   STRATA_CHECK(n == slot_bytes(l.tier), "cold slot holds {} bytes, expected {}", n, slot_bytes(l.tier));
   if (device_ != nullptr) {
+    bytes_to_device_ += n;
     for (const KvLayerView& v : views_) {
       if (l.tier == KvTier::kHot) {
         const int64_t bs = v.block_stride_bytes();

@@ -70,6 +70,10 @@ class KvStorage {
   // call are dropped. Slots out of range or marked lost are ignored.
   void prefetch(std::span<const std::pair<int32_t, KvTier>> cold);
   int64_t prefetch_hits() const { return prefetch_hits_; }  // fetches served by a read ahead
+  // KV bytes copied between device and host memory since start, on a backend whose memory is not
+  // host-visible (spills and publishes copy down, fetches and remote imports copy up); 0 on the host.
+  uint64_t bytes_to_host() const { return bytes_to_host_; }
+  uint64_t bytes_to_device() const { return bytes_to_device_; }
 
   // Where kPublish ops send their blocks (kv/remote_pool.h); null (the default) drops them.
   // The pool must outlive this storage's execute() calls.
@@ -111,6 +115,8 @@ class KvStorage {
     KvTier content = KvTier::kHot;
   };
   std::map<int32_t, ReadAhead> ahead_;  // by cold slot
+  mutable uint64_t bytes_to_host_ = 0;  // capture() is const: it only reads the KV
+  uint64_t bytes_to_device_ = 0;
   int64_t prefetch_hits_ = 0;
   void drop_read_ahead(int32_t cold_slot);  // waits for it and discards the bytes
 };

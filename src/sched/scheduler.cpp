@@ -28,6 +28,51 @@ void Scheduler::set_watermark(double w) {
   cfg_.watermark = w;
 }
 
+void Scheduler::set_batch_admission(int32_t horizon_tokens, double reserve) {
+  STRATA_CHECK(horizon_tokens > 0 && reserve >= 0 && reserve < 1, "batch admission {} {}", horizon_tokens, reserve);
+  batch_horizon_tokens_ = horizon_tokens;
+  batch_reserve_ = reserve;
+}
+
+DemandCurve Scheduler::demand_curve(const Sequence& s, int32_t from, int32_t extra) const {
+  DemandCurve c;
+  c.from = from;
+  // The last token sampled is never computed: at most prompt + max_tokens - 1 tokens get slots.
+  c.last = std::max(from, s.n_prompt + s.max_tokens - 1);
+  c.first = std::clamp(s.n_prompt, from, c.last);
+  c.extra = extra;
+  c.held = extra > 0 || !kv_.has_sequence(s.id) || s.status != SeqStatus::kRunning
+               ? extra : std::min<int32_t>(static_cast<int32_t>(kv_.block_table(s.id).size()), demand_shape().max_hot_blocks);
+  return c;
+}
+
+DemandShape Scheduler::demand_shape() const {
+  DemandShape shape;
+  shape.block_size = kv_.block_size();
+  // With a warm tier only the hot window (and the block being filled) stays hot.
+  if (kv_.has_warm_tier()) shape.max_hot_blocks = (kv_.hot_tokens() + shape.block_size - 1) / shape.block_size + 1;
+  return shape;
+}
+
+int64_t Scheduler::peak_demand_with(const DemandCurve* candidate, int32_t horizon_tokens) const {
+  std::vector<DemandCurve> curves;
+  for (const auto& [id, s] : seqs_) {
+    if (s->status == SeqStatus::kRunning) curves.push_back(demand_curve(*s, kv_.num_tokens(id), 0));
+  }
+  if (candidate != nullptr) curves.push_back(*candidate);
+  return peak_demand(kv_.num_hot_blocks() - kv_.num_available_blocks(), curves, horizon_tokens, demand_shape());
+}
+
+int32_t Scheduler::projected_demand_blocks(int32_t horizon_tokens) const {
+  return static_cast<int32_t>(std::min<int64_t>(peak_demand_with(nullptr, horizon_tokens), INT32_MAX));
+}
+
+bool Scheduler::batch_demand_fits(const Sequence& s, int32_t blocks_new, int32_t from) const {
+  if (batch_horizon_tokens_ == 0 || s.qos != QosClass::kBatch || !any_running()) return true;
+  const DemandCurve c = demand_curve(s, from, blocks_new);
+  return static_cast<double>(peak_demand_with(&c, batch_horizon_tokens_)) <= (1.0 - batch_reserve_) * kv_.num_hot_blocks();
+}
+
 void Scheduler::mark_backlogged(const std::string& tenant) {
   std::set<std::string> backlogged;
   bool already = false;
@@ -229,7 +274,8 @@ void Scheduler::swap_in(StepPlan& plan) {
     // With room for its next token too: a sequence swapped in without it would preempt itself
     // again at once (and, with nothing else running, for ever).
     const int32_t next = s->num_computed + std::min(s->n_uncomputed(), 1);
-    if (kv_.blocks_to_swap_in(s->id, next) + admission_watermark() > kv_.num_available_blocks() || !kv_.swap_in(s->id)) {
+    const int32_t need = kv_.blocks_to_swap_in(s->id, next);
+    if (need + admission_watermark() > kv_.num_available_blocks() || !batch_demand_fits(*s, need, next) || !kv_.swap_in(s->id)) {
       // Queue order, but with nothing running a swapped sequence may wait for hot blocks that
       // those behind it share (and free when they finish): then they go first.
       if (any_running()) break;
@@ -301,6 +347,8 @@ void Scheduler::admit_waiting(StepPlan& plan, QosClass c) {
     // stay within the budget.
     const int32_t hits = kv_.prefix_hits(s->id, s->tokens);
     int32_t target = hits + std::min(len - hits, plan.budget);
+    // Batch work that would grow into a full pool waits (no overtaking, as below).
+    if (!batch_demand_fits(*s, kv_.blocks_needed(s->id, s->tokens, target), target)) break;
     if (!admission_fits(*s, target)) preempt_for_admission(plan, *s, target);
     if (!admission_fits(*s, target)) {
       // With nothing running every hot block is free or cached, and any sequence that fits the
@@ -469,17 +517,31 @@ SchedulerCounts Scheduler::counts() const {
   return c;
 }
 
+namespace {
+void tally(SchedulerCounts& c, SeqStatus st) {
+  switch (st) {
+    case SeqStatus::kWaiting: ++c.waiting; break;
+    case SeqStatus::kRunning: ++c.running; break;
+    case SeqStatus::kSwapped: ++c.swapped; break;
+  }
+}
+}  // namespace
+
 SchedulerCounts Scheduler::counts(QosClass q) const {
   SchedulerCounts c;
   for (const auto& [id, s] : seqs_) {
-    if (s->qos != q) continue;
-    switch (s->status) {
-      case SeqStatus::kWaiting: ++c.waiting; break;
-      case SeqStatus::kRunning: ++c.running; break;
-      case SeqStatus::kSwapped: ++c.swapped; break;
-    }
+    if (s->qos == q) tally(c, s->status);
+  }
+  return c;
+}
+
+SchedulerCounts Scheduler::counts_of_tenant(const std::string& tenant) const {
+  SchedulerCounts c;
+  for (const auto& [id, s] : seqs_) {
+    if (s->tenant == tenant) tally(c, s->status);
   }
   return c;
 }
 
 }  // namespace strata
+

@@ -51,6 +51,7 @@
 #include "kv/kv_manager.h"
 #include "sched/drf.h"
 #include "sched/fairness.h"
+#include "sched/kv_demand.h"
 #include "sched/scheduler_config.h"
 #include "sched/sequence.h"
 
@@ -103,6 +104,15 @@ class Scheduler {
   // `e` outlives the scheduler.
   void set_evictor(KvEvictor* e) { evictor_ = e; }
   KvEvictor* evictor() const { return evictor_; }
+  // Batch admission by projected demand (the controller's, sched/controller.h; off until set): a
+  // batch sequence is admitted or swapped in only while the projected demand with it stays within
+  // (1 - reserve) of the hot pool, so batch work does not grow into a full pool and the reserve
+  // stays free for interactive arrivals (which ignore it). Yields when nothing runs (liveness).
+  // Preconditions: horizon_tokens > 0; 0 <= reserve < 1.
+  void set_batch_admission(int32_t horizon_tokens, double reserve);
+  // The projected KV demand (sched/kv_demand.h): the most hot blocks the running sequences will
+  // hold at once within `horizon_tokens` steps, each decoding to its max_tokens.
+  int32_t projected_demand_blocks(int32_t horizon_tokens) const;
 
   // Adds a request's first sequence (it holds the prompt; n_fork_children more are forked from it
   // when the prompt is computed). Precondition: the prompt is non-empty and fits the pool.
@@ -148,8 +158,9 @@ class Scheduler {
   // The tenants that have sequences now, and Jain's index over their dominant shares.
   std::vector<std::string> tenants() const;
   double fairness_index() const { return drf_.jain_index(tenants()); }
-  // Sequences per class and status.
+  // Sequences per class and status; of one tenant.
   SchedulerCounts counts(QosClass c) const;
+  SchedulerCounts counts_of_tenant(const std::string& tenant) const;
   // True when something waits and every waiting sequence is batch class: the engine may then
   // wait up to --qos-window-ms to fill the batch, as no interactive deadline can be missed by it.
   bool only_batch_waiting() const;
@@ -189,6 +200,14 @@ class Scheduler {
   // The largest target in (lo, hi] for which admission_fits holds, or lo when none.
   int32_t largest_fitting_target(const Sequence& s, int32_t lo, int32_t hi) const;
   bool any_running() const;
+  // s's future from `from` tokens with slots, taking `extra` new blocks now (a candidate).
+  DemandCurve demand_curve(const Sequence& s, int32_t from, int32_t extra) const;
+  DemandShape demand_shape() const;
+  // The peak demand of the running sequences and `candidate` (may be null).
+  int64_t peak_demand_with(const DemandCurve* candidate, int32_t horizon_tokens) const;
+  // The batch admission gate: batch sequence s may take blocks_new more hot blocks now and grow
+  // from `from` tokens (true when the gate is off, s is interactive or nothing runs).
+  bool batch_demand_fits(const Sequence& s, int32_t blocks_new, int32_t from) const;
   // Blocks admissions (and swap-ins) leave free: the watermark while sequences run, 0 otherwise.
   int32_t admission_watermark() const;
   // Puts the next n_new tokens of s (from num_computed) into the step and charges them.
@@ -218,6 +237,8 @@ class Scheduler {
   std::map<SeqId, int32_t> charged_;  // highest token index already charged to the tenant
   int64_t total_preemptions_ = 0;
   KvEvictor* evictor_ = nullptr;
+  int32_t batch_horizon_tokens_ = 0;  // 0: batch admission by projected demand is off
+  double batch_reserve_ = 0;
 };
 
 }  // namespace strata

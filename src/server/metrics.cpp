@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
+#include <tuple>
 
 #include "core/check.h"
 #include "sched/scheduler_config.h"
@@ -18,6 +20,17 @@ const std::vector<double> kTpotBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0
                                          0.1,    0.15,  0.2,    0.3,   0.4,  0.5,   0.75, 1.0, 2.5};
 const std::vector<double> kE2eBounds = {0.01, 0.025, 0.05, 0.1,  0.25, 0.5,  1.0,   2.5,  5.0,
                                         10.0, 15.0,  20.0, 30.0, 60.0, 120.0, 300.0, 600.0};
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -60,6 +73,13 @@ static void render_monitor(std::string& out, const EngineStats& st) {
   single(out, "strata_preemptions_per_second", "gauge", "Preemptions per second in the monitor's window.", m.preemptions_per_s);
   single(out, "strata_kv_swap_bytes_per_second", "gauge", "KV bytes per second to and from the cold tier in the monitor's window.",
          m.swap_bytes_per_s);
+  header(out, "strata_kv_transfer_bytes_per_second", "gauge",
+         "KV bytes per second moved in the monitor's window, per link and direction: cold tier (write: spills from the RAM tiers; "
+         "read: fetches), remote pool (write: publishes; read: fetched blocks), device (on a GPU: to_host, to_device).");
+  for (const auto& [link, dir, v] : {std::tuple{"cold", "write", m.cold_write_bytes_per_s}, {"cold", "read", m.cold_read_bytes_per_s},
+                                     {"remote", "write", m.remote_write_bytes_per_s}, {"remote", "read", m.remote_read_bytes_per_s},
+                                     {"device", "to_host", m.to_host_bytes_per_s}, {"device", "to_device", m.to_device_bytes_per_s}})
+    out += fmt::format("strata_kv_transfer_bytes_per_second{{link=\"{}\",direction=\"{}\"}} {}\n", link, dir, v);
   header(out, "strata_engine_step_seconds", "gauge",
          "Mean time per engine step in the monitor's window: kv (scheduling and KV ops), compute (the forward pass), wait (between steps).");
   for (const auto& [phase, v] : {std::pair{"kv", m.step_kv_s}, {"compute", m.step_compute_s}, {"wait", m.step_wait_s}})
@@ -88,20 +108,35 @@ static void render_monitor(std::string& out, const EngineStats& st) {
   single(out, "strata_fairness_jain_index", "gauge",
          "Jain's fairness index over the tenants with work, of their weighted dominant shares (KV blocks held, tokens per step); 1 = equal.",
          m.fairness_index);
+  if (!m.tenants.empty()) {
+    header(out, "strata_tenant_sequences", "gauge", "Sequences per configured tenant (API keys, --tenant-weight) and state.");
+    for (const TenantLoad& t : m.tenants) {
+      const std::string name = label_value(t.name);
+      out += fmt::format("strata_tenant_sequences{{tenant=\"{}\",state=\"waiting\"}} {}\n", name, t.sequences.waiting);
+      out += fmt::format("strata_tenant_sequences{{tenant=\"{}\",state=\"running\"}} {}\n", name, t.sequences.running);
+      out += fmt::format("strata_tenant_sequences{{tenant=\"{}\",state=\"swapped\"}} {}\n", name, t.sequences.swapped);
+    }
+    header(out, "strata_tenant_dominant_share", "gauge", "Weighted dominant share of each configured tenant (sched/drf.h).");
+    for (const TenantLoad& t : m.tenants)
+      out += fmt::format("strata_tenant_dominant_share{{tenant=\"{}\"}} {}\n", label_value(t.name), t.dominant_share);
+  }
   const ControllerState& c = st.controller;
   single(out, "strata_controller_enabled", "gauge", "1 with --controller pid.", c.enabled ? 1 : 0);
   if (!c.enabled) return;
-  header(out, "strata_controller_setpoint", "gauge", "Setpoint of each controller loop (KV usage ratio; interactive TPOT p90 in seconds).");
-  out += fmt::format("strata_controller_setpoint{{loop=\"kv_usage\"}} {}\n", c.kv_target);
+  single(out, "strata_controller_kv_demand_ratio", "gauge",
+         "The memory loop's measurement: projected KV demand (the most hot blocks the running requests will hold at once "
+         "until they finish, within the horizon) over the hot pool.", c.kv_demand);
+  header(out, "strata_controller_setpoint", "gauge", "Setpoint of each controller loop (projected KV demand ratio; interactive TPOT p90 in seconds).");
+  out += fmt::format("strata_controller_setpoint{{loop=\"kv_demand\"}} {}\n", c.kv_target);
   out += fmt::format("strata_controller_setpoint{{loop=\"interactive_tpot\"}} {}\n", c.tpot_slo_s);
-  header(out, "strata_controller_error", "gauge", "Last error of each loop (KV usage - target; (TPOT - SLO) / SLO, -1 without samples).");
-  out += fmt::format("strata_controller_error{{loop=\"kv_usage\"}} {}\n", c.kv_error);
+  header(out, "strata_controller_error", "gauge", "Last error of each loop (projected KV demand - target; (TPOT - SLO) / SLO, -1 without samples).");
+  out += fmt::format("strata_controller_error{{loop=\"kv_demand\"}} {}\n", c.kv_error);
   out += fmt::format("strata_controller_error{{loop=\"interactive_tpot\"}} {}\n", c.tpot_error);
   header(out, "strata_controller_output", "gauge", "Output (pressure, 0..1) of each loop.");
-  out += fmt::format("strata_controller_output{{loop=\"kv_usage\"}} {}\n", c.memory_pressure);
+  out += fmt::format("strata_controller_output{{loop=\"kv_demand\"}} {}\n", c.memory_pressure);
   out += fmt::format("strata_controller_output{{loop=\"interactive_tpot\"}} {}\n", c.latency_pressure);
   header(out, "strata_controller_knob", "gauge", "The knobs as the controller set them.");
-  out += fmt::format("strata_controller_knob{{knob=\"watermark\"}} {}\n", c.knobs.watermark);
+  out += fmt::format("strata_controller_knob{{knob=\"batch_reserve\"}} {}\n", c.knobs.batch_reserve);
   out += fmt::format("strata_controller_knob{{knob=\"max_batched_tokens\"}} {}\n", c.knobs.max_batched_tokens);
   out += fmt::format("strata_controller_knob{{knob=\"max_seqs\"}} {}\n", c.knobs.max_seqs);
   out += fmt::format("strata_controller_knob{{knob=\"hot_tokens\"}} {}\n", c.knobs.hot_tokens);

@@ -89,6 +89,9 @@ footer a { color: inherit; }
       <tr><td>Fragmentation (hot)</td><td id="m-frag" colspan="3">–</td></tr>
       <tr><td>Prefix-cache hit rate</td><td id="m-hit" colspan="3">–</td></tr>
       <tr><td>Preemptions per second</td><td id="m-pre" colspan="3">–</td></tr>
+      <tr><td>Transfers write / read: cold tier</td><td id="m-xfer-cold-write">–</td><td id="m-xfer-cold-read">–</td><td></td></tr>
+      <tr><td>Transfers write / read: remote pool</td><td id="m-xfer-remote-write">–</td><td id="m-xfer-remote-read">–</td><td></td></tr>
+      <tr><td>Transfers to host / to device</td><td id="m-xfer-device-to_host">–</td><td id="m-xfer-device-to_device">–</td><td></td></tr>
       <tr><td>Step kv / compute / wait</td><td id="m-step-kv">–</td><td id="m-step-compute">–</td><td id="m-step-wait">–</td></tr>
       <tr><td>Fairness (Jain's index)</td><td id="m-jain" colspan="3">–</td></tr>
     </table>
@@ -107,12 +110,12 @@ footer a { color: inherit; }
   <div class="chart panel"><h2>Controller: <span id="ctl-state">–</span></h2>
     <table>
       <tr><th>loop</th><th>setpoint</th><th>error</th><th>output</th></tr>
-      <tr><td>KV usage</td><td id="ctl-kv-setpoint">–</td><td id="ctl-kv-error">–</td><td id="ctl-kv-output">–</td></tr>
+      <tr><td>projected KV demand <span id="ctl-kv-demand">–</span></td><td id="ctl-kv-setpoint">–</td><td id="ctl-kv-error">–</td><td id="ctl-kv-output">–</td></tr>
       <tr><td>interactive TPOT p90</td><td id="ctl-tpot-setpoint">–</td><td id="ctl-tpot-error">–</td><td id="ctl-tpot-output">–</td></tr>
     </table>
     <table>
       <tr><th>knob</th><th>value</th></tr>
-      <tr><td>admission watermark</td><td id="ctl-knob-watermark">–</td></tr>
+      <tr><td>batch reserve</td><td id="ctl-knob-batch_reserve">–</td></tr>
       <tr><td>max batched tokens</td><td id="ctl-knob-max_batched_tokens">–</td></tr>
       <tr><td>max seqs</td><td id="ctl-knob-max_seqs">–</td></tr>
       <tr><td>hot tokens</td><td id="ctl-knob-hot_tokens">–</td></tr>
@@ -393,6 +396,12 @@ footer a { color: inherit; }
     set('m-frag', fmtPct(get(m, 'strata_kv_fragmentation_ratio')));
     set('m-hit', fmtPct(get(m, 'strata_prefix_cache_hit_rate')));
     set('m-pre', fmtNum(get(m, 'strata_preemptions_per_second'), 2));
+    for (const [link, dirs] of [['cold', ['write', 'read']], ['remote', ['write', 'read']], ['device', ['to_host', 'to_device']]]) {
+      for (const direction of dirs) {
+        const v = get(m, 'strata_kv_transfer_bytes_per_second', { link, direction });
+        set('m-xfer-' + link + '-' + direction, v === null ? '–' : fmtBytes(v) + '/s');
+      }
+    }
     for (const phase of ['kv', 'compute', 'wait']) set('m-step-' + phase, fmtMs(get(m, 'strata_engine_step_seconds', { phase })));
     set('m-jain', fmtNum(get(m, 'strata_fairness_jain_index'), 2));
     for (const qos of ['interactive', 'batch']) {
@@ -405,14 +414,15 @@ footer a { color: inherit; }
     const enabled = get(m, 'strata_controller_enabled');
     set('ctl-state', enabled === null ? '–' : enabled > 0 ? 'pid' : 'off');
     const loop = (name, metric) => get(m, metric, { loop: name });
-    set('ctl-kv-setpoint', fmtPct(loop('kv_usage', 'strata_controller_setpoint')));
-    set('ctl-kv-error', fmtNum(loop('kv_usage', 'strata_controller_error'), 3));
-    set('ctl-kv-output', fmtNum(loop('kv_usage', 'strata_controller_output'), 3));
+    set('ctl-kv-demand', fmtPct(get(m, 'strata_controller_kv_demand_ratio')));
+    set('ctl-kv-setpoint', fmtPct(loop('kv_demand', 'strata_controller_setpoint')));
+    set('ctl-kv-error', fmtNum(loop('kv_demand', 'strata_controller_error'), 3));
+    set('ctl-kv-output', fmtNum(loop('kv_demand', 'strata_controller_output'), 3));
     set('ctl-tpot-setpoint', fmtMs(loop('interactive_tpot', 'strata_controller_setpoint')));
     set('ctl-tpot-error', fmtNum(loop('interactive_tpot', 'strata_controller_error'), 3));
     set('ctl-tpot-output', fmtNum(loop('interactive_tpot', 'strata_controller_output'), 3));
     const knob = (k) => get(m, 'strata_controller_knob', { knob: k });
-    set('ctl-knob-watermark', fmtPct(knob('watermark')));
+    set('ctl-knob-batch_reserve', fmtPct(knob('batch_reserve')));
     for (const k of ['max_batched_tokens', 'max_seqs', 'hot_tokens']) set('ctl-knob-' + k, fmtNum(knob(k), 0));
   }
 

@@ -13,9 +13,10 @@ TEST(MetricsTrace, ReadsStrataGaugesAndTheControllersKnobs) {
       "strata_kv_tier_usage_ratio{tier=\"hot\"} 0.8\nstrata_kv_tier_usage_ratio{tier=\"warm\"} 0.25\n"
       "strata_kv_tier_usage_ratio{tier=\"cold\"} 0\n"
       "strata_requests_running 5\nstrata_requests_waiting 7\nstrata_requests_swapped 1\nstrata_preemptions_total 12\n"
-      "strata_controller_knob{knob=\"watermark\"} 0.125\nstrata_controller_knob{knob=\"max_batched_tokens\"} 384\n"
+      "strata_controller_kv_demand_ratio 0.875\n"
+      "strata_controller_knob{knob=\"batch_reserve\"} 0.125\nstrata_controller_knob{knob=\"max_batched_tokens\"} 384\n"
       "strata_controller_knob{knob=\"max_seqs\"} 48\nstrata_controller_knob{knob=\"hot_tokens\"} 0\n"
-      "strata_controller_output{loop=\"kv_usage\"} 0.4\nstrata_controller_output{loop=\"interactive_tpot\"} 0\n"));
+      "strata_controller_output{loop=\"kv_demand\"} 0.4\nstrata_controller_output{loop=\"interactive_tpot\"} 0\n"));
   EXPECT_EQ(p.kv_usage, 0.75);
   EXPECT_EQ(p.kv_hot, 0.8);
   EXPECT_EQ(p.kv_warm, 0.25);
@@ -24,7 +25,8 @@ TEST(MetricsTrace, ReadsStrataGaugesAndTheControllersKnobs) {
   EXPECT_EQ(p.waiting, 7);
   EXPECT_EQ(p.swapped, 1);
   EXPECT_EQ(p.preemptions, 12);
-  EXPECT_EQ(p.watermark, 0.125);
+  EXPECT_EQ(p.kv_demand, 0.875);
+  EXPECT_EQ(p.batch_reserve, 0.125);
   EXPECT_EQ(p.max_batched_tokens, 384);
   EXPECT_EQ(p.max_seqs, 48);
   EXPECT_EQ(p.memory_pressure, 0.4);
@@ -41,7 +43,8 @@ TEST(MetricsTrace, ReadsVllmNamesAndLeavesTheRestEmpty) {
   EXPECT_EQ(p.preemptions, 9);
   EXPECT_FALSE(p.kv_hot.has_value());
   EXPECT_FALSE(p.swapped.has_value());
-  EXPECT_FALSE(p.watermark.has_value());
+  EXPECT_FALSE(p.batch_reserve.has_value());
+  EXPECT_FALSE(p.kv_demand.has_value());
   EXPECT_EQ(trace_point(parse_prometheus_text("vllm:gpu_cache_usage_perc 0.25\n")).kv_usage, 0.25);
   EXPECT_FALSE(trace_point(parse_prometheus_text("")).kv_usage.has_value());
 }
@@ -55,12 +58,12 @@ TEST(MetricsTrace, CsvHasAHeaderAndEmptyCellsForMissingValues) {
   TracePoint b = a;
   b.t_s = 1.5;
   b.server = 1;
-  b.watermark = 0.3;
+  b.batch_reserve = 0.3;
   EXPECT_EQ(trace_csv({a, b}),
-            "t_s,server,kv_usage,kv_hot,kv_warm,kv_cold,running,waiting,swapped,preemptions_total,watermark,"
-            "max_batched_tokens,max_seqs,memory_pressure,latency_pressure\n"
-            "0.250,0,0.5,,,,2,,,0,,,,,\n"
-            "1.500,1,0.5,,,,2,,,0,0.3,,,,\n");
+            "t_s,server,kv_usage,kv_hot,kv_warm,kv_cold,running,waiting,swapped,preemptions_total,kv_demand,"
+            "batch_reserve,max_batched_tokens,max_seqs,memory_pressure,latency_pressure\n"
+            "0.250,0,0.5,,,,2,,,0,,,,,,\n"
+            "1.500,1,0.5,,,,2,,,0,,0.3,,,,\n");
   EXPECT_EQ(trace_csv({}).find('\n'), trace_csv({}).size() - 1) << "the header alone";
 }
 

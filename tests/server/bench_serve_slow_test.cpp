@@ -202,7 +202,7 @@ TEST_F(BenchServe, QosMixRampMixedLengthsAndAKvTrace) {
   EXPECT_GE(j["kv_usage"]["samples"].get<int64_t>(), 1);
   EXPECT_NE(last_.out.find("QoS class interactive"), std::string::npos) << last_.out;
   EXPECT_NE(last_.out.find("KV usage sampled from /metrics"), std::string::npos) << last_.out;
-  // The CSV: its header, then one row per sample with 15 cells, time first, strata's gauges filled.
+  // The CSV: its header, then one row per sample with 16 cells, time first, strata's gauges filled.
   const std::string csv = test::read_file(trace);
   std::istringstream lines(csv);
   std::string line;
@@ -211,7 +211,7 @@ TEST_F(BenchServe, QosMixRampMixedLengthsAndAKvTrace) {
   int64_t rows = 0;
   while (std::getline(lines, line)) {
     ++rows;
-    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 14) << line;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 15) << line;
     EXPECT_TRUE(std::regex_search(line, std::regex("^[0-9]+\\.[0-9]{3},0,[0-9.e-]+,[0-9.e-]+,"))) << line;
   }
   EXPECT_EQ(rows, j["kv_usage"]["samples"].get<int64_t>());

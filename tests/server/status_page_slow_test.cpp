@@ -121,7 +121,7 @@ TEST_F(StatusPage, RendersTheLiveMetricsOfARunningServer) {
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"c-running\">0<"))) << r.dom;
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("capacity hot [0-9.]+ [KMG]iB"))) << r.dom;
   EXPECT_NE(r.dom.find("id=\"model\">stories260K<"), std::string::npos) << "model name from /v1/models";
-  // The engine monitor's figures, from strata's own gauges; the controller is off by default.
+  // The engine monitor's figures, from strata's own gauges; the controller is on by default.
   for (const char* id : {"m-tier-hot", "m-tier-warm", "m-tier-cold", "m-frag", "m-hit"}) {
     EXPECT_TRUE(std::regex_search(r.dom, std::regex(std::string("id=\"") + id + "\"[^>]*>[0-9.]+%<"))) << id << r.dom;
   }
@@ -131,8 +131,10 @@ TEST_F(StatusPage, RendersTheLiveMetricsOfARunningServer) {
     EXPECT_TRUE(std::regex_search(r.dom, std::regex(std::string("id=\"") + id + "\">[0-9.]+ ms<"))) << id << r.dom;
   }
   EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"q-batch-waiting\">0<"))) << r.dom;
-  EXPECT_NE(r.dom.find("id=\"ctl-state\">off<"), std::string::npos) << r.dom;
-  EXPECT_NE(r.dom.find("id=\"ctl-knob-max_seqs\">–<"), std::string::npos) << "no knobs without the controller";
+  EXPECT_NE(r.dom.find("id=\"ctl-state\">pid<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-knob-max_seqs\">64<"), std::string::npos) << "the flag's value while nothing presses" << r.dom;
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"ctl-kv-demand\">[0-9.]+%<"))) << r.dom;
+  EXPECT_TRUE(std::regex_search(r.dom, std::regex("id=\"m-xfer-cold-write\">[0-9.]+ B/s<"))) << r.dom;
 }
 
 TEST_F(StatusPage, ShowsTheQosClassesAndThePidControllersLoopsAndKnobs) {
@@ -192,11 +194,14 @@ TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
           "strata_requests_swapped 0\nstrata_generation_tokens_total " + std::to_string(100 * call) + "\n"
           "strata_kv_tier_usage_ratio{tier=\"hot\"} 0.8\nstrata_kv_tier_usage_ratio{tier=\"warm\"} 0.25\n"
           "strata_kv_fragmentation_ratio 0.0625\nstrata_fairness_jain_index 0.875\n"
+          "strata_kv_transfer_bytes_per_second{link=\"cold\",direction=\"write\"} 3145728\n"
+          "strata_kv_transfer_bytes_per_second{link=\"device\",direction=\"to_device\"} 512\n"
+          "strata_controller_kv_demand_ratio 0.9375\n"
           "strata_qos_sequences{qos=\"batch\",state=\"waiting\"} 6\n"
           "strata_qos_ttft_seconds{qos=\"interactive\",quantile=\"0.99\"} 0.0425\n"
           "strata_qos_tpot_seconds{qos=\"batch\",quantile=\"0.5\"} 1.25\n"
-          "strata_controller_enabled 1\nstrata_controller_output{loop=\"kv_usage\"} 0.5\n"
-          "strata_controller_knob{knob=\"watermark\"} 0.155\n",
+          "strata_controller_enabled 1\nstrata_controller_output{loop=\"kv_demand\"} 0.5\n"
+          "strata_controller_knob{knob=\"batch_reserve\"} 0.155\n",
           "text/plain");
     }
   });
@@ -220,7 +225,11 @@ TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
   EXPECT_NE(r.dom.find("id=\"q-batch-tpot-p99\">–<"), std::string::npos) << r.dom;
   EXPECT_NE(r.dom.find("id=\"ctl-state\">pid<"), std::string::npos) << r.dom;
   EXPECT_NE(r.dom.find("id=\"ctl-kv-output\">0.500<"), std::string::npos) << r.dom;
-  EXPECT_NE(r.dom.find("id=\"ctl-knob-watermark\">15.5%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-knob-batch_reserve\">15.5%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"ctl-kv-demand\">93.8%<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-xfer-cold-write\">3.00 MiB/s<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-xfer-device-to_device\">512 B/s<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-xfer-remote-read\">–<"), std::string::npos) << r.dom;
 }
 
 TEST_F(StatusPage, ShowsUnreachableWhenMetricsCannotBeFetchedAtAll) {
