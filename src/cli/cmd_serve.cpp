@@ -1,9 +1,12 @@
 // `strata serve`: the OpenAI-compatible HTTP server (src/server/). This file only turns flags into
 // a ServerConfig; what runs is server/serve.h.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/cli.h"
 #include "cli/common_flags.h"
@@ -22,7 +25,37 @@ struct ServeOptions {
   std::string max_body = "8MiB";
   std::string chat_template_file;
   std::string qos_default = "interactive";
+  std::vector<std::string> api_keys;  // --api-key KEY[:QOS[:TENANT]], repeatable
+  std::string api_keys_file;
 };
+
+// The server's keys from --api-key, --api-keys-file, else $STRATA_API_KEY (a plain key). Error
+// messages never show a key.
+std::vector<server::ApiKey> load_api_keys(const ServeOptions& o) {
+  std::vector<server::ApiKey> keys;
+  for (const std::string& spec : o.api_keys) {
+    std::string why;
+    auto k = server::parse_api_key(spec, &why);
+    if (!k) fail("--api-key: {}", why);
+    keys.push_back(std::move(*k));
+  }
+  if (!o.api_keys_file.empty()) {
+    std::ifstream in(o.api_keys_file, std::ios::binary);
+    if (!in) fail("cannot read --api-keys-file '{}'", o.api_keys_file);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    std::string why;
+    auto file_keys = server::parse_api_keys_file(ss.str(), &why);
+    if (!file_keys) fail("--api-keys-file '{}': {}", o.api_keys_file, why);
+    if (file_keys->empty()) fail("--api-keys-file '{}' holds no key", o.api_keys_file);
+    for (auto& k : *file_keys) keys.push_back(std::move(k));
+  }
+  if (keys.empty()) {
+    if (const char* env = std::getenv("STRATA_API_KEY"); env != nullptr && *env != '\0') keys.push_back({env, std::nullopt, ""});
+  }
+  if (server::has_duplicate_keys(keys)) fail("--api-key / --api-keys-file: the same key is given twice");
+  return keys;
+}
 
 int run_serve(ServeOptions o) {
   server::ServerConfig& cfg = o.server;
@@ -31,9 +64,14 @@ int run_serve(ServeOptions o) {
   cfg.model_path = o.model.model;
   cfg.n_threads = o.model.threads;
   cfg.device = o.model.backend_options().device;
-  if (cfg.api_key.empty()) {
-    if (const char* env = std::getenv("STRATA_API_KEY")) cfg.api_key = env;
-  }
+  cfg.api_keys = load_api_keys(o);
+  // The monitor reports the tenants the operator named (keys, --tenant-weight) one by one.
+  std::vector<std::string>& tenants = cfg.engine.monitor.tenants;
+  auto add_tenant = [&](const std::string& t) {
+    if (!t.empty() && std::find(tenants.begin(), tenants.end(), t) == tenants.end()) tenants.push_back(t);
+  };
+  for (const server::ApiKey& k : cfg.api_keys) add_tenant(k.tenant);
+  for (const auto& [t, w] : cfg.engine.sched.tenant_weights) add_tenant(t);
   const auto body = parse_bytes(o.max_body);
   if (!body || *body == 0) fail("--max-body-bytes '{}' is not a size (examples: 8MiB, 65536)", o.max_body);
   cfg.max_body_bytes = *body;
@@ -61,8 +99,13 @@ void add_serve_commands(Cli& cli) {
   cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", o->server.api_key,
-                  "Require 'Authorization: Bearer KEY' on the API routes (default: $STRATA_API_KEY; none when unset)");
+  cmd->add_option("--api-key", o->api_keys,
+                  "Require 'Authorization: Bearer KEY' on the API routes; KEY[:QOS[:TENANT]] gives the key's requests a "
+                  "default QoS class (interactive|batch; a request's 'qos' field overrides it) and a fairness tenant "
+                  "(replacing 'user'); repeatable (default: $STRATA_API_KEY; no authentication when no key is given)")
+      ->allow_extra_args(false);
+  cmd->add_option("--api-keys-file", o->api_keys_file,
+                  "File of API keys, one KEY[:QOS[:TENANT]] a line ('#' comments and blank lines skipped), besides --api-key");
   cmd->add_option("--served-model-name", o->server.served_model_name,
                   "Model name in responses and /v1/models (default: the model file's name without .gguf)");
   cmd->add_option("--max-queue", o->server.max_queue, "Generation requests in flight (waiting + running) before 429")

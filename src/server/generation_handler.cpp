@@ -214,7 +214,9 @@ void handle_generation(ServerContext& ctx, Api api, const HttpRequest& req, Http
   check_model(ctx, body);
   GenerationRequest g = api == Api::kChat ? parse_chat_request(body, host.tokenizer(), host.chat_template())
                                           : parse_completion_request(body, host.tokenizer());
-  if (!g.qos_given) g.request.qos = ctx.config().qos_default;
+  // The key's defaults: its class unless the body names one, its tenant in place of `user`.
+  if (!g.qos_given) g.request.qos = req.api_key && req.api_key->qos ? *req.api_key->qos : ctx.config().qos_default;
+  if (req.api_key && !req.api_key->tenant.empty()) g.request.tenant = req.api_key->tenant;
   std::optional<CounterHold> slot = ctx.try_admit();
   if (!slot) {
     throw ApiError(429, fmt::format("too many requests in flight (at most {}); retry later", ctx.config().max_queue), "",

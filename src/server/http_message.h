@@ -18,6 +18,7 @@
 namespace strata::server {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+struct ApiKey;  // server/auth.h
 
 // Case-insensitive ASCII comparison of header names.
 bool header_name_equal(std::string_view a, std::string_view b);
@@ -29,6 +30,9 @@ struct HttpRequest {
   int version = 11;    // 10 for HTTP/1.0, 11 for HTTP/1.1
   HttpHeaders headers;
   std::string body;
+  // The API key the request presented (set by the server once it is authorized; null when the
+  // server has no keys or the route needs none).
+  const ApiKey* api_key = nullptr;
 
   bool has_header(std::string_view name) const { return header(name).has_value(); }
   // The first value of the header, or nullopt.

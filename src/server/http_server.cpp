@@ -77,9 +77,12 @@ HttpServer::~HttpServer() {
   io_.reset();
 }
 
-bool HttpServer::authorized(const HttpRequest& req) const {
-  const std::string& key = ctx_.config().api_key;
-  return key.empty() || bearer_matches(req.header_or("Authorization"), key);
+bool HttpServer::authorize(const HttpRequest& req, const ApiKey** key) const {
+  const std::vector<ApiKey>& keys = ctx_.config().api_keys;
+  *key = nullptr;
+  if (keys.empty()) return true;
+  *key = match_bearer(req.header_or("Authorization"), keys);
+  return *key != nullptr;
 }
 
 const HttpServer::Route* HttpServer::find_route(const HttpRequest& head, std::optional<HttpResponse>* refusal) const {
@@ -121,7 +124,7 @@ HttpResponse HttpServer::handle(HttpRequest& req) {
   HttpResponse res;
   if (ctx_.draining()) res.close = true;
   try {
-    if (route->needs_key && !authorized(req)) {
+    if (route->needs_key && !authorize(req, &req.api_key)) {
       res.set_header("WWW-Authenticate", "Bearer");
       throw ApiError(401,
                      req.has_header("Authorization") ? "incorrect API key provided"

@@ -54,7 +54,9 @@ class HttpServer : public HttpHandler {
   void accept();
   void schedule_trim();
   const Route* find_route(const HttpRequest& head, std::optional<HttpResponse>* refusal) const;
-  bool authorized(const HttpRequest& req) const;
+  // Whether req may use a route that needs a key; *key is the key it presented (null when the
+  // server has none).
+  bool authorize(const HttpRequest& req, const ApiKey** key) const;
 
   ServerContext& ctx_;
   ConnectionLimits limits_;

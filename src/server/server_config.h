@@ -5,16 +5,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "server/auth.h"
 
 namespace strata::server {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0 = any free port (printed at start)
-  std::string api_key;            // "" = no authentication
+  std::vector<ApiKey> api_keys;   // --api-key, --api-keys-file, $STRATA_API_KEY; none = no authentication
   QosClass qos_default = QosClass::kInteractive;  // --qos-default: the class of requests without a `qos` field
   std::string served_model_name;  // "" = the model file's name without .gguf
   int32_t max_queue = 256;        // generation requests in flight (waiting + running) before 429

@@ -181,6 +181,39 @@ TEST_F(FlagsCli, OtherCommandsReportBadFlagsBeforeLoadingTheModel) {
   }
 }
 
+// API keys: every bad spec names the flag (and the file's line) but never shows a key, and is
+// reported before the model loads or the port opens.
+TEST_F(FlagsCli, ServeApiKeyErrorsNameTheFlagButNeverTheKey) {
+  const std::string bad_file = dir_ + "/keys-bad.txt";
+  test::write_file(bad_file, "# team keys\nsekrit-2:batch:team-b\n\nsekrit-3:fast\n");
+  const std::string empty_file = dir_ + "/keys-empty.txt";
+  test::write_file(empty_file, "# nothing yet\n\n");
+  const std::string dup_file = dir_ + "/keys-dup.txt";
+  test::write_file(dup_file, "sekrit-1:interactive\n");
+  const std::vector<BadFlag> cases = {
+      {{"--api-key", "sekrit-1:urgent"}, "--api-key: the QoS class 'urgent' is not one of interactive, batch"},
+      {{"--api-key", ":batch"}, "--api-key: the key is empty"},
+      {{"--api-key", ""}, "--api-key: the key is empty"},
+      {{"--api-key", "sekrit-1:batch:team a"}, "--api-key: the tenant 'team a' is not 1-64 letters"},
+      {{"--api-key", "sekrit-1::"}, "--api-key: the tenant '' is not"},
+      {{"--api-key", "sekrit-1", "--api-key", "sekrit-1:batch"}, "the same key is given twice"},
+      {{"--api-key", "sekrit-1", "--api-keys-file", dup_file}, "the same key is given twice"},
+      {{"--api-keys-file", "/nonexistent/keys.txt"}, "cannot read --api-keys-file '/nonexistent/keys.txt'"},
+      {{"--api-keys-file", bad_file}, "--api-keys-file '" + bad_file + "': line 4: the QoS class 'fast'"},
+      {{"--api-keys-file", empty_file}, "--api-keys-file '" + empty_file + "' holds no key"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {strata_bin(), "serve", "--port", "0", "--model", "/nonexistent.gguf", "-t", "1"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    SCOPED_TRACE(c.args[0] + " " + c.args[1]);
+    auto r = run_command(argv, 60);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    for (const char* key : {"sekrit-1", "sekrit-2", "sekrit-3"}) EXPECT_EQ(r.err.find(key), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
+  }
+}
+
 struct GoodFlag {
   std::vector<std::string> args;
   bool exact = true;  // the greedy tokens must equal the reference's
