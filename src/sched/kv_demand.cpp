@@ -8,8 +8,8 @@
 namespace strata {
 namespace {
 
-int64_t blocks(int32_t tokens, const DemandShape& shape) {
-  return std::min<int64_t>((int64_t{tokens} + shape.block_size - 1) / shape.block_size, shape.max_hot_blocks);
+int64_t blocks(int32_t tokens, const DemandCurve& c, const DemandShape& shape) {
+  return std::min<int64_t>({(int64_t{tokens} + shape.block_size - 1) / shape.block_size, shape.max_hot_blocks, c.max_blocks});
 }
 
 // Steps until c's last token has its slot: it is alive at steps 0..life(c) and gone after.
@@ -19,7 +19,7 @@ int32_t life(const DemandCurve& c) { return c.last - c.first; }
 int64_t contribution(const DemandCurve& c, int32_t t, const DemandShape& shape) {
   if (t > life(c)) return c.extra - c.held;  // finished: what it held (and took) is free again
   const int32_t at = std::min(c.last, c.first + t);
-  return c.extra + blocks(at, shape) - blocks(c.from, shape);
+  return c.extra + blocks(at, c, shape) - blocks(c.from, c, shape);
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 //   D(t) = held now + sum over sequences alive at step t of the blocks grown by then
 //                   - sum over sequences finished before t of the blocks they held now
 // is evaluated where it can peak (each one's last step, and the horizon). The rest of a prompt
-// still being prefilled counts at once. Exact when every request runs to max_tokens (--ignore-eos
-// loads); an upper bound when they stop earlier. The pid controller measures it (sched/
+// still being prefilled counts at once; a sequence thinned by an eviction policy (--kv-evict)
+// counts at most its budget. Exact when every request runs to max_tokens (--ignore-eos loads);
+// an upper bound when they stop earlier. The pid controller measures it (sched/
 // controller.h) and the scheduler admits batch work by it (Scheduler::set_batch_admission).
 // Thread-safety: pure functions over plain values.
 #pragma once
@@ -23,6 +24,8 @@ struct DemandCurve {
   int32_t last = 0;   // tokens with slots when it finishes: prompt + max_tokens - 1 (>= first)
   int32_t held = 0;   // blocks it frees when it finishes, besides what it grows (those it holds now)
   int32_t extra = 0;  // blocks it takes now and are not yet in `used` (a sequence being admitted)
+  // Hot blocks it never exceeds (eviction keeps a sequence within its budget: --kv-evict).
+  int32_t max_blocks = INT32_MAX;
 };
 
 struct DemandShape {

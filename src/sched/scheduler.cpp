@@ -37,9 +37,20 @@ void Scheduler::set_batch_admission(int32_t horizon_tokens, double reserve) {
 DemandCurve Scheduler::demand_curve(const Sequence& s, int32_t from, int32_t extra) const {
   DemandCurve c;
   c.from = from;
+  // In slots: a sequence that evicted tokens holds that many fewer than its positions.
+  const int64_t evicted = evictor_ != nullptr && kv_.has_sequence(s.id) ? kv_.num_evicted(s.id) : 0;
   // The last token sampled is never computed: at most prompt + max_tokens - 1 tokens get slots.
-  c.last = std::max(from, s.n_prompt + s.max_tokens - 1);
-  c.first = std::clamp(s.n_prompt, from, c.last);
+  const int64_t last = int64_t{s.n_prompt} + s.max_tokens - 1 - evicted;
+  c.last = static_cast<int32_t>(std::clamp<int64_t>(last, from, INT32_MAX));
+  c.first = static_cast<int32_t>(std::clamp<int64_t>(int64_t{s.n_prompt} - evicted, from, c.last));
+  if (evictor_ != nullptr) {
+    // Thinned back to its budget after every step; in a step it holds that step's tokens more (a
+    // decode's one, or a prompt chunk).
+    const int64_t bs = kv_.block_size();
+    const int64_t step = s.prompt_done() ? 1 : cfg_.max_batched_tokens;
+    const int64_t budget = evictor_->budget_for(s.kv_budget);
+    c.max_blocks = static_cast<int32_t>(std::min<int64_t>((budget + step + bs - 1) / bs, INT32_MAX));
+  }
   c.extra = extra;
   c.held = extra > 0 || !kv_.has_sequence(s.id) || s.status != SeqStatus::kRunning
                ? extra : std::min<int32_t>(static_cast<int32_t>(kv_.block_table(s.id).size()), demand_shape().max_hot_blocks);
