@@ -84,7 +84,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_health() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "server on port $1 did not come up" >&2; return 1; }
+# GET http://127.0.0.1:PORT/PATH to stdout; fails unless 200 (python3 only: no curl needed).
+http_get() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "http://127.0.0.1:$1$2" 2>/dev/null; }
+# Up to 5 minutes: a large model loads onto a GPU before /health answers 200.
+wait_health() { for _ in $(seq 1500); do http_get "$1" /health >/dev/null && return 0; sleep 0.2; done; echo "server on port $1 did not come up" >&2; return 1; }
 
 model=${MODEL:-$out/model.gguf}
 if [[ ! -f $model ]]; then
@@ -115,7 +118,7 @@ start_server() {
 }
 wait_up() { local name; for name in "$@"; do wait_health "${ports[$name]}"; done; }
 stop_server() {
-  curl -sf "http://127.0.0.1:${ports[$1]}/metrics" >"$out/metrics-$1.txt" || true
+  http_get "${ports[$1]}" /metrics >"$out/metrics-$1.txt" || true
   kill "${spids[$1]}" 2>/dev/null || true
   wait "${spids[$1]}" 2>/dev/null || true
 }
@@ -139,7 +142,7 @@ if [[ -z $cap ]]; then
   for j in "${jobs_[@]}"; do wait "$j"; done
   for name in "${names[@]}"; do stop_server "$name"; done
   cap=$(python3 -c "import json, sys; print(sum(json.load(open(f'$out/{n}.json'))['request_throughput'] for n in sys.argv[1:]) / len(sys.argv[1:]))" "${names[@]}")
-  echo "# capacity: $(python3 -c "print(round($cap, 3))") req/s per server (mean of ${names[*]}; $(jq -r '"\(.output_tok_s | round) output tok/s, \(.preemptions) preemptions"' "$out/capacity-1.json") for the first) with $cap_conc in flight ($cap_n requests)"
+  echo "# capacity: $(python3 -c "print(round($cap, 3))") req/s per server (mean of ${names[*]}; $(python3 -c "import json; j = json.load(open('$out/capacity-1.json')); print(f\"{j['output_tok_s']:.0f} output tok/s, {j['preemptions']} preemptions\")") for the first) with $cap_conc in flight ($cap_n requests)"
 else
   echo "# capacity: $cap req/s (CAPACITY, not measured)"
 fi
