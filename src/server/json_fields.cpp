@@ -82,7 +82,9 @@ int64_t as_int(const Json& v, std::string_view name, int64_t lo, int64_t hi) {
   };
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) || static_cast<int64_t>(u) > hi) throw out_of_range();
+    // Unsigned only says the value is not negative; a positive lower bound still applies (0 < 1).
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) throw out_of_range();
+    if (static_cast<int64_t>(u) < lo || static_cast<int64_t>(u) > hi) throw out_of_range();
     return static_cast<int64_t>(u);
   }
   if (v.is_number_integer()) {

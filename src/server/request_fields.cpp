@@ -94,11 +94,7 @@ void parse_common_fields(const Json& body, GenerationRequest& out) {
   if (auto v = get_string(body, "user")) out.request.tenant = *v;
   if (auto v = get_int(body, "priority", kInt32Min, kInt32Max)) out.request.priority = static_cast<int32_t>(*v);
   // A request may lower its own cached-token budget under --kv-evict (ignored without a policy).
-  // (as_int does not apply its lower bound to values JSON reads as unsigned, such as 0: checked here.)
-  if (auto v = get_int(body, "kv_budget", 1, kInt32Max)) {
-    if (*v < 1) throw bad_request(fmt::format("'kv_budget' must be an integer in [1, {}]", kInt32Max), "kv_budget");
-    out.request.kv_budget = static_cast<int32_t>(*v);
-  }
+  if (auto v = get_int(body, "kv_budget", 1, kInt32Max)) out.request.kv_budget = static_cast<int32_t>(*v);
   if (auto v = get_string(body, "qos")) {
     const auto c = qos_class_from_name(*v);
     if (!c) throw bad_request(fmt::format("'qos' must be \"interactive\" or \"batch\", got \"{}\"", *v), "qos");
