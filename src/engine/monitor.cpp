@@ -15,8 +15,16 @@ double quantile(std::vector<double>& v, double q) {
 
 Monitor::Monitor(MonitorConfig cfg) : cfg_(cfg) {}
 
+namespace {
+int64_t to_ns(double s) { return std::llround(s * 1e9); }
+}  // namespace
+
 void Monitor::on_step(Clock::time_point now, double kv_s, double compute_s, double wait_s) {
-  steps_.push_back({now, kv_s, compute_s, wait_s});
+  const StepSample st{now, to_ns(kv_s), to_ns(compute_s), to_ns(wait_s)};
+  steps_.push_back(st);
+  steps_kv_ns_ += st.kv_ns;
+  steps_compute_ns_ += st.compute_ns;
+  steps_wait_ns_ += st.wait_ns;
 }
 
 void Monitor::on_first_token(QosClass c, Clock::time_point now, double ttft_s) {
@@ -32,7 +40,12 @@ void Monitor::prune(Clock::time_point now) {
   auto old = [&](const auto& x) { return x.t < horizon; };
   // The oldest counter sample inside the window is the base of the rates; keep one before it.
   while (counters_.size() > 2 && counters_[1].t < horizon) counters_.pop_front();
-  while (!steps_.empty() && old(steps_.front())) steps_.pop_front();
+  while (!steps_.empty() && old(steps_.front())) {
+    steps_kv_ns_ -= steps_.front().kv_ns;
+    steps_compute_ns_ -= steps_.front().compute_ns;
+    steps_wait_ns_ -= steps_.front().wait_ns;
+    steps_.pop_front();
+  }
   for (auto* d : {&ttft_, &tpot_}) {
     for (auto& q : *d) {
       while (!q.empty() && old(q.front())) q.pop_front();
@@ -70,15 +83,10 @@ void Monitor::sample(Clock::time_point now, const KvStats& kv, const TransferTot
   const int64_t queried = b.prefix_queried - a.prefix_queried;
   if (queried > 0) s.prefix_hit_rate = static_cast<double>(b.prefix_hit - a.prefix_hit) / static_cast<double>(queried);
   if (!steps_.empty()) {
-    for (const StepSample& st : steps_) {
-      s.step_kv_s += st.kv_s;
-      s.step_compute_s += st.compute_s;
-      s.step_wait_s += st.wait_s;
-    }
     const double n = static_cast<double>(steps_.size());
-    s.step_kv_s /= n;
-    s.step_compute_s /= n;
-    s.step_wait_s /= n;
+    s.step_kv_s = static_cast<double>(steps_kv_ns_) * 1e-9 / n;
+    s.step_compute_s = static_cast<double>(steps_compute_ns_) * 1e-9 / n;
+    s.step_wait_s = static_cast<double>(steps_wait_ns_) * 1e-9 / n;
     const double span = std::chrono::duration<double>(now - steps_.front().t).count();
     s.steps_per_s = span > 0 ? n / span : 0;
   }

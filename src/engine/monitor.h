@@ -97,7 +97,7 @@ class Monitor {
   };
   struct StepSample {
     Clock::time_point t;
-    double kv_s, compute_s, wait_s;
+    int64_t kv_ns, compute_ns, wait_ns;
   };
   struct Timed {
     Clock::time_point t;
@@ -108,6 +108,9 @@ class Monitor {
   MonitorConfig cfg_;
   std::deque<Counters> counters_;
   std::deque<StepSample> steps_;
+  // The sums of steps_' phases, kept as steps enter and leave so that a sample costs the same
+  // however many steps the window holds (integers: adding and removing leaves no rounding drift).
+  int64_t steps_kv_ns_ = 0, steps_compute_ns_ = 0, steps_wait_ns_ = 0;
   std::array<std::deque<Timed>, kNumQosClasses> ttft_, tpot_;
   MonitorSnapshot snap_;
 };
