@@ -96,24 +96,50 @@ std::vector<int32_t> EvictPolicy::keep_sinks_recent_heavy(const EvictCandidates&
       if (c.pinned[static_cast<size_t>(i)]) take(i);
     }
   }
-  const std::vector<int32_t> order = by_position(c.positions);
-  for (int32_t i = 0; i < n && i < cfg_.sinks && n_kept < keep; ++i) take(order[static_cast<size_t>(i)]);
-  for (int32_t i = n - 1; i >= 0 && i >= n - recent && n_kept < keep; --i) take(order[static_cast<size_t>(i)]);
+  // This runs after every decode step of a sequence over its budget, so it costs O(n) (selection)
+  // rather than a sort of all n slots: only the sinks, and the recent window when it cannot be
+  // taken whole, are put in position order.
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  const auto earlier = [&](int32_t a, int32_t b) { return c.positions[static_cast<size_t>(a)] < c.positions[static_cast<size_t>(b)]; };
+  const auto it = [&](int32_t i) { return order.begin() + i; };
+  const int32_t s = std::clamp(cfg_.sinks, 0, n);
+  const int32_t r = std::clamp(recent, 0, n - s);  // beyond n - s the recent window holds every non-sink
+  if (s > 0) {
+    std::nth_element(it(0), it(s - 1), it(n), earlier);
+    std::sort(it(0), it(s), earlier);
+  }
+  for (int32_t i = 0; i < s && n_kept < keep; ++i) take(order[static_cast<size_t>(i)]);
+  if (r > 0) {
+    // The r latest of the non-sinks are the r latest of all.
+    std::nth_element(it(s), it(n - r), it(n), earlier);
+    int32_t untaken = 0;
+    for (int32_t i = n - r; i < n; ++i) untaken += !kept[static_cast<size_t>(order[static_cast<size_t>(i)])];
+    if (n_kept + untaken > keep) std::sort(it(n - r), it(n), earlier);  // cut short: latest first
+    for (int32_t i = n - 1; i >= n - r && n_kept < keep; --i) take(order[static_cast<size_t>(i)]);
+  }
   if (n_kept < keep && !c.scores.empty()) {
-    // Heavy hitters: highest score first, the later position on ties.
+    // Heavy hitters: highest score first, the later position on ties (a total order: positions
+    // are distinct, so the chosen set does not depend on the selection algorithm).
     std::vector<int32_t> rest;
+    rest.reserve(static_cast<size_t>(n - n_kept));
     for (int32_t i = 0; i < n; ++i) {
       if (!kept[static_cast<size_t>(i)]) rest.push_back(i);
     }
     const auto need = static_cast<size_t>(std::min<int32_t>(keep - n_kept, static_cast<int32_t>(rest.size())));
-    std::partial_sort(rest.begin(), rest.begin() + static_cast<long>(need), rest.end(), [&](int32_t a, int32_t b) {
-      const float sa = c.scores[static_cast<size_t>(a)], sb = c.scores[static_cast<size_t>(b)];
-      return sa != sb ? sa > sb : c.positions[static_cast<size_t>(a)] > c.positions[static_cast<size_t>(b)];
-    });
+    if (need < rest.size()) {
+      std::nth_element(rest.begin(), rest.begin() + static_cast<long>(need), rest.end(), [&](int32_t a, int32_t b) {
+        const float sa = c.scores[static_cast<size_t>(a)], sb = c.scores[static_cast<size_t>(b)];
+        return sa != sb ? sa > sb : c.positions[static_cast<size_t>(a)] > c.positions[static_cast<size_t>(b)];
+      });
+    }
     for (size_t i = 0; i < need; ++i) take(rest[i]);
   }
-  // Whatever is still free (no scores, or a recent window smaller than the rest): the most recent.
-  for (int32_t i = n - 1; i >= 0 && n_kept < keep; --i) take(order[static_cast<size_t>(i)]);
+  if (n_kept < keep) {
+    // Whatever is still free (no scores, or a recent window smaller than the rest): the most recent.
+    std::sort(order.begin(), order.end(), earlier);
+    for (int32_t i = n - 1; i >= 0 && n_kept < keep; --i) take(order[static_cast<size_t>(i)]);
+  }
   return complement(kept);
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <random>
 
 #include "core/error.h"
 #include "kv/evict_policy.h"
@@ -27,6 +28,82 @@ std::vector<int32_t> kept_positions(const std::vector<int32_t>& positions, const
   }
   std::sort(kept.begin(), kept.end());
   return kept;
+}
+
+// The rule of EvictPolicy::keep_sinks_recent_heavy written the plain way, with full sorts: the
+// pinned slots; the `sinks` earliest positions, earliest first; the `recent` latest, latest first;
+// the heaviest scores (the later position on ties); the latest of the rest; each while fewer than
+// `keep` are kept. The policy selects instead of sorting; the two must keep the same slots.
+std::vector<int32_t> reference_drop(const std::vector<int32_t>& pos, const std::vector<float>& scores,
+                                    const std::vector<uint8_t>& pinned, int32_t keep, int32_t sinks, int32_t recent) {
+  const auto n = static_cast<int32_t>(pos.size());
+  if (n <= keep) return {};
+  std::vector<uint8_t> kept(pos.size(), 0);
+  int32_t n_kept = 0;
+  auto take = [&](int32_t i) {
+    if (!kept[static_cast<size_t>(i)]) {
+      kept[static_cast<size_t>(i)] = 1;
+      ++n_kept;
+    }
+  };
+  for (int32_t i = 0; i < n; ++i) {
+    if (!pinned.empty() && pinned[static_cast<size_t>(i)]) take(i);
+  }
+  std::vector<int32_t> order(pos.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return pos[a] < pos[b]; });
+  for (int32_t i = 0; i < n && i < sinks && n_kept < keep; ++i) take(order[i]);
+  for (int32_t i = n - 1; i >= 0 && i >= n - recent && n_kept < keep; --i) take(order[i]);
+  if (!scores.empty()) {
+    std::vector<int32_t> rest;
+    for (int32_t i = 0; i < n; ++i) {
+      if (!kept[i]) rest.push_back(i);
+    }
+    std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+      return scores[a] != scores[b] ? scores[a] > scores[b] : pos[a] > pos[b];
+    });
+    for (int32_t i : rest) {
+      if (n_kept < keep) take(i);
+    }
+  }
+  for (int32_t i = n - 1; i >= 0 && n_kept < keep; --i) take(order[i]);
+  std::vector<int32_t> drop;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!kept[i]) drop.push_back(i);
+  }
+  return drop;
+}
+
+TEST(EvictPolicy, SelectionKeepsWhatTheFullSortRuleKeeps) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int32_t n = std::uniform_int_distribution<int32_t>(1, 80)(rng);
+    // Distinct positions with gaps, in a shuffled slot order (as after compactions).
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    int32_t p = 0;
+    for (int32_t& x : pos) x = (p += std::uniform_int_distribution<int32_t>(1, 3)(rng));
+    std::shuffle(pos.begin(), pos.end(), rng);
+    // Few distinct scores, so ties are common.
+    std::vector<float> scores(pos.size());
+    for (float& x : scores) x = static_cast<float>(std::uniform_int_distribution<int>(0, 4)(rng));
+    std::vector<uint8_t> pinned;
+    if (trial % 3 == 0) {
+      pinned.resize(pos.size());
+      for (uint8_t& x : pinned) x = std::uniform_int_distribution<int>(0, 9)(rng) == 0;
+    }
+    const int32_t budget = std::uniform_int_distribution<int32_t>(1, n + 2)(rng);
+    const int32_t sinks = std::uniform_int_distribution<int32_t>(0, std::min(8, budget - 1))(rng);
+    const int32_t recent = std::uniform_int_distribution<int32_t>(-1, budget - sinks - 1)(rng);
+    const EvictConfig cfg = config(trial % 2 ? EvictKind::kH2o : EvictKind::kWindow, budget, sinks, recent);
+    ASSERT_NO_THROW(cfg.validate());
+    const auto policy = make_evict_policy(cfg);
+    const int32_t keep = std::uniform_int_distribution<int32_t>(0, budget)(rng);
+    const bool window = cfg.kind == EvictKind::kWindow;
+    const auto want = reference_drop(pos, window ? std::vector<float>{} : scores, pinned, keep, sinks,
+                                     window ? keep : cfg.recent_for(keep));
+    ASSERT_EQ(policy->choose(EvictCandidates{pos, scores, pinned}, keep), want)
+        << "trial " << trial << ": n " << n << ", keep " << keep << ", sinks " << sinks << ", recent " << recent;
+  }
 }
 
 TEST(EvictPolicy, WindowKeepsTheSinksAndTheMostRecentPositions) {
