@@ -31,6 +31,7 @@ struct GenerateOptions {
   std::string prompts_file;
   bool json = false;
   bool no_special = false;
+  int32_t progress = 0;  // --progress N: a line on stderr every N generated tokens (0: none)
 };
 
 // The result of one prompt, as `--json` prints it.
@@ -59,18 +60,38 @@ struct Outcome {
   }
 };
 
-// Reads events until kDone; `stream` prints text as it comes.
-Outcome drain(RequestHandle& h, Outcome o, bool stream) {
+// The KV memory the engine's sequences hold now (bytes of the RAM tiers).
+double kv_held_bytes(const EngineStats& st) {
+  return st.kv.usage_ratio() * static_cast<double>(st.kv.hot.bytes_total + st.kv.warm.bytes_total);
+}
+
+// Reads events until kDone; `stream` prints text as it comes. With progress > 0, every `progress`
+// tokens a line on stderr: tokens so far, tokens/s over the last `progress` (time between their
+// events), KV bytes held now (what a long run under --kv-budget shows to be flat).
+Outcome drain(RequestHandle& h, Outcome o, bool stream, int32_t progress, const Engine& engine) {
   o.first_token = o.submitted;
   EngineEvent e;
   bool first = true;
+  Clock::time_point mark;
   while (h.next(e)) {
     if (e.kind == EngineEvent::Kind::kToken || e.kind == EngineEvent::Kind::kFinish) {
       if (first) {
         o.first_token = e.time;
+        mark = e.time;
         first = false;
       }
-      if (e.kind == EngineEvent::Kind::kToken) o.tokens.push_back(e.token);
+      if (e.kind == EngineEvent::Kind::kToken) {
+        o.tokens.push_back(e.token);
+        if (progress > 0 && o.tokens.size() % static_cast<size_t>(progress) == 0) {
+          const double s = std::chrono::duration<double>(e.time - mark).count();
+          mark = e.time;
+          // The first window starts at the first token: it spans progress - 1 intervals.
+          const auto every = static_cast<size_t>(progress);
+          const size_t intervals = o.tokens.size() == every ? every - 1 : every;
+          fmt::print(stderr, "progress: {} tokens, {:.1f} tok/s over the last {}, KV held {:.0f} bytes\n", o.tokens.size(),
+                     s > 0 ? static_cast<double>(intervals) / s : 0.0, progress, kv_held_bytes(engine.stats()));
+        }
+      }
       else o.finish = std::string(finish_reason_name(e.finish_reason));
       o.text += e.text;
       if (stream && !e.text.empty()) {
@@ -134,6 +155,7 @@ Request request_from_line(const nlohmann::json& j, const std::string& path, size
 
 int run_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompts_file.empty()) fail("give exactly one of --prompt and --prompts-file");
+  if (o.progress < 0) fail("--progress must be >= 0 (tokens between progress lines; 0: off), got {}", o.progress);
   const EngineConfig cfg = o.engine.to_config(o.kv);
   auto model = Model::load(o.model.model, o.model.backend_options());
   auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -167,7 +189,7 @@ int run_generate(const GenerateOptions& o) {
   }
   const bool stream = !o.json && handles.size() == 1;
   for (size_t i = 0; i < handles.size(); ++i) {
-    outcomes[i] = drain(*handles[i], std::move(outcomes[i]), stream);
+    outcomes[i] = drain(*handles[i], std::move(outcomes[i]), stream, o.progress, engine);
     if (o.json) {
       auto j = outcomes[i].to_json();
       if (cfg.kv.evict.enabled()) {
@@ -220,6 +242,9 @@ void add_generate_commands(Cli& cli) {
   add_kv_flags(cmd, o->kv);
   cmd->add_flag("--no-parse-special", o->no_special, "Treat special-token text in prompts as plain text");
   cmd->add_flag("--json", o->json, "Print one JSON object per prompt (prompt_tokens, tokens, text, timings)");
+  cmd->add_option("--progress", o->progress,
+                  "Every N generated tokens of a prompt, print to stderr the tokens so far, tokens/s over the last N "
+                  "and the KV bytes held now (0: off)");
   cmd->callback([&cli, o] { cli.run = [o] { return run_generate(*o); }; });
 }
 

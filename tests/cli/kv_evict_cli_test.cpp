@@ -6,6 +6,7 @@
 // the budget during the window.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "server/server_process.h"
@@ -112,6 +113,40 @@ TEST(KvEvictCli, LongerThanTheContextWithABudget) {
   const double block = 16.0 * 5 * 2 * 4 * 8 * 2;
   EXPECT_GE(j["kv"]["held_bytes_peak"].get<double>(), 8 * block);
   EXPECT_LE(j["kv"]["held_bytes_peak"].get<double>(), 9 * block);
+}
+
+TEST(KvEvictCli, ProgressLinesShowTheKvHeldFlatUnderABudget) {
+  auto r = run_command({strata_bin(), "generate", "--model", kModel, "-t", "1", "-p", "Once upon a time", "-n", "1000",
+                        "--temperature", "0", "--json", "--kv-evict", "h2o", "--kv-budget", "128", "--progress", "200"},
+                       120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  std::vector<long> tokens;
+  std::vector<double> held;
+  for (size_t at = r.err.find("progress: "); at != std::string::npos; at = r.err.find("progress: ", at + 1)) {
+    long n = 0;
+    double rate = 0, bytes = 0;
+    int every = 0;
+    ASSERT_EQ(std::sscanf(r.err.c_str() + at, "progress: %ld tokens, %lf tok/s over the last %d, KV held %lf bytes", &n,
+                          &rate, &every, &bytes),
+              4)
+        << r.err;
+    EXPECT_EQ(every, 200);
+    EXPECT_GT(rate, 0);
+    tokens.push_back(n);
+    held.push_back(bytes);
+  }
+  EXPECT_EQ(tokens, (std::vector<long>{200, 400, 600, 800, 1000}));
+  ASSERT_EQ(held.size(), 5u);
+  // Past the budget (128 tokens = 8 blocks) the sequence holds the same blocks at every line.
+  const double block = 16.0 * 5 * 2 * 4 * 8 * 2;
+  EXPECT_EQ(held[1], held[2]);
+  EXPECT_GE(held[1], 8 * block);
+  EXPECT_LE(held[1], j["kv"]["held_bytes_peak"].get<double>());
+
+  auto bad = run_command({strata_bin(), "generate", "--model", "/nonexistent.gguf", "-p", "x", "--progress", "-1"}, 60);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--progress must be >= 0"), std::string::npos) << bad.err;
 }
 
 TEST(KvEvictCli, EvalReportsThePolicyAndHoldsTheBudget) {
