@@ -15,6 +15,9 @@
 // planned re-encodes (the "apply()" columns) during the setup above (all 12 layers of a block, spread over the thread pool as in serving; the pools'
 // memory was touched by an earlier round of sequences, so page faults are not counted).
 //
+// Importance: the all-hot decode step once more with every sequence asking for its keys'
+// attention mass (AttentionSeq::importance, as under --kv-evict), in the same interleaved rounds.
+//
 //   build/bin/attention_bench [THREADS [BATCH [CTX ...]]]     (defaults: 2, 8, 512 2048)
 #include <algorithm>
 #include <chrono>
@@ -172,10 +175,14 @@ constexpr double kRoundSeconds = 0.2;
 // drifts of the machine's speed hit them alike.
 class DecodeStep {
  public:
-  DecodeStep(const DecodeState& st, int32_t ctx, int32_t batch) : views_(st.storage->views()) {
+  // `importance`: each sequence also asks for the attention mass of its keys (--kv-evict's
+  // importance), into one buffer per sequence zeroed once per step, as the engine does.
+  DecodeStep(const DecodeState& st, int32_t ctx, int32_t batch, bool importance = false) : views_(st.storage->views()) {
+    if (importance) importance_.assign(static_cast<size_t>(batch), std::vector<float>(static_cast<size_t>(ctx)));
     for (int32_t s = 0; s < batch; ++s) {
       const std::span<const BlockId> table = st.kv->block_table(s);
       seqs_.push_back({s, 1, ctx - 1, table.data(), static_cast<int32_t>(table.size())});
+      if (importance) seqs_.back().importance = importance_[static_cast<size_t>(s)].data();
     }
     q_.resize(static_cast<size_t>(batch) * kHeads * kHeadDim);
     out_.resize(q_.size());
@@ -185,6 +192,7 @@ class DecodeStep {
 
   void run(ThreadPool& pool) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    for (std::vector<float>& m : importance_) std::fill(m.begin(), m.end(), 0.0f);
     for (const KvLayerView& layer : views_) {
       cpu::paged_attention(q_.data(), layer, seqs_, kHeads, scale, out_.data(), pool, scratch_);
     }
@@ -223,6 +231,7 @@ class DecodeStep {
   std::span<const KvLayerView> views_;
   std::vector<cpu::AttentionSeq> seqs_;
   std::vector<float> q_, out_;  // [batch][kHeads][kHeadDim]
+  std::vector<std::vector<float>> importance_;  // [batch][ctx] or empty
   cpu::KernelScratch scratch_;
   int steps_per_round_ = 1;
   std::vector<double> rounds_;  // seconds per step
@@ -301,6 +310,11 @@ int run(int argc, char** argv) {
               batch, kLayers);
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   constexpr size_t kN = std::size(kFormats);
+  struct ImportanceRow {
+    int32_t ctx;
+    double off, on, on_min, on_max, off_min, off_max;  // seconds per step
+  };
+  std::vector<ImportanceRow> importance_rows;
   for (int32_t ctx : ctxs) {
     std::vector<DecodeState> states;
     for (size_t i = 0; i < kN; ++i) {
@@ -313,9 +327,14 @@ int run(int argc, char** argv) {
       steps.push_back(std::make_unique<DecodeStep>(st, ctx, batch));
       steps.back()->calibrate(pool);
     }
+    // The all-hot state once more with importance on, taking its turn with the others.
+    steps.push_back(std::make_unique<DecodeStep>(states[0], ctx, batch, /*importance=*/true));
+    steps.back()->calibrate(pool);
     for (int r = 0; r < kRounds; ++r) {
-      for (size_t k = 0; k < kN; ++k) steps[(static_cast<size_t>(r) + k) % kN]->time_round(pool);
+      for (size_t k = 0; k <= kN; ++k) steps[(static_cast<size_t>(r) + k) % (kN + 1)]->time_round(pool);
     }
+    importance_rows.push_back({ctx, steps[0]->step_seconds(), steps[kN]->step_seconds(), steps[kN]->min_step_seconds(),
+                               steps[kN]->max_step_seconds(), steps[0]->min_step_seconds(), steps[0]->max_step_seconds()});
     const double hot_step = steps[0]->step_seconds();
     for (size_t i = 0; i < kN; ++i) {
       const WarmFormat f = kFormats[i];
@@ -334,6 +353,16 @@ int run(int argc, char** argv) {
   }
   std::printf("\n(tokens/s counts attention only: %d sequences / decode step time; vs all hot > 1 means faster.)\n\n",
               batch);
+  std::printf("importance (--kv-evict): all hot f16, every sequence also asking for the attention mass of its keys, "
+              "timed in the same interleaved rounds:\n");
+  std::printf("| ctx | us per layer, off (min-max) | us per layer, on (min-max) | on / off (medians) |\n");
+  std::printf("| --- | --- | --- | --- |\n");
+  for (const ImportanceRow& r : importance_rows) {
+    std::printf("| %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.3f |\n", r.ctx, r.off / kLayers * 1e6,
+                r.off_min / kLayers * 1e6, r.off_max / kLayers * 1e6, r.on / kLayers * 1e6, r.on_min / kLayers * 1e6,
+                r.on_max / kLayers * 1e6, r.on / r.off);
+  }
+  std::printf("\n");
 
   const double block_layer_bytes = static_cast<double>(kGeometry.bytes_per_block()) / kLayers;
   std::printf("re-encode, per block of %d tokens (f16 K+V in: %.0f KiB per layer, %.0f KiB for %d layers):\n",
