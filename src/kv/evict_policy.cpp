@@ -97,8 +97,7 @@ std::vector<int32_t> EvictPolicy::keep_sinks_recent_heavy(const EvictCandidates&
     }
   }
   // This runs after every decode step of a sequence over its budget, so it costs O(n) (selection)
-  // rather than a sort of all n slots: only the sinks, and the recent window when it cannot be
-  // taken whole, are put in position order.
+  // rather than a sort of all n slots: only the sinks are put in position order.
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   const auto earlier = [&](int32_t a, int32_t b) { return c.positions[static_cast<size_t>(a)] < c.positions[static_cast<size_t>(b)]; };
@@ -113,10 +112,19 @@ std::vector<int32_t> EvictPolicy::keep_sinks_recent_heavy(const EvictCandidates&
   if (r > 0) {
     // The r latest of the non-sinks are the r latest of all.
     std::nth_element(it(s), it(n - r), it(n), earlier);
-    int32_t untaken = 0;
-    for (int32_t i = n - r; i < n; ++i) untaken += !kept[static_cast<size_t>(order[static_cast<size_t>(i)])];
-    if (n_kept + untaken > keep) std::sort(it(n - r), it(n), earlier);  // cut short: latest first
-    for (int32_t i = n - 1; i >= n - r && n_kept < keep; --i) take(order[static_cast<size_t>(i)]);
+    std::vector<int32_t> untaken;
+    untaken.reserve(static_cast<size_t>(r));
+    for (int32_t i = n - r; i < n; ++i) {
+      if (!kept[static_cast<size_t>(order[static_cast<size_t>(i)])]) untaken.push_back(order[static_cast<size_t>(i)]);
+    }
+    // Cut short by the budget (window's recent window is the whole budget): the latest that fit.
+    const auto fit = static_cast<size_t>(std::max(0, keep - n_kept));
+    if (untaken.size() > fit) {
+      std::nth_element(untaken.begin(), untaken.begin() + static_cast<long>(fit), untaken.end(),
+                       [&](int32_t a, int32_t b) { return earlier(b, a); });
+      untaken.resize(fit);
+    }
+    for (int32_t slot : untaken) take(slot);
   }
   if (n_kept < keep && !c.scores.empty()) {
     // Heavy hitters: highest score first, the later position on ties (a total order: positions
