@@ -6,8 +6,11 @@
 //                   - sum over sequences finished before t of the blocks they held now
 // is evaluated where it can peak (each one's last step, and the horizon). The rest of a prompt
 // still being prefilled counts at once; a sequence thinned by an eviction policy (--kv-evict)
-// counts at most its budget. Exact when every request runs to max_tokens (--ignore-eos loads);
-// an upper bound when they stop earlier. The pid controller measures it (sched/
+// counts at most its budget. Exact when every request runs to max_tokens (--ignore-eos loads) and
+// no blocks are shared; an upper bound when requests stop earlier. Blocks shared by several
+// sequences (forks, prefix-cache hits) count as freed when any holder finishes, so sharing makes
+// it an underestimate: the admission it gates is then optimistic and preemption remains the
+// fallback. The pid controller measures it (sched/
 // controller.h) and the scheduler admits batch work by it (Scheduler::set_batch_admission).
 // Thread-safety: pure functions over plain values.
 #pragma once
