@@ -193,6 +193,17 @@ class Backend {
     rope(k, pos, n_kv_head, head_dim, p);
     kv_store(kv, k, v, slots);
   }
+  // rope_kv_store(q, k, v, ...), then paged_attention(q, kv, seqs, n_head, scale, out): the attention
+  // block of a layer from its raw projections. q and k are unspecified afterwards (a backend may
+  // rotate copies of them). A device backend may do a decode batch in one kernel, with the same
+  // results.
+  virtual void rope_kv_store_attention(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,
+                                       int32_t n_kv_head, int32_t head_dim, const RopeParams& p,
+                                       const KvLayerView& kv, std::span<const int32_t> slots,
+                                       std::span<const AttentionSeq> seqs, float scale, ActView out) {
+    rope_kv_store(q, k, v, pos, n_head, n_kv_head, head_dim, p, kv, slots);
+    paged_attention(q, kv, seqs, n_head, scale, out);
+  }
 
   // --- KV ops. KvLayerView pointers are backend memory (allocate(..., kKvCache)). ---
 

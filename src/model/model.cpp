@@ -217,8 +217,8 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
       be.add_bias(k, L.bk);
       be.add_bias(v, L.bv);
     }
-    be.rope_kv_store(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_);
-    be.paged_attention(q, kv, attn_seqs_, c.n_head, scale, attn);
+    be.rope_kv_store_attention(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_, attn_seqs_, scale,
+                               attn);
     be.matmul(L.wo, attn, out);
     be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
     // Feed-forward block (SiLU-gated).

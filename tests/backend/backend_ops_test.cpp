@@ -649,6 +649,108 @@ TEST_P(BackendOps, PagedAttentionPrefillShapes) {
   }
 }
 
+// rope_kv_store_attention (the attention block from its raw projections; one decode kernel on
+// CUDA) against rope_kv_store then paged_attention on the same backend: the same output bits and
+// the same KV arena bytes, for decode batches (contexts from the first token to thousands, ending
+// mid-block and on a block boundary, tables mixing hot and warm blocks), every hot dtype, GQA 1..8,
+// head_dim 32..128, NORM and NEOX RoPE with partial rotation and llama3 factors, positions apart
+// from the cache index (as after eviction); and a prefill-shaped batch (the two ops on every backend).
+TEST_P(BackendOps, RopeKvStoreAttentionEqualsTheOpsOneByOne) {
+  std::mt19937 rng(41);
+  const std::vector<float> factors = random_floats(64, rng, 1.0f, 8.0f);
+  const float* dfactors = upload_vector(be(), factors);
+  struct Case {
+    KvDtype dtype;
+    int32_t bs, n_head, n_kv, head_dim, n_rot;
+    bool neox, use_factors;
+    WarmFormat warm;
+    std::vector<int32_t> ctx;  // start_pos of each sequence's new token
+    int32_t n_q = 1;           // > 1: a prefill-shaped batch
+    int32_t pos_offset = 0;    // RoPE position = start_pos + pos_offset
+  };
+  const std::vector<Case> cases = {
+      {KvDtype::kF16, 16, 32, 4, 64, 64, false, false, WarmFormat::kNone, {0}},
+      {KvDtype::kF16, 16, 32, 4, 64, 64, false, false, WarmFormat::kNone, {37}},
+      {KvDtype::kF16, 16, 8, 2, 64, 64, false, true, WarmFormat::kNone, {0, 15, 16, 37, 100, 700, 2500}},
+      {KvDtype::kBF16, 16, 8, 1, 128, 64, true, false, WarmFormat::kNone, {5, 63, 64, 1000}},
+      {KvDtype::kF32, 7, 4, 4, 32, 32, false, false, WarmFormat::kNone, {0, 6, 7, 50, 300}, 1, 1000},
+      {KvDtype::kF16, 16, 16, 2, 128, 128, true, true, WarmFormat::kInt8, {70, 200, 33}},
+      {KvDtype::kF16, 16, 6, 3, 64, 64, false, false, WarmFormat::kInt4, {130, 40}},
+      {KvDtype::kF32, 16, 8, 2, 64, 64, false, false, WarmFormat::kFp8, {90}},
+      {KvDtype::kF16, 16, 8, 2, 64, 64, false, false, WarmFormat::kNone, {0, 40}, 5},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << kv_dtype_name(c.dtype) << " block " << c.bs << " heads " << c.n_head << "/"
+                                      << c.n_kv << " head_dim " << c.head_dim << " n_rot " << c.n_rot << " neox "
+                                      << c.neox << " warm " << warm_format_name(c.warm) << " n_q " << c.n_q);
+    const int32_t span = c.warm == WarmFormat::kNone ? 1 : warm_span(c.warm, c.bs);
+    int32_t total = 0, warm_groups = 0;
+    for (int32_t p : c.ctx) {
+      const int32_t nb = (p + c.n_q + c.bs - 1) / c.bs;
+      total += nb;
+      if (c.warm != WarmFormat::kNone) warm_groups += (nb - 1) / span;
+    }
+    std::vector<BlockId> ids(static_cast<size_t>(total));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    KvLayer a(c.dtype, c.bs, c.n_kv, c.head_dim, total, c.warm, warm_groups);
+    KvLayer b(c.dtype, c.bs, c.n_kv, c.head_dim, total, c.warm, warm_groups);
+    fill_blocks(a, ids, rng);
+    std::vector<std::vector<BlockId>> tables;
+    std::vector<AttentionSeq> seqs;
+    std::vector<int32_t> pos, slots;
+    int32_t used = 0, rows = 0, wslot = 0;
+    for (int32_t p : c.ctx) {
+      const int32_t nb = (p + c.n_q + c.bs - 1) / c.bs;
+      std::vector<BlockId> table(ids.begin() + used, ids.begin() + used + nb);
+      used += nb;
+      for (int32_t i = 0; i < c.n_q; ++i) {
+        pos.push_back(p + i + c.pos_offset);
+        slots.push_back(table[static_cast<size_t>((p + i) / c.bs)] * c.bs + (p + i) % c.bs);
+      }
+      if (c.warm != WarmFormat::kNone) {
+        for (int32_t g = 0; g < (nb - 1) / span; ++g, ++wslot) {
+          warm_encode(c.warm, a.host, table.data() + g * span, span, a.hwk.data() + wslot * a.host.warm_k_slot_bytes,
+                      a.hwv.data() + wslot * a.host.warm_v_slot_bytes);
+          for (int32_t j = 0; j < span; ++j) table[static_cast<size_t>(g * span + j)] = total + wslot * span + j;
+        }
+      }
+      tables.push_back(std::move(table));
+      seqs.push_back({rows, c.n_q, p, nullptr, nb});
+      rows += c.n_q;
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].blocks = tables[i].data();
+    b.hk = a.hk;
+    b.hv = a.hv;
+    b.hwk = a.hwk;
+    b.hwv = a.hwv;
+    a.upload(be());
+    b.upload(be());
+    RopeParams rp;
+    rp.n_rot = c.n_rot;
+    rp.freq_base = 500000.0f;
+    rp.neox = c.neox;
+    rp.freq_factors = c.use_factors ? dfactors : nullptr;
+    const int64_t qw = int64_t{c.n_head} * c.head_dim, kw = int64_t{c.n_kv} * c.head_dim;
+    const auto q = random_floats(static_cast<size_t>(rows * qw), rng, -2.0f, 2.0f);
+    const auto k = random_floats(static_cast<size_t>(rows * kw), rng, -2.0f, 2.0f);
+    const auto v = random_floats(static_cast<size_t>(rows * kw), rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const DevArray q1 = upload(be(), q, rows, qw), k1 = upload(be(), k, rows, kw), v1 = upload(be(), v, rows, kw);
+    const DevArray q2 = upload(be(), q, rows, qw), k2 = upload(be(), k, rows, kw), v2 = upload(be(), v, rows, kw);
+    const DevArray o1 = alloc(be(), rows, qw), o2 = alloc(be(), rows, qw);
+    be().rope_kv_store(q1.view, k1.view, v1.view, pos, c.n_head, c.n_kv, c.head_dim, rp, a.dev, slots);
+    be().paged_attention(q1.view, a.dev, seqs, c.n_head, scale, o1.view);
+    be().rope_kv_store_attention(q2.view, k2.view, v2.view, pos, c.n_head, c.n_kv, c.head_dim, rp, b.dev, slots, seqs,
+                                 scale, o2.view);
+    const auto out1 = download(be(), o1.view), out2 = download(be(), o2.view);
+    ASSERT_EQ(out1.size(), out2.size());
+    EXPECT_EQ(0, std::memcmp(out1.data(), out2.data(), out1.size() * sizeof(float))) << "attention output differs";
+    EXPECT_EQ(download_bytes(be(), a.dev.k, a.hk.size()), download_bytes(be(), b.dev.k, b.hk.size())) << "K arena";
+    EXPECT_EQ(download_bytes(be(), a.dev.v, a.hv.size()), download_bytes(be(), b.dev.v, b.hv.size())) << "V arena";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, BackendOps, ::testing::ValuesIn(op_test_devices()), device_param_name);
 
 #ifndef STRATA_OPS_TEST_CUDA

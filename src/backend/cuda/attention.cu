@@ -41,6 +41,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/seq_slots.cuh"
 
 namespace strata::cuda {
@@ -451,12 +452,42 @@ struct DecCfg {
 constexpr int kDecMaxWarps = 4;
 ATT_HD int dec_max_warps(int vec) { return vec <= 4 ? kDecMaxWarps : 2; }
 
-template <int VEC, int R>
+// What the fused decode kernel (rope_kv_store_attention) reads besides the unfused kernel's inputs.
+struct DecFuse {
+  const float* k = nullptr;        // [n_tokens][n_kv * head_dim] new keys before RoPE
+  const float* v = nullptr;        // [n_tokens][n_kv * head_dim] new values
+  const int32_t* pos = nullptr;    // [n_tokens] positions
+  const int32_t* slots = nullptr;  // [n_tokens] KV slots (block * block_size + offset; < 0: not stored)
+  RopeArgs rope{};
+};
+
+// The value a K or V element has once stored in the hot arena and read back (store_kv_elem, then
+// stage_tile's conversion).
+__device__ __forceinline__ float as_stored(KvDtype t, float x) {
+  if (t == KvDtype::kF16) return half_bits_to_f32(f32_to_half_bits(x));
+  if (t == KvDtype::kBF16) return bf16_bits_to_f32(f32_to_bf16_bits(x));
+  return x;
+}
+
+// kFused: RoPE and the KV store of the step's new token happen here (DecFuse: q, k, v are the raw
+// QKV projections, the new token of a sequence is its q row q_begin, at position pos[q_begin] and
+// KV slot slots[q_begin]); the kernel rotates its own query vectors and the new key exactly as
+// rope_kv_store_kernel does, rounds the new K/V row to the arena's element type, and the block of
+// the last split and first vector tile of each (sequence, kv head) stores it. Everything else the
+// block reads (descriptors, block tables, the keys and values of earlier steps) is written before
+// the previous kernel (the QKV projection) started, so the block looks up its first tile's rows and
+// stages them BEFORE the PDL wait, overlapped with that projection; the row of the new key, which
+// memory may not hold yet, is replaced in shared memory by the value computed here (the same bits
+// the arena gets). Results: bit-identical to rope_kv_store() followed by the unfused kernel.
+template <int VEC, int R, bool kFused>
 __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
     attention_decode_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t group,
-                            float scale, float* __restrict__ out, int32_t nsplit, int32_t tps, int32_t stage_mode) {
-  pdl_wait();  // q is the previous kernel's output
-  pdl_trigger();
+                            float scale, float* __restrict__ out, int32_t nsplit, int32_t tps, int32_t stage_mode,
+                            DecFuse f) {
+  if constexpr (!kFused) {
+    pdl_wait();  // q is the previous kernel's output
+    pdl_trigger();
+  }
   using C = DecCfg<VEC, R>;
   constexpr int D = C::D, KS = C::KS;
   const int hd = kv.head_dim;
@@ -477,7 +508,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
   const int32_t kvh = static_cast<int32_t>(blk % kv.n_kv_heads);
   const int32_t split = static_cast<int32_t>(blk / kv.n_kv_heads);
   const AttnSeqDev sd = b.seqs[seq];
-  if (sd.n_q <= 0) return;  // block-uniform
+  if (sd.n_q <= 0) {  // block-uniform
+    if constexpr (kFused) pdl_wait();  // (launch.cuh: every block waits before it exits)
+    return;
+  }
   const int32_t v0 = t * R;
   const int rcount = group - v0 < R ? group - v0 : R;
   const int64_t row0 = int64_t{sd.q_begin} * n_head + int64_t{kvh} * group + v0;  // vector r: row0 + r
@@ -489,16 +523,70 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
   const int32_t* table = b.tables + sd.table_offset;
   const int32_t bs = kv.block_size;
 
-  for (int i = tid; i < R * D; i += nw * 32) {
-    const int r = i / D, d = i % D;
-    Qs[i] = r < rcount && d < hd ? q[(row0 + r) * hd + d] : 0.0f;
-  }
+  const int hot_kind = kv.dtype == KvDtype::kF32 ? 0 : (kv.dtype == KvDtype::kF16 ? 1 : 2);
+  constexpr int NBX = VEC <= 4 ? 16 : 8;
+  auto stage = [&] {
+    if (stage_mode == 2) {
+      stage_tile<VEC, 1, 2, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
+    } else if (stage_mode == 4) {
+      stage_tile<VEC, 1, 4, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
+    } else {
+      stage_tile<VEC, 1, 0>(rs, Ks, Vs, hd, lane, hot_kind);
+    }
+  };
   int32_t k0 = kb + warp * kKT;
-  if (k0 < ke) {
-    const int32_t key = k0 + lane;
-    set_rowsrc(kv, rs, lane, key, ke, key < ke ? table[key / bs] : 0, kvh);
+  bool prestaged = false;
+  float* nkey = Qs + C::Q_FLOATS + nw * C::WARP_FLOATS;  // kFused: the new K and V rows [D] each
+  float* nval = nkey + D;
+  if constexpr (kFused) {
+    double* cs = reinterpret_cast<double*>(nval + D);  // [D / 2] each
+    double* sn = cs + D / 2;
+    if (k0 < ke) {
+      const int32_t key = k0 + lane;
+      set_rowsrc(kv, rs, lane, key, ke, key < ke ? table[key / bs] : 0, kvh);
+      __syncwarp();
+      stage();
+      prestaged = true;
+    }
+    const int32_t half = f.rope.n_rot / 2;
+    const int32_t pos = f.pos[sd.q_begin];
+    for (int32_t i = tid; i < half; i += nw * 32) rope_angle(f.rope, pos, i, &cs[i], &sn[i]);
+    pdl_wait();  // q, k, v are the previous kernel's output
+    pdl_trigger();
+    const int64_t krow = (int64_t{sd.q_begin} * kv.n_kv_heads + kvh) * hd;
+    for (int i = tid; i < R * D; i += nw * 32) {
+      const int r = i / D, d = i % D;
+      Qs[i] = r < rcount && d < hd ? q[(row0 + r) * hd + d] : 0.0f;
+    }
+    for (int d = tid; d < D; d += nw * 32) {
+      nkey[d] = d < hd ? f.k[krow + d] : 0.0f;
+      nval[d] = d < hd ? f.v[krow + d] : 0.0f;
+    }
+    __syncthreads();
+    for (int32_t w = tid; w < (rcount + 1) * half; w += nw * 32) {  // rows 0..rcount-1: q; rcount: the key
+      const int32_t r = w / half, i = w % half;
+      rope_rotate(r < rcount ? Qs + r * D : nkey, i, half, f.rope.neox, cs[i], sn[i]);
+    }
+    __syncthreads();
+    const int32_t slot = f.slots[sd.q_begin];
+    const bool writer = split == nsplit - 1 && t == 0 && slot >= 0;
+    for (int d = tid; d < hd; d += nw * 32) {
+      if (writer) store_kv_elem(kv, (int64_t{slot} * kv.n_kv_heads + kvh) * hd + d, nkey[d], nval[d]);
+      nkey[d] = as_stored(kv.dtype, nkey[d]);
+      nval[d] = as_stored(kv.dtype, nval[d]);
+    }
+    __syncthreads();  // Qs and the new row ready
+  } else {
+    for (int i = tid; i < R * D; i += nw * 32) {
+      const int r = i / D, d = i % D;
+      Qs[i] = r < rcount && d < hd ? q[(row0 + r) * hd + d] : 0.0f;
+    }
+    if (k0 < ke) {
+      const int32_t key = k0 + lane;
+      set_rowsrc(kv, rs, lane, key, ke, key < ke ? table[key / bs] : 0, kvh);
+    }
+    __syncthreads();  // Qs ready
   }
-  __syncthreads();  // Qs ready
 
   float m[R], l[R], acc[R][VEC];
 #pragma unroll
@@ -508,19 +596,24 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) acc[r][i] = 0.0f;
   }
-  const int hot_kind = kv.dtype == KvDtype::kF32 ? 0 : (kv.dtype == KvDtype::kF16 ? 1 : 2);
   const int hd4 = (hd + 3) & ~3;
   const int32_t stride = nw * kKT;
-  constexpr int NBX = VEC <= 4 ? 16 : 8;
   for (; k0 < ke; k0 += stride) {
     const int nk = ke - k0 < kKT ? ke - k0 : kKT;
-    __syncwarp();  // row sources written; the previous tile's K/V/P no longer read
-    if (stage_mode == 2) {
-      stage_tile<VEC, 1, 2, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
-    } else if (stage_mode == 4) {
-      stage_tile<VEC, 1, 4, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
-    } else {
-      stage_tile<VEC, 1, 0>(rs, Ks, Vs, hd, lane, hot_kind);
+    if (!prestaged) {
+      __syncwarp();  // row sources written; the previous tile's K/V/P no longer read
+      stage();
+    }
+    prestaged = false;
+    if constexpr (kFused) {
+      const int32_t j = kend - 1 - k0;  // the new key's row in this tile, if there
+      if (j >= 0 && j < nk) {
+        __syncwarp();
+        for (int d = lane; d < D; d += 32) {
+          Ks[j * KS + d] = d < hd ? nkey[d] : 0.0f;
+          Vs[j * D + d] = d < hd ? nval[d] : 0.0f;
+        }
+      }
     }
     __syncwarp();  // K/V tile ready; row sources free
     const int32_t kn = k0 + stride;
@@ -722,26 +815,43 @@ void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_
   if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
 }
 
-template <int VEC, int R>
+template <int VEC, int R, bool kFused>
 void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
-                   cudaStream_t s) {
+                   cudaStream_t s, const DecFuse& f) {
   using C = DecCfg<VEC, R>;
   const int32_t group = n_head / kv.n_kv_heads;
   const int32_t tps = (group + R - 1) / R;
   const int nw = dec_warps(b.max_ctx, kv.head_dim);
   const int32_t nsplit = dec_splits(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
   const int64_t blocks = int64_t{b.n_seqs} * kv.n_kv_heads * tps * nsplit;
+  constexpr int kExtra = kFused ? 4 * C::D : 0;  // new K and V rows, RoPE cos and sin (doubles)
   static bool configured = false;  // one flag per instantiation; launchers run on the engine thread only
   if (!configured) {
-    const size_t max_smem = static_cast<size_t>(C::Q_FLOATS + dec_max_warps(VEC) * C::WARP_FLOATS) * sizeof(float);
-    STRATA_CUDA(cudaFuncSetAttribute(attention_decode_kernel<VEC, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(max_smem)));
+    const size_t max_smem =
+        static_cast<size_t>(C::Q_FLOATS + dec_max_warps(VEC) * C::WARP_FLOATS + kExtra) * sizeof(float);
+    STRATA_CUDA(cudaFuncSetAttribute(attention_decode_kernel<VEC, R, kFused>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_smem)));
     configured = true;
   }
-  const size_t smem = static_cast<size_t>(C::Q_FLOATS + nw * C::WARP_FLOATS) * sizeof(float);
-  launch_pdl(attention_decode_kernel<VEC, R>, dim3(static_cast<unsigned>(blocks)), dim3(nw * 32), smem, s, q, kv, b,
-             n_head, group, scale, out, nsplit, tps, choose_stage_mode(kv));
+  const size_t smem = static_cast<size_t>(C::Q_FLOATS + nw * C::WARP_FLOATS + kExtra) * sizeof(float);
+  launch_pdl(attention_decode_kernel<VEC, R, kFused>, dim3(static_cast<unsigned>(blocks)), dim3(nw * 32), smem, s, q,
+             kv, b, n_head, group, scale, out, nsplit, tps, choose_stage_mode(kv), f);
   if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
+}
+
+template <int VEC, bool kFused>
+void launch_decode_group(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                         float* out, cudaStream_t s, const DecFuse& f) {
+  const int32_t group = n_head / kv.n_kv_heads;
+  if (group <= 1) {
+    launch_decode<VEC, 1, kFused>(q, kv, b, n_head, scale, out, s, f);
+  } else if (group <= 2) {
+    launch_decode<VEC, 2, kFused>(q, kv, b, n_head, scale, out, s, f);
+  } else if (group <= 4) {
+    launch_decode<VEC, 4, kFused>(q, kv, b, n_head, scale, out, s, f);
+  } else {
+    launch_decode<VEC, 8, kFused>(q, kv, b, n_head, scale, out, s, f);
+  }
 }
 
 template <int VEC>
@@ -753,16 +863,7 @@ void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n
     return;
   }
   if (b.max_n_q == 1) {
-    const int32_t group = n_head / kv.n_kv_heads;
-    if (group <= 1) {
-      launch_decode<VEC, 1>(q, kv, b, n_head, scale, out, s);
-    } else if (group <= 2) {
-      launch_decode<VEC, 2>(q, kv, b, n_head, scale, out, s);
-    } else if (group <= 4) {
-      launch_decode<VEC, 4>(q, kv, b, n_head, scale, out, s);
-    } else {
-      launch_decode<VEC, 8>(q, kv, b, n_head, scale, out, s);
-    }
+    launch_decode_group<VEC, false>(q, kv, b, n_head, scale, out, s, DecFuse{});
     return;
   }
   if (choose_wq(b.max_n_q, n_head / kv.n_kv_heads) == 4) {
@@ -783,6 +884,30 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
                 attn::mma_splits(n_tokens, n_head, max_ctx)});
   if (nsplit <= 1) return 0;
   return int64_t{n_tokens} * n_head * nsplit * (head_dim + 2);
+}
+
+bool rope_attention_fusable(const KvLayerView& kv, const AttnBatch& b, int32_t n_rot) {
+  return b.n_seqs > 0 && b.max_n_q == 1 && b.n_tokens == b.n_seqs && kv.head_dim >= 1 && kv.head_dim <= 256 &&
+         n_rot >= 0 && n_rot % 2 == 0 && n_rot <= kv.head_dim;
+}
+
+void rope_kv_store_attention(const float* q, const float* k, const float* v, const int32_t* pos,
+                             const int32_t* slots, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
+                             const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s) {
+  if (!rope_attention_fusable(kv, b, p.n_rot)) {
+    throw std::invalid_argument("rope_kv_store_attention: not a decode batch of head_dim <= 256 and n_rot <= head_dim");
+  }
+  const attn::DecFuse f{k, v, pos, slots, RopeArgs{inv_freq, p.freq_factors, p.freq_scale, p.n_rot, p.neox}};
+  switch ((kv.head_dim + 31) / 32) {
+    case 1: attn::launch_decode_group<1, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 2: attn::launch_decode_group<2, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 3: attn::launch_decode_group<3, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 4: attn::launch_decode_group<4, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 5: attn::launch_decode_group<5, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 6: attn::launch_decode_group<6, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 7: attn::launch_decode_group<7, true>(q, kv, b, n_head, scale, out, s, f); break;
+    default: attn::launch_decode_group<8, true>(q, kv, b, n_head, scale, out, s, f); break;
+  }
 }
 
 void paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,

@@ -739,13 +739,12 @@ void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::spa
   impl_->timed("kv_store", [&] { cuda::kv_store(kv, k.data, v.data, d, k.rows, impl_->stream); });
 }
 
-void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
-                                  float scale, ActView out) {
-  STRATA_CHECK(n_head % kv.n_kv_heads == 0 && q.cols == int64_t{n_head} * kv.head_dim && out.cols == q.cols &&
-               out.rows == q.rows);
-  if (seqs.empty()) return;
+// The batch's descriptors and block tables staged in device memory (in a recorded pass every
+// table padded to the shape's length, so that the arrays and the grid, sized by max_ctx, are the
+// same at every replay), and scratch for split contexts (not while replaying).
+cuda::AttnBatch CudaBackend::stage_attention(const KvLayerView& kv, std::span<const AttentionSeq> seqs, int64_t q_rows,
+                                             int32_t n_head) {
   Impl& m = *impl_;
-  if (!m.replaying()) m.wrote(out.data, out.size());
   // [n_seqs][5] descriptors, then the block tables.
   constexpr int kFields = sizeof(cuda::AttnSeqDev) / sizeof(int32_t);
   static_assert(kFields == 5);
@@ -754,12 +753,10 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
   cuda::AttnBatch b;
   b.n_seqs = static_cast<int32_t>(seqs.size());
   int32_t table_off = 0;
-  // In a recorded pass every table is padded to the shape's length, so that the arrays (and the
-  // grid, sized by max_ctx) are the same at every replay.
   const bool padded = m.mode != Mode::kEager;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const AttentionSeq& s = seqs[i];
-    STRATA_CHECK(s.q_begin >= 0 && s.n_q >= 0 && s.q_begin + s.n_q <= q.rows);
+    STRATA_CHECK(s.q_begin >= 0 && s.n_q >= 0 && s.q_begin + s.n_q <= q_rows);
     STRATA_CHECK(int64_t{s.n_blocks} * kv.block_size >= s.start_pos + s.n_q, "block table too short");
     int32_t* d = h.data() + i * kFields;
     d[0] = s.q_begin;
@@ -781,12 +778,60 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
   const auto* staged = static_cast<const int32_t*>(m.stage(m.memo_attn, h.data(), h.size() * sizeof(int32_t)));
   b.seqs = reinterpret_cast<const cuda::AttnSeqDev*>(staged);
   b.tables = staged + seqs.size() * kFields;
-  if (m.replaying()) return;
+  if (m.replaying()) return b;
   const int64_t scratch = cuda::attention_scratch_floats(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
   b.scratch = scratch > 0 ? static_cast<float*>(m.scratch(m.attn_scratch, static_cast<uint64_t>(scratch) * sizeof(float)))
                           : nullptr;
+  return b;
+}
+
+void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
+                                  float scale, ActView out) {
+  STRATA_CHECK(n_head % kv.n_kv_heads == 0 && q.cols == int64_t{n_head} * kv.head_dim && out.cols == q.cols &&
+               out.rows == q.rows);
+  if (seqs.empty()) return;
+  Impl& m = *impl_;
+  if (!m.replaying()) m.wrote(out.data, out.size());
+  const cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
+  if (m.replaying()) return;
   m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
           [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
+}
+
+// Decode batches: RoPE, the KV store and attention in one kernel (cuda::rope_kv_store_attention);
+// anything else, or with STRATA_CUDA_FUSED_ATTN=0: the two ops. Which one runs depends on the
+// batch's shape only (n_q of every sequence), never on the values.
+void CudaBackend::rope_kv_store_attention(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,
+                                          int32_t n_kv_head, int32_t head_dim, const RopeParams& p,
+                                          const KvLayerView& kv, std::span<const int32_t> slots,
+                                          std::span<const AttentionSeq> seqs, float scale, ActView out) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("STRATA_CUDA_FUSED_ATTN");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  bool decode = enabled && !seqs.empty() && static_cast<int64_t>(seqs.size()) == q.rows;
+  for (const AttentionSeq& s : seqs) decode = decode && s.n_q == 1;
+  if (!decode || p.n_rot > head_dim || p.n_rot % 2 != 0 || head_dim > 256) {
+    Backend::rope_kv_store_attention(q, k, v, pos, n_head, n_kv_head, head_dim, p, kv, slots, seqs, scale, out);
+    return;
+  }
+  STRATA_CHECK(q.rows == static_cast<int64_t>(pos.size()) && k.rows == q.rows && v.rows == q.rows &&
+               static_cast<int64_t>(slots.size()) == q.rows);
+  STRATA_CHECK(q.cols == int64_t{n_head} * head_dim && k.cols == int64_t{n_kv_head} * head_dim && v.cols == k.cols);
+  STRATA_CHECK(kv.n_kv_heads == n_kv_head && kv.head_dim == head_dim && n_head % n_kv_head == 0 &&
+               out.cols == q.cols && out.rows == q.rows);
+  Impl& m = *impl_;
+  const int32_t* dpos = m.stage(m.memo_pos, pos);
+  const int32_t* dslots = m.stage(m.memo_slots, slots);
+  if (!m.replaying()) m.wrote(out.data, out.size());
+  const cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
+  if (m.replaying()) return;
+  STRATA_CHECK(cuda::rope_attention_fusable(kv, b, p.n_rot));
+  const double* inv_freq = m.rope_inv_freq(p);
+  m.timed("rope + KV store + attention (decode)", [&] {
+    cuda::rope_kv_store_attention(q.data, k.data, v.data, dpos, dslots, p, inv_freq, kv, b, n_head, scale, out.data,
+                                  m.stream);
+  });
 }
 
 void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {

@@ -21,6 +21,10 @@
 
 #include "backend/backend.h"
 
+namespace strata::cuda {
+struct AttnBatch;
+}  // namespace strata::cuda
+
 namespace strata {
 
 class CudaBackend final : public Backend {
@@ -66,6 +70,10 @@ class CudaBackend final : public Backend {
   void kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) override;
   void paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
                        float scale, ActView out) override;
+  void rope_kv_store_attention(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head,
+                               int32_t n_kv_head, int32_t head_dim, const RopeParams& p, const KvLayerView& kv,
+                               std::span<const int32_t> slots, std::span<const AttentionSeq> seqs, float scale,
+                               ActView out) override;
   void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
   void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                       uint8_t* v_slot) override;
@@ -82,6 +90,8 @@ class CudaBackend final : public Backend {
 
  private:
   struct Impl;
+  cuda::AttnBatch stage_attention(const KvLayerView& kv, std::span<const AttentionSeq> seqs, int64_t q_rows,
+                                  int32_t n_head);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -78,33 +79,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int64_
   }
 }
 
-// RoPE angles: theta_i = pos * freq_scale * inv_freq[i] / freq_factors[i] in double, with
-// inv_freq[i] = freq_base^(-2i/n_rot) computed on the host by std::pow as the CPU reference does
-// (rope_inv_freq), so angles agree with it to the last bit of the double product.
-struct RopeArgs {
-  const double* inv_freq;
-  const float* freq_factors;
-  double freq_scale;
-  int32_t n_rot;
-  bool neox;
-};
-
-__device__ __forceinline__ void rope_angle(const RopeArgs& a, int32_t pos, int32_t i, double* c, double* s) {
-  double theta = static_cast<double>(pos) * a.freq_scale * a.inv_freq[i];
-  if (a.freq_factors != nullptr) theta /= a.freq_factors[i];
-  sincos(theta, s, c);
-}
-
-__device__ __forceinline__ void rope_rotate(float* row, int32_t i, int32_t half, bool neox, double c, double s) {
-  const int32_t a = neox ? i : 2 * i;
-  const int32_t b = neox ? i + half : 2 * i + 1;
-  const double x0 = row[a], x1 = row[b];
-  row[a] = static_cast<float>(x0 * c - x1 * s);
-  row[b] = static_cast<float>(x0 * s + x1 * c);
-}
-
 // One block per token: the angles of its position into shared memory, then every (head, pair).
-constexpr int kMaxRotPairs = 256;
 __global__ void rope_kernel(float* x, const int32_t* pos, int32_t n_heads, int32_t head_dim, RopeArgs a) {
   __shared__ double cs[kMaxRotPairs], sn[kMaxRotPairs];
   const int64_t t = blockIdx.x;

@@ -118,5 +118,14 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
 // int8/fp8/int4 rows (decoded in the inner loop exactly as warm_decode_row).
 void paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
                      float* out, cudaStream_t s);
+// Whether rope_kv_store_attention takes the batch: decode only (one new token per sequence),
+// head_dim <= 256, n_rot even and <= head_dim.
+bool rope_attention_fusable(const KvLayerView& kv, const AttnBatch& b, int32_t n_rot);
+// rope_kv_store(q, k, v, pos, ..., slots) then paged_attention(q, ...) in one decode kernel, with
+// the same results (out and the KV arena bit-identical); q and k are left unrotated. Precondition:
+// rope_attention_fusable.
+void rope_kv_store_attention(const float* q, const float* k, const float* v, const int32_t* pos,
+                             const int32_t* slots, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
+                             const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s);
 
 }  // namespace strata::cuda
