@@ -212,6 +212,8 @@ TEST_F(FlagsCli, ServeApiKeyErrorsNameTheFlagButNeverTheKey) {
     for (const char* key : {"sekrit-1", "sekrit-2", "sekrit-3"}) EXPECT_EQ(r.err.find(key), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
   }
+  // The suite's directory is shared: another test checks that it holds only its own file.
+  for (const std::string& f : {bad_file, empty_file, dup_file}) std::filesystem::remove(f);
 }
 
 struct GoodFlag {
