@@ -277,8 +277,11 @@ int run_bench_offline(const BenchOfflineOptions& o) {
     }
     if (!(rate > 0)) fail("--request-rate must be a positive number or 'inf', got '{}'", o.request_rate);
   }
-  const EngineConfig cfg = o.engine.to_config(o.kv);
-  auto model = Model::load(o.model.model, o.model.backend_options());
+  const BackendOptions backend = o.model.backend_options();
+  const EngineConfig cfg = o.engine.to_config(o.kv, backend.device);
+  fmt::print(stderr, "scheduler: --max-seqs {}, --max-batched-tokens {}\n", cfg.sched.max_seqs,
+             cfg.sched.max_batched_tokens);  // stderr: stdout may carry JSON
+  auto model = Model::load(o.model.model, backend);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   const int32_t V = model->config().n_vocab;
 

@@ -156,8 +156,9 @@ Request request_from_line(const nlohmann::json& j, const std::string& path, size
 int run_generate(const GenerateOptions& o) {
   if (o.prompt.empty() == o.prompts_file.empty()) fail("give exactly one of --prompt and --prompts-file");
   if (o.progress < 0) fail("--progress must be >= 0 (tokens between progress lines; 0: off), got {}", o.progress);
-  const EngineConfig cfg = o.engine.to_config(o.kv);
-  auto model = Model::load(o.model.model, o.model.backend_options());
+  const BackendOptions backend = o.model.backend_options();
+  const EngineConfig cfg = o.engine.to_config(o.kv, backend.device);
+  auto model = Model::load(o.model.model, backend);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (tokenizer->n_vocab() != model->config().n_vocab) {
     fail("the tokenizer has {} tokens but the model {}", tokenizer->n_vocab(), model->config().n_vocab);

@@ -60,10 +60,10 @@ std::vector<server::ApiKey> load_api_keys(const ServeOptions& o) {
 int run_serve(ServeOptions o) {
   server::ServerConfig& cfg = o.server;
   // Everything that can be wrong with the flags is reported before the port is opened.
-  cfg.engine = o.engine.to_config(o.kv);
+  cfg.device = o.model.backend_options().device;
+  cfg.engine = o.engine.to_config(o.kv, cfg.device);
   cfg.model_path = o.model.model;
   cfg.n_threads = o.model.threads;
-  cfg.device = o.model.backend_options().device;
   cfg.api_keys = load_api_keys(o);
   // The monitor reports the tenants the operator named (keys, --tenant-weight) one by one.
   std::vector<std::string>& tenants = cfg.engine.monitor.tenants;

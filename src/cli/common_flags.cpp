@@ -2,6 +2,7 @@
 
 #include "redis/redis_url.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <array>
@@ -184,10 +185,13 @@ KvConfig KvFlags::to_config() const {
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
-  cmd->add_option("--max-batched-tokens", f.max_batched_tokens, "Tokens per step (prompt chunks + decodes)")
-      ->capture_default_str()
+  cmd->add_option("--max-batched-tokens", f.max_batched_tokens,
+                  fmt::format("Tokens per step (prompt chunks + decodes; default {} on cpu, {} on cuda)",
+                              kCpuMaxBatchedTokens, kCudaMaxBatchedTokens))
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-seqs", f.max_seqs, "Sequences per step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-seqs", f.max_seqs,
+                  fmt::format("Sequences per step (default {} on cpu, {} on cuda)", kCpuMaxSeqs, kCudaMaxSeqs))
+      ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--preempt", f.preempt,
                   "When KV blocks run out: swap (to the cold tier), recompute, or auto (swap when --kv-spill-dir is set)")
       ->capture_default_str();
@@ -233,11 +237,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str();
 }
 
-EngineConfig EngineFlags::to_config(const KvFlags& kv) const {
+EngineConfig EngineFlags::to_config(const KvFlags& kv, DeviceKind device) const {
   EngineConfig c;
   c.kv = kv.to_config();
-  c.sched.max_batched_tokens = max_batched_tokens;
-  c.sched.max_seqs = max_seqs;
+  const bool gpu = device == DeviceKind::kCuda;
+  c.sched.max_batched_tokens = max_batched_tokens.value_or(gpu ? kCudaMaxBatchedTokens : kCpuMaxBatchedTokens);
+  c.sched.max_seqs = max_seqs.value_or(gpu ? kCudaMaxSeqs : kCpuMaxSeqs);
   auto p = preempt_mode_from_name(preempt);
   if (!p) fail("--preempt '{}' is not one of auto, swap, recompute", preempt);
   c.sched.preempt = *p;

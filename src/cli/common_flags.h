@@ -52,9 +52,14 @@ struct KvFlags {
 };
 void add_kv_flags(CLI::App* cmd, KvFlags& f);
 
+// Batch limits when the flags are not given: a GPU step of many sequences costs little more than
+// one of a few (the weights are read once per step either way), so it takes more of them.
+inline constexpr int32_t kCpuMaxBatchedTokens = 512, kCpuMaxSeqs = 64;
+inline constexpr int32_t kCudaMaxBatchedTokens = 2048, kCudaMaxSeqs = 256;
+
 struct EngineFlags {
-  int32_t max_batched_tokens = 512;
-  int32_t max_seqs = 64;
+  std::optional<int32_t> max_batched_tokens;  // default by device (above)
+  std::optional<int32_t> max_seqs;
   std::string preempt = "auto";
   std::string scheduling = "fcfs";
   double batch_wait_ms = 0;
@@ -72,8 +77,9 @@ struct EngineFlags {
   int32_t controller_horizon_tokens = 512;
   double controller_reserve_max = 0.3;
 
-  // The engine configuration with `kv` (validated); throws strata::Error naming the flag.
-  EngineConfig to_config(const KvFlags& kv) const;
+  // The engine configuration with `kv` for a model on `device` (validated); throws strata::Error
+  // naming the flag.
+  EngineConfig to_config(const KvFlags& kv, DeviceKind device) const;
 };
 void add_engine_flags(CLI::App* cmd, EngineFlags& f);
 

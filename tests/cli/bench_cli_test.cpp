@@ -121,6 +121,18 @@ TEST(BenchCli, OfflineCountsEveryTokenAndBatchesTheRequests) {
   EXPECT_GE(j["steps"].get<int>(), 9);
   EXPECT_LE(j["steps"].get<int>(), 30);
 
+  // The batch limits when no flag sets them: the CPU's (a GPU takes more, common_flags.h); a flag wins.
+  {
+    auto r = run_command({strata_bin(), "bench", "offline", "--num-prompts", "2", "--input-len", "8", "--output-len", "2",
+                          "--model", kModel, "-t", "1", "--device", "cpu", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("scheduler: --max-seqs 64, --max-batched-tokens 512"), std::string::npos) << r.err;
+    r = run_command({strata_bin(), "bench", "offline", "--num-prompts", "2", "--input-len", "8", "--output-len", "2",
+                     "--model", kModel, "-t", "1", "--max-seqs", "7", "--max-batched-tokens", "99", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("scheduler: --max-seqs 7, --max-batched-tokens 99"), std::string::npos) << r.err;
+  }
+
   // One sequence at a time: a step per generated token (the report may be read before the last
   // step is counted: the step that finishes the last request).
   const Json one = run_json({"offline", "--num-prompts", "3", "--input-len", "24", "--output-len", "10", "--max-seqs", "1"});
