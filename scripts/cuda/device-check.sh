@@ -2,7 +2,7 @@
 # One call on the GPU machine: the CUDA tests, then the benchmarks of docs/PERFORMANCE.md, and
 # (with PEER=path-to-llama.cpp-source) llama.cpp's CUDA build measured in the same call.
 # Run from the checkout through device-run.sh:
-#   scripts/cuda/device-run.sh .peers/cuda scripts/cuda/device-check.sh [tests] [bench] [peer]
+#   scripts/cuda/device-run.sh .peers/cuda scripts/cuda/device-check.sh [tests] [bench] [switches] [peer]
 # Logs go to $OUT (or /tmp/strata-out).
 set -uo pipefail
 out=${OUT:-/tmp/strata-out}
@@ -47,7 +47,7 @@ if has diag; then
   STRATA_CUDA_GRAPHS=0 strata generate -m $s --device cuda -p "Once upon a time" -n 24 --temperature 0 2>&1 | tail -3
 fi
 model=/tmp/llama-1b-f16.gguf
-if has bench || has peer || has profile || has ncu; then
+if has bench || has peer || has profile || has ncu || has switches; then
   strata gguf make-random --preset llama-1b --dtype f16 --vocab-from /work/shared/tokenizer/ggml-vocab-llama-spm.gguf \
     -o "$model" >/dev/null 2>&1 || echo "make-random failed"
 fi
@@ -80,6 +80,15 @@ if has bench; then
     strata gguf quantize "$model" --type q4_k -o /tmp/llama-1b-q4_k.gguf >/dev/null 2>&1 || echo "quantize failed"
     echo "== bench model Q4_K pp512/tg128"; strata bench model -m /tmp/llama-1b-q4_k.gguf --device cuda --pp 512 --tg 128 --reps 3;
   } 2>&1 | tee "$out/bench.log"
+fi
+if has switches; then
+  # The decode/prefill switches one at a time against the defaults (docs/PERFORMANCE.md, A/B).
+  { for sw in "" STRATA_CUDA_FUSED_ATTN=0 STRATA_CUDA_PDL=0 STRATA_CUDA_GEMV_SPLIT=1 STRATA_CUDA_MMA_ATTN=0; do
+      echo "== switch: ${sw:-defaults}"
+      env $sw strata bench model -m "$model" --device cuda --pp 512 --tg 128 --reps 3 --no-bandwidth
+      [[ $sw == STRATA_CUDA_FUSED_ATTN=0 || -z $sw ]] && env $sw strata bench model -m "$model" --device cuda --pp 0 --tg 128 --batch 8 --reps 2 --no-bandwidth
+    done
+  } 2>&1 | tee "$out/switches.log" | grep -E '^==|pp512|tg128'
 fi
 if [[ $peer_pid == built ]]; then
   b=/tmp/llama-cuda/bin
