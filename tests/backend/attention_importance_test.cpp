@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numeric>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_ref.h"
@@ -54,41 +53,14 @@ void run_case(KvDtype dtype, int32_t block_size, int32_t n_head, int32_t n_kv, i
               const std::vector<SeqSpec>& specs, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "dtype " << kv_dtype_name(dtype) << " block " << block_size << " heads " << n_head
                                     << "/" << n_kv << " head_dim " << head_dim);
-  int32_t total_blocks = 0;
-  for (const auto& s : specs) total_blocks += (s.start_pos + s.n_q + block_size - 1) / block_size;
-  std::vector<BlockId> ids(static_cast<size_t>(total_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  KvLayerView kv;
-  kv.dtype = dtype;
-  kv.block_size = block_size;
-  kv.n_kv_heads = n_kv;
-  kv.head_dim = head_dim;
-  std::vector<uint8_t> karena(static_cast<size_t>(kv.block_stride_bytes() * total_blocks)), varena(karena.size());
-  kv.k = karena.data();
-  kv.v = varena.data();
-  const int32_t width = n_kv * head_dim;
-  std::vector<AttentionSeq> plain, with;
+  std::vector<std::pair<int32_t, int32_t>> shape;
+  for (const auto& s : specs) shape.emplace_back(s.start_pos, s.n_q);
+  const test::PagedKv paged = test::random_paged_kv(dtype, block_size, n_kv, head_dim, shape, rng);
+  const KvLayerView& kv = paged.kv;
+  const int32_t q_rows = paged.q_rows;
+  std::vector<AttentionSeq> plain = paged.seqs, with;
   std::vector<std::vector<float>> buffers;
-  int32_t used = 0, q_rows = 0;
-  for (const auto& s : specs) {
-    AttentionSeq a;
-    a.q_begin = q_rows;
-    a.n_q = s.n_q;
-    a.start_pos = s.start_pos;
-    a.n_blocks = (s.start_pos + s.n_q + block_size - 1) / block_size;
-    a.blocks = ids.data() + used;
-    used += a.n_blocks;
-    q_rows += s.n_q;
-    const int32_t n_pos = s.start_pos + s.n_q;
-    const auto k = test::random_floats(static_cast<size_t>(n_pos * width), rng);
-    const auto v = test::random_floats(static_cast<size_t>(n_pos * width), rng);
-    std::vector<int32_t> slots;
-    for (int32_t p = 0; p < n_pos; ++p) slots.push_back(a.blocks[p / block_size] * block_size + p % block_size);
-    ref::kv_store(kv, k.data(), v.data(), slots.data(), n_pos);
-    plain.push_back(a);
-    buffers.emplace_back(static_cast<size_t>(n_pos), 0.0f);
-  }
+  for (const AttentionSeq& a : plain) buffers.emplace_back(static_cast<size_t>(a.start_pos + a.n_q), 0.0f);
   with = plain;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].from >= 0) {

@@ -32,43 +32,14 @@ void run_case(KvDtype dtype, int32_t block_size, int32_t n_head, int32_t n_kv, i
               const std::vector<SeqSpec>& specs, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "dtype " << kv_dtype_name(dtype) << " block " << block_size << " heads "
                                     << n_head << "/" << n_kv << " head_dim " << head_dim);
-  // Block tables: every sequence gets its blocks from one shuffled pool.
-  int32_t total_blocks = 0;
-  for (const auto& s : specs) total_blocks += (s.start_pos + s.n_q + block_size - 1) / block_size;
-  std::vector<BlockId> ids(static_cast<size_t>(total_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-
-  KvLayerView kv;
-  kv.dtype = dtype;
-  kv.block_size = block_size;
-  kv.n_kv_heads = n_kv;
-  kv.head_dim = head_dim;
-  std::vector<uint8_t> karena(static_cast<size_t>(kv.block_stride_bytes() * total_blocks));
-  std::vector<uint8_t> varena(karena.size());
-  kv.k = karena.data();
-  kv.v = varena.data();
-  // Fill every slot through kv_store (the reference one), so K/V hold exactly representable values.
-  const int32_t width = n_kv * head_dim;
-  std::vector<AttentionSeq> seqs;
-  int32_t used = 0, q_rows = 0;
-  for (const auto& s : specs) {
-    AttentionSeq a;
-    a.q_begin = q_rows;
-    a.n_q = s.n_q;
-    a.start_pos = s.start_pos;
-    a.n_blocks = (s.start_pos + s.n_q + block_size - 1) / block_size;
-    a.blocks = ids.data() + used;
-    used += a.n_blocks;
-    q_rows += s.n_q;
-    const int32_t n_pos = s.start_pos + s.n_q;
-    const auto k = test::random_floats(static_cast<size_t>(n_pos * width), rng);
-    const auto v = test::random_floats(static_cast<size_t>(n_pos * width), rng);
-    std::vector<int32_t> slots;
-    for (int32_t p = 0; p < n_pos; ++p) slots.push_back(a.blocks[p / block_size] * block_size + p % block_size);
-    ref::kv_store(kv, k.data(), v.data(), slots.data(), n_pos);
-    seqs.push_back(a);
-  }
+  // Block tables: every sequence gets its blocks from one shuffled pool; every slot filled through
+  // the reference kv_store.
+  std::vector<std::pair<int32_t, int32_t>> shape;
+  for (const auto& s : specs) shape.emplace_back(s.start_pos, s.n_q);
+  const test::PagedKv paged = test::random_paged_kv(dtype, block_size, n_kv, head_dim, shape, rng);
+  const KvLayerView& kv = paged.kv;
+  const std::vector<AttentionSeq>& seqs = paged.seqs;
+  const int32_t q_rows = paged.q_rows;
   // Queries large enough that the softmax is far from uniform.
   const auto q = test::random_floats(static_cast<size_t>(q_rows * n_head * head_dim), rng, -2.0f, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

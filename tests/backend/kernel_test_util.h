@@ -1,6 +1,6 @@
 // Helpers for the backend kernel tests: random weight matrices of every type (random block bytes
-// with sane scales, so every bit pattern of the quants is exercised), error measures, and running
-// a test once per SIMD target this CPU supports. Thread-safety: test-thread only.
+// with sane scales, so every bit pattern of the quants is exercised), error measures, running
+// a test once per SIMD target this CPU supports, and random paged KV for the attention tests. Thread-safety: test-thread only.
 #pragma once
 
 #include <hwy/targets.h>
@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_ref.h"
 #include "core/fp16.h"
 #include "gguf/quant_blocks.h"
 #include "gguf/tensor_type.h"
@@ -143,5 +145,55 @@ inline double rms_diff(const std::vector<float>& a, const std::vector<float>& b)
 }
 
 inline bool bitwise_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+// One layer's paged KV for the attention tests: sequences of (start_pos, n_q) with block tables
+// drawn from one shuffled pool of ids, every slot of their positions filled through the reference
+// kv_store with values in [-1, 1] (so K/V hold exactly representable values); seqs[i] has its
+// queries at rows [q_begin, q_begin + n_q) of a q of q_rows rows. The views point into the arenas.
+struct PagedKv {
+  KvLayerView kv;
+  std::vector<uint8_t> karena, varena;
+  std::vector<BlockId> ids;
+  std::vector<AttentionSeq> seqs;
+  int32_t q_rows = 0;
+};
+
+inline PagedKv random_paged_kv(KvDtype dtype, int32_t block_size, int32_t n_kv, int32_t head_dim,
+                               const std::vector<std::pair<int32_t, int32_t>>& start_and_n_q, std::mt19937& rng) {
+  PagedKv p;
+  int32_t total_blocks = 0;
+  for (const auto& [start, n_q] : start_and_n_q) total_blocks += (start + n_q + block_size - 1) / block_size;
+  p.ids.resize(static_cast<size_t>(total_blocks));
+  std::iota(p.ids.begin(), p.ids.end(), 0);
+  std::shuffle(p.ids.begin(), p.ids.end(), rng);
+  p.kv.dtype = dtype;
+  p.kv.block_size = block_size;
+  p.kv.n_kv_heads = n_kv;
+  p.kv.head_dim = head_dim;
+  p.karena.resize(static_cast<size_t>(p.kv.block_stride_bytes() * total_blocks));
+  p.varena.resize(p.karena.size());
+  p.kv.k = p.karena.data();
+  p.kv.v = p.varena.data();
+  const int32_t width = n_kv * head_dim;
+  int32_t used = 0;
+  for (const auto& [start, n_q] : start_and_n_q) {
+    AttentionSeq a;
+    a.q_begin = p.q_rows;
+    a.n_q = n_q;
+    a.start_pos = start;
+    a.n_blocks = (start + n_q + block_size - 1) / block_size;
+    a.blocks = p.ids.data() + used;
+    used += a.n_blocks;
+    p.q_rows += n_q;
+    const int32_t n_pos = start + n_q;
+    const auto k = random_floats(static_cast<size_t>(n_pos * width), rng);
+    const auto v = random_floats(static_cast<size_t>(n_pos * width), rng);
+    std::vector<int32_t> slots;
+    for (int32_t q = 0; q < n_pos; ++q) slots.push_back(a.blocks[q / block_size] * block_size + q % block_size);
+    ref::kv_store(p.kv, k.data(), v.data(), slots.data(), n_pos);
+    p.seqs.push_back(a);
+  }
+  return p;
+}
 
 }  // namespace strata::cpu::test
