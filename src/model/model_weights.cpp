@@ -10,9 +10,11 @@
 namespace strata {
 namespace {
 
+// Walks the tensors a config needs. With a backend it uploads them; without one (check()) it only
+// validates names, shapes and vector types, and the returned views point into the file.
 class Loader {
  public:
-  Loader(const GgufFile& f, ModelWeights& w, Backend& b) : f_(f), w_(w), b_(b) {}
+  Loader(const GgufFile& f, ModelWeights& w, Backend* b) : f_(f), w_(w), b_(b) {}
 
   const GgufTensorInfo* find(const std::string& name, bool required) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -35,37 +37,37 @@ class Loader {
     const GgufTensorInfo* t = find(name, required);
     if (!t) return {};
     check_shape(*t, {cols, rows});
-    if (!b_.supports_matmul(t->type)) {
+    const WeightMatrix host{t->type, rows, cols, t->data, ggml_row_size(t->type, static_cast<uint64_t>(cols))};
+    if (b_ == nullptr) return host;
+    if (!b_->supports_matmul(t->type)) {
       fail("{}: tensor '{}' has type {}, which Strata cannot run (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, "
            "q8_0, q2_k, q3_k, q4_k, q5_k, q6_k)",
            f_.source(), name, ggml_type_name(t->type));
     }
     w_.matrix_bytes += t->n_bytes;
-    return b_.upload_matrix({t->type, rows, cols, t->data, ggml_row_size(t->type, static_cast<uint64_t>(cols))});
+    return b_->upload_matrix(host);
   }
 
   const float* vector(const std::string& name, int64_t n, bool required = true) {
     const GgufTensorInfo* t = find(name, required);
     if (!t) return nullptr;
     check_shape(*t, {n});
-    if (t->type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
-      return b_.upload_vector(reinterpret_cast<const float*>(t->data), n);
-    }
-    if (!can_dequantize(t->type)) fail("{}: tensor '{}' has unsupported type {}", f_.source(), name, ggml_type_name(t->type));
+    const bool in_place = t->type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0;
+    if (!in_place && !can_dequantize(t->type)) fail("{}: tensor '{}' has unsupported type {}", f_.source(), name, ggml_type_name(t->type));
+    if (b_ == nullptr) return reinterpret_cast<const float*>(t->data);  // a view for check(), never read
+    if (in_place) return b_->upload_vector(reinterpret_cast<const float*>(t->data), n);
     auto& v = w_.owned.emplace_back(static_cast<size_t>(n));
     dequantize_row(t->type, t->data, v.data(), n);
-    return b_.upload_vector(v.data(), n);
+    return b_->upload_vector(v.data(), n);
   }
 
  private:
   const GgufFile& f_;
   ModelWeights& w_;
-  Backend& b_;
+  Backend* b_;  // null: check only
 };
 
-}  // namespace
-
-ModelWeights ModelWeights::load(const GgufFile& f, const ModelConfig& c, Backend& backend) {
+ModelWeights walk(const GgufFile& f, const ModelConfig& c, Backend* backend) {
   ModelWeights w;
   Loader ld(f, w, backend);
   w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
@@ -98,5 +100,11 @@ ModelWeights ModelWeights::load(const GgufFile& f, const ModelConfig& c, Backend
   }
   return w;
 }
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const GgufFile& f, const ModelConfig& c, Backend& backend) { return walk(f, c, &backend); }
+
+void ModelWeights::check(const GgufFile& f, const ModelConfig& c) { walk(f, c, nullptr); }
 
 }  // namespace strata

@@ -39,6 +39,9 @@ struct ModelWeights {
   // Throws strata::Error naming the tensor when one is missing, misshapen or of a type the
   // backend cannot run.
   static ModelWeights load(const GgufFile& f, const ModelConfig& c, Backend& backend);
+  // What load() checks that needs no backend: every tensor present, with its shape, and vectors of
+  // a type that can be read. Cheap (reads only the tensor table); throws as load() does.
+  static void check(const GgufFile& f, const ModelConfig& c);
 };
 
 }  // namespace strata

@@ -33,6 +33,15 @@ class ModelHost {
   };
   enum class State { kLoading, kReady, kFailed };
 
+  // Before anything listens: opens the model file and checks what the background load would
+  // refuse without a backend — the GGUF structure (a truncated file), the hyper-parameters, every
+  // tensor's presence and shape, the tokenizer and the chat template (the model's, or the one of
+  // chat_template_source). Throws strata::Error naming the problem. Reads only metadata and the
+  // tensor table (the weights stay unread).
+  static void check_model(const Options& options);
+  // Whether a --chat-template source parses; throws strata::Error with the message the load gives.
+  static void check_chat_template(const std::string& source);
+
   explicit ModelHost(Options options);
   ~ModelHost();  // waits for the loader, then stops the engine without draining
   ModelHost(const ModelHost&) = delete;

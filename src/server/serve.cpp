@@ -13,6 +13,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "gguf/gguf_file.h"
 #include "server/http_server.h"
 #include "server/model_host.h"
@@ -25,9 +26,12 @@ namespace {
 // After the engine has drained, streamed responses may still be writing their last chunks.
 constexpr auto kFlushGrace = std::chrono::seconds(5);
 
-// A model file that cannot be opened or is not GGUF fails the start before anything listens (the
-// full load runs in the background while /health says 503).
-void check_model_file(const std::string& path) {
+// A model file that cannot be opened, is not GGUF, or is a GGUF the loader would refuse (truncated,
+// a vocabulary without weights, tensors missing or misshapen, no usable tokenizer or template) fails
+// the start before anything listens: a runtime failure (exit 1), not bad usage. The full load, which
+// maps the weights onto the backend, runs in the background while /health says 503.
+void check_model_file(const ModelHost::Options& options) {
+  const std::string& path = options.model_path;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || ::access(path.c_str(), R_OK) != 0)
     throw std::runtime_error(fmt::format("cannot read the model '{}': {}", path, std::strerror(errno)));
@@ -36,6 +40,15 @@ void check_model_file(const std::string& path) {
   uint32_t magic = 0;
   in.read(reinterpret_cast<char*>(&magic), sizeof(magic));
   if (!in || magic != kGgufMagic) throw std::runtime_error(fmt::format("the model '{}' is not a GGUF file", path));
+  // A --chat-template that does not parse is bad input (exit 2), like the flag's other errors.
+  if (options.chat_template_source) ModelHost::check_chat_template(*options.chat_template_source);
+  try {
+    ModelHost::check_model(options);
+  } catch (const Error& e) {
+    const std::string what = e.what();  // most messages begin with the file's path already
+    throw std::runtime_error(what.rfind(path, 0) == 0 ? fmt::format("cannot serve the model {}", what)
+                                                      : fmt::format("cannot serve the model '{}': {}", path, what));
+  }
 }
 
 }  // namespace
@@ -45,8 +58,9 @@ int run_server(const ServerConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   ShutdownSignal signals;
 
-  check_model_file(config.model_path);
-  ModelHost host(ModelHost::Options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device});
+  const ModelHost::Options host_options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device};
+  check_model_file(host_options);
+  ModelHost host(host_options);
   ServerContext ctx(config, host);
   HttpServer http(ctx);
   http.bind();

@@ -411,5 +411,37 @@ TEST(ServerErrors, BadFlagsExitTwoAndABusyPortOrAMissingModelExitOne) {
   EXPECT_NE(r.err.find("is not a GGUF file"), std::string::npos) << r.err;
 }
 
+// A GGUF the loader would refuse is found before anything says "listening" (it used to be found by
+// the background load, after "listening", with exit 2): a runtime failure naming the problem. A
+// --chat-template that does not parse stays bad usage (exit 2), also before "listening".
+TEST(ServerErrors, AModelTheLoaderWouldRefuseFailsBeforeListening) {
+  const std::string dir = test::make_temp_dir("strata-bad-model");
+  const std::string model = test::read_file(test::shared_path("models/stories260K.gguf"));
+  test::write_file(dir + "/truncated.gguf", model.substr(0, model.size() / 2));
+  test::write_file(dir + "/bad.jinja", "{% for m in messages %}{{ m.content }");
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      // A vocabulary-only GGUF (no weights), as a user might pick from a folder of GGUFs.
+      {{"--model", test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf")}, 1, "missing tensor 'token_embd.weight'"},
+      {{"--model", dir + "/truncated.gguf"}, 1, "truncated or corrupt file"},
+      {{"--model", test::shared_path("models/stories260K.gguf"), "--chat-template", dir + "/bad.jinja"}, 2,
+       "the chat template of --chat-template: template syntax error"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args[1]);
+    std::vector<std::string> argv = {test::strata_bin(), "serve", "--port", "0"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    const auto r = test::run_command(argv, 60.0);
+    EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("listening"), std::string::npos) << r.err;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace strata
