@@ -48,6 +48,18 @@ int status_of_parse_error(const error_code& ec) {
   return 400;
 }
 
+// The path and query of a request target: the absolute form (`http://host/path?q`, which RFC 9112
+// 3.2.2 says a server must accept) loses its scheme and authority; other forms stay as they are.
+std::string origin_form(std::string_view target) {
+  for (const std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size() || !header_name_equal(target.substr(0, scheme.size()), scheme)) continue;
+    const size_t end = target.find_first_of("/?", scheme.size());  // the end of the authority
+    if (end == std::string_view::npos) return "/";
+    return (target[end] == '?' ? "/" : "") + std::string(target.substr(end));
+  }
+  return std::string(target);
+}
+
 std::string describe_parse_error(const error_code& ec) {
   if (ec == http::error::bad_content_length) return "malformed HTTP request: invalid, negative or conflicting Content-Length";
   if (ec == http::error::bad_transfer_encoding)
@@ -160,7 +172,7 @@ class HttpConnection : public ResponseChannel, public std::enable_shared_from_th
     if (ec) return on_read_error(ec);
     const auto& msg = parser_->get();
     head_.method = str(msg.method_string());
-    const std::string target_str = str(msg.target());
+    const std::string target_str = origin_form(str(msg.target()));
     const std::string_view target = target_str;
     const size_t q = target.find('?');
     head_.path = std::string(target.substr(0, q));
@@ -173,6 +185,14 @@ class HttpConnection : public ResponseChannel, public std::enable_shared_from_th
     keep_alive_ = parser_->keep_alive();
     is_head_ = head_.method == "HEAD";
     chunked_ = false;
+    // RFC 9112 3.2: an HTTP/1.1 request without a Host, or any request with several, is a 400 (a
+    // proxy and this server could otherwise disagree on which one counts).
+    const auto hosts = std::count_if(msg.begin(), msg.end(), [](const auto& f) { return f.name() == http::field::host; });
+    if (hosts > 1 || (hosts == 0 && version_ >= 11)) {
+      keep_alive_ = false;
+      return send(handler_.framing_error(
+          400, hosts > 1 ? "malformed HTTP request: more than one Host header" : "malformed HTTP request: an HTTP/1.1 request needs a Host header"));
+    }
     // A Transfer-Encoding other than chunked leaves the body's length unknown (RFC 9112 6.3).
     if (head_.has_header("Transfer-Encoding") && !parser_->chunked()) {
       keep_alive_ = false;

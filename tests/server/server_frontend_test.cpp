@@ -80,6 +80,8 @@ TEST(ServerFrontend, AmbiguousFramingIs400) {
       {"a transfer coding other than chunked", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" + body},
       {"a bad chunk size", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
       {"garbage request line", "HELLO THERE\r\n\r\n"},
+      {"an HTTP/1.1 request without Host", "GET /health HTTP/1.1\r\n\r\n"},
+      {"two Host headers", "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"},
   };
   for (const auto& [name, bytes] : cases) {
     SCOPED_TRACE(name);
@@ -95,6 +97,28 @@ TEST(ServerFrontend, AmbiguousFramingIs400) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(test::metrics(s).at("strata_requests_total{status=\"success\"}"), 1);
+}
+
+// RFC 9112 3.2.2: a server accepts a target in absolute form (what a client configured for a proxy
+// sends); an HTTP/1.0 request needs no Host.
+TEST(ServerFrontend, AbsoluteFormTargetsAreServed) {
+  ServerProcess s;
+  const std::string body = completion_body(2, false);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"POST http://127.0.0.1/v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+       "\"object\":\"text_completion\""},
+      {"GET HTTPS://example.com/health?probe=1 HTTP/1.1\r\nHost: example.com\r\n\r\n", "{\"status\":\"ok\"}"},
+      {"GET http://example.com HTTP/1.1\r\nHost: example.com\r\n\r\n", "</html>"},  // no path: "/", the status page
+      {"GET /health HTTP/1.0\r\n\r\n", "{\"status\":\"ok\"}"},
+  };
+  for (const auto& [request, want] : cases) {
+    SCOPED_TRACE(request.substr(0, request.find('\r')));
+    RawConnection c(s.port());
+    c.send_all(request);
+    const std::string got = c.read_until(want, 1);
+    EXPECT_EQ(status_of(got), 200) << got.substr(0, 300);
+    EXPECT_NE(got.find(want), std::string::npos) << got.substr(0, 300);
+  }
 }
 
 // Problem 3: the body limit holds while a chunked body is read; a chunked body within it works.
