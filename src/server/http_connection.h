@@ -3,10 +3,10 @@
 // enforces the header and body limits while reading (chunked or not), rejects malformed framing
 // with 400 (duplicate or conflicting Content-Length, Content-Length with chunked, a negative or
 // non-numeric length, an HTTP/1.1 request without Host or with several), accepts absolute-form
-// targets (http://host/path is served as /path), and writes answers without a thread per connection: a deferred answer
-// (http_message.h) streams its events as they come. While an answer is pending the connection keeps
-// reading, so a client that closes its socket is seen at once and its request cancelled
-// (DeferredResponse::client_gone).
+// targets (http://host/path is served as /path), and writes answers without a thread per
+// connection: a deferred answer (http_message.h) streams its events as they come. While an answer
+// is pending the connection keeps reading, so a client that closes its socket is seen at once and
+// its request cancelled (DeferredResponse::client_gone).
 //
 // Thread-safety: every member runs on the connection's strand; make() and close_async() may be
 // called from any thread.
