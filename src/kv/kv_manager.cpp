@@ -488,7 +488,7 @@ void KvManager::plan_reencode(SeqId, Seq& q) {
       for (int32_t j = 0; j < warm_span_; ++j) warm_pool_.incref(slot);
     } else {
       std::optional<int32_t> w = take_slot(Tier::kWarm);
-      if (!w) return;  // the warm pool is full: these blocks stay hot
+      if (!w) break;  // the warm pool is full: these blocks and later ones stay hot (the table is rebuilt below)
       slot = *w;
       for (int32_t j = 1; j < warm_span_; ++j) warm_pool_.incref(slot);
       KvOp op{KvOp::Kind::kReencode, {}, KvSlot{Tier::kWarm, slot}, {}, {}, {}};

@@ -375,6 +375,51 @@ TEST(KvManager, PrefixHitsNeverTakeTheLastAvailableHotBlock) {
   kv.check_invariants();
 }
 
+TEST(KvManager, AWarmPoolThatFillsMidCommitLeavesTheBlockTableTrue) {
+  // One commit makes several block groups older than the hot window, and the warm pool has room
+  // for only the first: the others stay hot, and the table attention reads must name the warm
+  // slot of the first group (it named the hot block that group left, which the next sequence
+  // then took and overwrote).
+  const KvGeometry geo = small_geo(4);
+  KvConfig cfg = small_cfg(4, 0);
+  cfg.num_blocks.reset();
+  cfg.warm_format = WarmFormat::kInt8;
+  cfg.hot_tokens = 4;
+  const uint64_t total = geo.bytes_per_block() * 12;
+  cfg.memory_bytes = total;
+  const uint64_t slot_bytes = KvStorage(geo, [&] {
+                                KvConfig one = cfg;
+                                one.warm_fraction = 0.5;
+                                return one;
+                              }()).capacity().warm_slot_bytes;
+  cfg.warm_fraction = 1.5 * static_cast<double>(slot_bytes) / static_cast<double>(total);  // one warm slot
+  Harness hz(cfg, geo);
+  KvManager& kv = hz.kv();
+  const KvCapacity& cap = hz.storage().capacity();
+  ASSERT_EQ(cap.warm_slots, 1);
+  const int32_t groups = 2;  // old enough at once, of which only the first finds a warm slot
+  const int32_t n = groups * cap.warm_span * 4 + cfg.hot_tokens;
+  ASSERT_LE(n / 4, cap.hot_blocks - 2) << "room for the prompt and for the next sequence";
+  ModelSeq a;
+  for (int i = 0; i < n; ++i) a.push(i + 100);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, n));
+  hz.apply();  // the re-encode
+  EXPECT_EQ(kv.stats().warm.used, 1);
+  // Another sequence takes every free hot block and writes its own values there.
+  ModelSeq b;
+  const int32_t free_tokens = kv.num_available_blocks() * 4;
+  for (int i = 0; i < free_tokens; ++i) b.push(i + 300);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, free_tokens));
+  hz.verify(2, b, 0.05f);
+  hz.verify(1, a, 0.05f);
+  kv.check_invariants();
+  kv.free_sequence(1);
+  kv.free_sequence(2);
+  kv.check_invariants();
+}
+
 TEST(KvManager, EvictedPrefixBlocksComeBackFromTheColdTier) {
   const std::string dir = test::make_temp_dir("strata-kv");
   KvConfig cfg = small_cfg(4, 6);
