@@ -86,7 +86,13 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   }
   storage_ = std::make_unique<KvStorage>(geo, cfg_.kv, model.backend().thread_pool(), &model.backend());
   kv_ = std::make_unique<KvManager>(geo, cfg_.kv, storage_->capacity(), model.fingerprint());
-  capacity_tokens_ = storage_->capacity().ram_tokens(cfg_.kv.block_size);
+  capacity_tokens_ = kv_->max_sequence_tokens();
+  if (kv_->has_warm_tier() && kv_->hot_tokens() < cfg_.kv.hot_tokens) {
+    fmt::print(stderr,
+               "KV hot window: {} tokens instead of --kv-hot-tokens {}: the hot pool ({} blocks) must hold a sequence's "
+               "window, a warm group and the block of its next token\n",
+               kv_->hot_tokens(), cfg_.kv.hot_tokens, kv_->num_hot_blocks());
+  }
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
   if (cfg_.kv.evict.enabled()) {
     if (!model.backend().reports_attention_importance()) {

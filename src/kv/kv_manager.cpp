@@ -453,6 +453,19 @@ void KvManager::commit(SeqId s, std::span<const TokenId> tokens, int32_t n_compu
   if (cfg_.warm_format != WarmFormat::kNone && !cfg_.evict.enabled()) plan_reencode(s, q);
 }
 
+bool KvManager::warm_tier_usable() const {
+  return has_warm_tier() && cap_.warm_slots > 0 && hot_pool_.num_blocks() >= warm_span_ + 1;
+}
+
+int32_t KvManager::hot_tokens() const {
+  if (!has_warm_tier()) return cfg_.hot_tokens;
+  return std::min(cfg_.hot_tokens, std::max(0, (hot_pool_.num_blocks() - warm_span_ - 1) * geo_.block_size));
+}
+
+int64_t KvManager::max_sequence_tokens() const {
+  return warm_tier_usable() ? cap_.ram_tokens(geo_.block_size) : int64_t{hot_pool_.num_blocks()} * geo_.block_size;
+}
+
 void KvManager::set_hot_tokens(int32_t n) {
   STRATA_CHECK(n >= 0, "hot window {}", n);
   cfg_.hot_tokens = n;
@@ -460,7 +473,7 @@ void KvManager::set_hot_tokens(int32_t n) {
 
 void KvManager::plan_reencode(SeqId, Seq& q) {
   const int32_t bs = geo_.block_size;
-  const int32_t old_tokens = q.n_committed - cfg_.hot_tokens;
+  const int32_t old_tokens = q.n_committed - hot_tokens();
   if (old_tokens <= 0) return;
   const int32_t n_groups = old_tokens / bs / warm_span_;
   bool changed = false;
@@ -617,6 +630,11 @@ void KvManager::free_sequence(SeqId s) {
   STRATA_CHECK(it != seqs_.end(), "free of unknown sequence {}", s);
   Seq& q = it->second;
   for (auto l = q.table.rbegin(); l != q.table.rend(); ++l) release_ref(*l);
+  // A re-encode its last commit planned into a warm slot that is now free (nobody holds it, the
+  // prefix cache does not keep it) would write bytes nobody reads: it is dropped.
+  std::erase_if(ops_, [&](const KvOp& op) {
+    return op.kind == KvOp::Kind::kReencode && warm_pool_.ref_count(op.dst.slot) == 0 && !warm_pool_.is_cached(op.dst.slot);
+  });
   seqs_.erase(it);
 }
 

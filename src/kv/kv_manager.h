@@ -59,7 +59,16 @@ class KvManager {
   bool has_cold_tier() const { return cap_.cold_slots > 0; }
   bool publishes() const { return publish_; }
   bool has_warm_tier() const { return cfg_.warm_format != WarmFormat::kNone; }
-  int32_t hot_tokens() const { return cfg_.hot_tokens; }
+  // The hot window in effect: --kv-hot-tokens (or the controller's value), but at most what lets
+  // one sequence grow without end in the hot pool: its window, one warm group of full blocks
+  // waiting for re-encoding and the block its next token goes to
+  // ((hot blocks - warm span - 1) * block size). A larger window would leave a sequence that the
+  // whole pool holds (hot and warm) unable to reach its next token: it would preempt itself for
+  // ever.
+  int32_t hot_tokens() const;
+  // The most tokens one sequence alone can hold: the hot pool and the warm pool together when
+  // the hot pool can pass blocks on to the warm one (see hot_tokens), else the hot pool.
+  int64_t max_sequence_tokens() const;
   // Moves the hot window (--kv-hot-tokens) at run time (a controller, sched/controller.h): from
   // each sequence's next commit, its whole blocks older than its last n tokens are re-encoded into
   // the warm tier (when there is one and it has room). A larger window re-encodes less from then
@@ -256,6 +265,8 @@ class KvManager {
   BlockPool& pool(Tier t);
   const BlockPool& pool(Tier t) const;
   int32_t span_of(Tier t) const { return t == Tier::kWarm ? warm_span_ : 1; }
+  // A warm tier that can take blocks: warm slots, and a hot pool of more than one warm group.
+  bool warm_tier_usable() const;
   BlockId encode(const Loc& l) const;
   SlotHashes& hashes_of(const Loc& l);
   const SlotHashes& hashes_of(const Loc& l) const;

@@ -1,7 +1,7 @@
 // Admission liveness (issue 18): every request whose tokens fit the KV pool is admitted and
-// finishes, whatever the pool size, watermark, token budget, policy and prefix-cache contents. A
-// property test over seeded random cases (each bounded in steps), and the issue's own case: the
-// same prompt of 63.75 blocks, twice, in a pool of 64 blocks with a 1-block watermark.
+// finishes, whatever the pool size, warm tier, watermark, token budget, policy and prefix-cache
+// contents. A property test over seeded random cases (each bounded in steps), and the issue's own
+// case: the same prompt of 63.75 blocks, twice, in a pool of 64 blocks with a 1-block watermark.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -103,11 +103,24 @@ RandomCase make_case(uint32_t seed) {
   c.sched.policy = static_cast<SchedulingPolicy>(pick(0, 2));
   c.sched.preempt = PreemptMode::kRecompute;
   if (pick(0, 3) == 0) {
+    // A warm tier: the same memory split into hot blocks and int8 warm slots, the blocks beyond
+    // each sequence's hot window re-encoded; the pool then holds more tokens than its hot blocks.
+    c.kv.warm_format = WarmFormat::kInt8;
+    const double fractions[] = {0.25, 0.5, 0.75};
+    c.kv.warm_fraction = fractions[pick(0, 2)];
+    c.kv.hot_tokens = kBlockSize * pick(1, 3);
+    c.kv.num_blocks = std::max(blocks, 4);  // room for one hot block at least
+  }
+  // What the engine admits: prompt + 1 token within what one sequence can hold, the hot and the
+  // warm pool together (Engine::submit).
+  const KvStorage storage(test::kFakeGeometry, c.kv);
+  const int32_t pool_tokens =
+      static_cast<int32_t>(KvManager(test::kFakeGeometry, c.kv, storage.capacity(), 7).max_sequence_tokens());
+  if (pick(0, 3) == 0) {
     c.sched.preempt = PreemptMode::kSwap;
     c.kv.spill_dir = ::testing::TempDir();
     c.kv.spill_bytes = 1 << 20;
   }
-  const int32_t pool_tokens = blocks * kBlockSize;
   std::vector<std::vector<TokenId>> stems(3);
   for (auto& stem : stems) {
     for (int32_t i = 0; i < pool_tokens; ++i) stem.push_back(pick(1, 30));
@@ -149,6 +162,7 @@ std::string describe(FakeEngine& e) {
 
 TEST(AdmissionLiveness, EveryRequestThatFitsThePoolFinishesWithinBoundedSteps) {
   int cases_with_watermark_pressure = 0;  // the test must cover what it claims
+  int warm_cases = 0;
   int64_t prefix_hits = 0;
   for (uint32_t seed = 1; seed <= 1000; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -165,6 +179,7 @@ TEST(AdmissionLiveness, EveryRequestThatFitsThePoolFinishesWithinBoundedSteps) {
     size_t next = 0;
     int64_t step = 0;
     bool pressure = false;
+    warm_cases += c.kv.warm_format != WarmFormat::kNone;
     for (; step < bound; ++step) {
       for (; next < c.reqs.size() && c.reqs[next].step <= step; ++next) {
         const auto& r = c.reqs[next];
@@ -211,6 +226,7 @@ TEST(AdmissionLiveness, EveryRequestThatFitsThePoolFinishesWithinBoundedSteps) {
   }
   EXPECT_GT(cases_with_watermark_pressure, 100);
   EXPECT_GT(prefix_hits, 0);
+  EXPECT_GT(warm_cases, 100);
 }
 
 }  // namespace
