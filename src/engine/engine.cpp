@@ -453,12 +453,12 @@ void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
   else if (s.n_generated() >= s.max_tokens) finish_seq(id, FinishReason::kLength);
 }
 
-void Engine::step() {
+bool Engine::step() {
   const Clock::time_point t0 = Clock::now();
   StepRunner::Prepared p = runner_->prepare();
   SchedulerOutput& out = p.out;
   handle_lost_kv(out, p.lost);
-  if (out.empty()) return;
+  if (out.empty()) return !out.preempted.empty() || !out.resumed.empty() || !out.kv_ops.empty() || !p.lost.empty();
   max_batch_seqs_ = std::max(max_batch_seqs_, static_cast<int32_t>(out.seqs.size()));
   batched_steps_ += out.seqs.size() > 1;
   const Clock::time_point t1 = Clock::now();
@@ -496,6 +496,7 @@ void Engine::step() {
     }
     for (SeqId id : group) sample_and_emit(id, rl);
   }
+  return true;
 }
 
 void Engine::publish_stats() {
@@ -596,9 +597,18 @@ void Engine::loop() {
       lock.unlock();
       for (auto& [id, r] : fresh) start_request(id, std::move(r));
     }
-    if (!sched_->idle()) step();
+    const bool stalled = !sched_->idle() && !step();
     sample_monitor();
     publish_stats();
+    if (stalled) {
+      // Nothing could be scheduled and nothing changed: only an arrival, a cancel, a remote answer
+      // or shutdown can change that (or time, for what the scheduler gates on it), so wait for one
+      // of them, at most 10 ms, instead of spinning on schedule().
+      std::unique_lock<std::mutex> lock(mutex_);
+      ++stats_.stalled_steps;
+      cv_.wait_for(lock, std::chrono::milliseconds(10),
+                   [&] { return stop_ || remote_ready_ || !pending_.empty() || !pending_cancels_.empty(); });
+    }
   }
   // Wake every reader still waiting.
   std::vector<std::shared_ptr<RequestHandle>> handles;

@@ -79,6 +79,9 @@ struct EngineStats {
   KvStats kv;
   double kv_usage_peak = 0;  // highest usage_ratio seen after any step
   int64_t steps = 0;
+  // Scheduler calls that changed nothing while work waited (the scheduler's liveness rules make
+  // this unreachable; if it happens the engine thread sleeps instead of spinning).
+  int64_t stalled_steps = 0;
   int64_t requests_submitted = 0;
   int64_t requests_finished = 0;  // by any reason
   int64_t requests_aborted = 0;
@@ -155,7 +158,9 @@ class Engine {
   void loop();
   void start_request(RequestId id, Request r);
   void abort_request(RequestId id);
-  void step();
+  // One scheduler step and its forward pass. Returns whether it changed anything: ran a batch,
+  // preempted, resumed or moved KV. False means the work that waits cannot be scheduled now.
+  bool step();
   void sample_and_emit(SeqId id, std::span<const float> logits);
   void finish_seq(SeqId id, FinishReason reason);
   // Ends a request with kError (then kFinish "abort" per sample and kDone).

@@ -309,6 +309,10 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
          st.requests_submitted);
   single(out, "strata_engine_steps_total", "counter",
          "Engine steps (one batched forward pass each); generated tokens beyond one per step were batched.", st.steps);
+  single(out, "strata_engine_stalled_steps_total", "counter",
+         "Engine steps that could schedule nothing while requests waited (the engine then sleeps up to 10 ms or until an "
+         "arrival or cancel; expected to stay 0).",
+         st.stalled_steps);
   single(out, "strata_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", st.prompt_tokens);
   single(out, "strata_generation_tokens_total", "counter", "Generated tokens of finished requests.", st.generated_tokens);
 
