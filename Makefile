@@ -25,28 +25,42 @@ SAN_FLAGS  := -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" $(LAUNC
 # (tests/CMakeLists.txt builds only these).
 TSAN_LABELS ?= ^(core|kv|engine|server|redis)
 
-.PHONY: all deps test-deps configure build build-strata build-asan build-tsan run test test-long test-asan test-asan-binary test-tsan \
-  fuzz fuzz-request fuzz-build fuzz-short fuzz-seeds bench clean
+.PHONY: all deps dev-deps test-deps configure configure-strata build build-strata build-asan build-tsan run test test-long \
+  test-asan test-asan-binary test-tsan fuzz fuzz-request fuzz-build fuzz-short fuzz-seeds bench clean
 
 all: build
 
+# What building and running `strata` needs (Debian packages).
 deps:
 	@scripts/install-deps.sh
 
-# What only the tests need: the openai npm client and Chromium (for the status page's browser test).
-test-deps: deps
+# And what the test, benchmark, sanitizer and fuzz builds need (GoogleTest, Google Benchmark,
+# redis-server, clang, libFuzzer).
+dev-deps:
+	@scripts/install-deps.sh --dev
+
+# What only the tests need beyond those: the openai npm client and Chromium (for the status
+# page's browser test).
+test-deps: dev-deps
 	@scripts/install-test-deps.sh
 	@scripts/install-browser-deps.sh
 
-configure: deps
-	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release >/dev/null
+# The Release build with every target: tests and benchmarks too.
+configure: dev-deps
+	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=ON -DSTRATA_BUILD_BENCH=ON >/dev/null
+
+# `make run`'s: a new build directory is configured without the test and benchmark targets (so
+# GoogleTest and Google Benchmark need not be installed); one that exists is left as configured.
+configure-strata: deps
+	@test -f $(BUILD)/CMakeCache.txt || \
+	  cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF >/dev/null
 
 # Everything: libraries, `strata`, every test and benchmark binary (what `make test` needs).
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # Only what serving needs: the `strata` executable and the libraries it links.
-build-strata: configure
+build-strata: configure-strata
 	@cmake --build $(BUILD) -j $(JOBS) --target strata
 
 # Starts the OpenAI-compatible server (Ctrl-C stops it).
@@ -72,7 +86,7 @@ test: test-deps build
 # both fuzz targets.
 test-long: test-deps test-asan test-tsan fuzz-short
 
-build-asan: deps
+build-asan: dev-deps
 	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) $(SAN_FLAGS) -DSTRATA_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
@@ -84,7 +98,7 @@ test-asan: build-asan
 test-asan-binary: build-asan
 	$(CTEST) --test-dir $(ASAN_BUILD) -j $(JOBS) -L binary -LE slow
 
-build-tsan: deps
+build-tsan: dev-deps
 	@cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) $(SAN_FLAGS) -DSTRATA_TSAN=ON >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS)
 
@@ -97,7 +111,7 @@ test-tsan: build-tsan
 # inputs go to $(FUZZ_BUILD)/corpus*, crashes to fuzz/artifacts/. `make fuzz`: the GGUF parser;
 # `make fuzz-request`: the server's request parsing (HTTP body -> request or 400).
 FUZZ_SECONDS ?= 60
-fuzz-build: deps
+fuzz-build: dev-deps
 	@cmake -S . -B $(FUZZ_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_CXX_COMPILER=clang++ $(LAUNCHER) -DSTRATA_FUZZ=ON -DSTRATA_BUILD_TESTS=ON >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target gguf_fuzz request_fuzz
