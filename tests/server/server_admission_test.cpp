@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -19,17 +20,18 @@ using test::ServerProcess;
 
 // A prompt of n token ids: the report's ids 100, 101, ... folded into stories260K's vocabulary of
 // 512 above its 3 special tokens (100..511, then 3, 4, ...).
-std::string token_ids(int n) {
+// `offset` starts it further on (prompts of different offsets share no block).
+std::string token_ids(int n, int offset = 0) {
   std::string ids;
   for (int i = 0; i < n; ++i) {
     if (i > 0) ids.push_back(',');
-    ids.append(std::to_string(3 + (97 + i) % 509));
+    ids.append(std::to_string(3 + (97 + offset + i) % 509));
   }
   return "[" + ids + "]";
 }
 
-std::string completion(int n_prompt, int max_tokens) {
-  return "{\"prompt\": " + token_ids(n_prompt) + ", \"max_tokens\": " + std::to_string(max_tokens) +
+std::string completion(int n_prompt, int max_tokens, int offset = 0) {
+  return "{\"prompt\": " + token_ids(n_prompt, offset) + ", \"max_tokens\": " + std::to_string(max_tokens) +
          ", \"temperature\": 0, \"ignore_eos\": true}";
 }
 
@@ -105,6 +107,30 @@ TEST(ServerAdmission, ALongPromptIsServedWhenTheWarmTierHoldsItsOlderBlocks) {
   auto m = test::metrics(s);
   EXPECT_GT(m["strata_kv_reencoded_blocks_total"], 0);
   EXPECT_EQ(m["strata_engine_stalled_steps_total"], 0);
+}
+
+TEST(ServerAdmission, CachedTokensCountPrefixHitsFromTheColdTier) {
+  // 12 blocks in RAM and a spill file: three other prompts of 150 tokens push the first prompt's
+  // cached blocks out of RAM into the cold tier; asked again, its 6 full blocks (all of its 100
+  // tokens but the last 4) come back from there, and that is what cached_tokens says.
+  const std::string spill = test::make_temp_dir("strata-admission-cold");
+  ServerProcess s(with({"--kv-blocks", "12", "--kv-spill-dir", spill, "--kv-spill-size", "8MiB"}));
+  auto c = s.client(/*timeout_s=*/60);
+  auto cached = [&](int n, int offset) {
+    auto r = c->Post("/v1/completions", completion(n, 2, offset), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r && r->status == 200 ? Json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() : -1;
+  };
+  EXPECT_EQ(cached(100, 0), 0);
+  for (int offset : {150, 300, 450}) EXPECT_EQ(cached(150, offset), 0) << offset;
+  auto m = test::metrics(s);
+  ASSERT_GT(m["strata_kv_spill_out_bytes_total"], 0) << "the first prompt's blocks should have been spilled";
+  const double hits = m["strata_prefix_cache_hit_tokens_total"], spill_in = m["strata_kv_spill_in_bytes_total"];
+  EXPECT_EQ(cached(100, 0), 6 * 16);
+  m = test::metrics(s);
+  EXPECT_GT(m["strata_kv_spill_in_bytes_total"], spill_in) << "the hits came from the cold tier";
+  EXPECT_EQ(m["strata_prefix_cache_hit_tokens_total"] - hits, 6 * 16);
+  std::filesystem::remove_all(spill);
 }
 
 // Posts `body` to `path` on another thread, signals the server with SIGTERM once the request
