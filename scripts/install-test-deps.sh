@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the tests need beyond the Debian packages of install-deps.sh: the official `openai`
-# npm client used by tests/server/openai_node_test.cpp. Idempotent: does nothing when it is already
-# installed. Uses the machine's Node.js (>= 18) and npm, or Debian's when there are none.
+# Installs what the tests need beyond the Debian packages of `install-deps.sh --dev`: the official
+# `openai` npm client used by tests/server/openai_node_test.cpp. Idempotent: does nothing when it
+# is already installed. Uses the machine's Node.js (>= 18) and npm, or Debian's when there are none.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
