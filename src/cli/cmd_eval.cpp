@@ -14,7 +14,8 @@
 // Eviction (--kv-evict, --kv-budget, ...): each window runs as one request would: its first
 // --prompt tokens are the prompt (computed in chunks of --chunk; snapkv votes at its end), the
 // rest are fed --chunk tokens per forward pass, and after every pass the policy evicts down to
-// the budget (kv/kv_evictor.h), so later tokens attend only to what was kept. With --prompt, only
+// the budget (kv/kv_evictor.h), so later tokens attend only to what was kept (with --kv-recall,
+// also to the demoted blocks recalled for each pass). With --prompt, only
 // the positions after the prompt are scored (the prompt is context, as in a request). The
 // reference run keeps every token, with the same chunks.
 #include <fmt/format.h>
@@ -61,6 +62,7 @@ struct PplRun {
   int64_t reencoded_blocks = 0;  // hot blocks re-encoded into the warm tier, all windows
   int64_t evicted_tokens = 0;    // dropped by the eviction policy, all windows
   int64_t max_held_tokens = 0;   // most tokens one window's sequence held after a step
+  int64_t recalled_tokens = 0;   // --kv-recall: tokens loaded back into attention, all windows
 };
 
 // Feeds each window chunk by chunk, so that blocks leave the hot window (and are re-encoded)
@@ -80,7 +82,8 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
     KvManager kv(geo, kvc, storage.capacity(), model.fingerprint());
     std::unique_ptr<KvEvictor> evictor;
-    if (kvc.evict.enabled()) evictor = std::make_unique<KvEvictor>(kv, kvc.evict, mc.n_layer, mc.n_head);
+    if (kvc.evict.enabled()) evictor = std::make_unique<KvEvictor>(kv, kvc.evict, mc.n_layer, mc.n_head, storage.views());
+    std::vector<BlockId> table;
     kv.add_sequence(1);
     const int32_t n = static_cast<int32_t>(window.size());
     const int32_t n_prompt = std::min(std::max(prompt, 1), n - 1);
@@ -94,9 +97,12 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
                         kv.block_table(1), LogitsMode::kAll});
       if (evictor) {
         const KvEvictor::StepImportance imp = evictor->prepare(1, pos, len, n_prompt);
-        b.seqs.back().kv_start = pos - kv.num_evicted(1);
+        evictor->attention_table(1, table);  // recalled blocks first (--kv-recall)
+        b.seqs.back().blocks = table;
+        b.seqs.back().kv_start = evictor->kv_slot(1, pos);
         b.seqs.back().importance = imp.buffer;
         b.seqs.back().importance_from = imp.from_row;
+        b.seqs.back().query = imp.query;
       }
       const auto logits = model.forward(b, storage.views());
       kv.commit(1, window, pos + len);
@@ -125,6 +131,7 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     }
     const KvStats st = kv.stats();
     run.reencoded_blocks += st.reencoded_blocks;
+    run.recalled_tokens += st.recalled_tokens;
     STRATA_CHECK(st.tokens_stored + kv.num_evicted(1) == n - 1, "the window holds {} tokens, not {}",
                  st.tokens_stored + kv.num_evicted(1), n - 1);
     const uint64_t bytes = st.hot.bytes_used + st.warm.bytes_used;
@@ -205,6 +212,9 @@ int run_eval_ppl(const EvalOptions& o) {
     j["kv_recent"] = kvc.evict.enabled() ? kvc.evict.recent_for(kvc.evict.budget) : 0;
     j["tokens_evicted"] = run.evicted_tokens;
     j["max_held_tokens"] = run.max_held_tokens;
+    j["kv_recall"] = kvc.evict.recall;
+    j["kv_recall_blocks"] = kvc.evict.recall ? kvc.evict.recall_blocks : 0;
+    j["tokens_recalled"] = run.recalled_tokens;
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
@@ -223,6 +233,9 @@ int run_eval_ppl(const EvalOptions& o) {
   if (kvc.evict.enabled()) {
     fmt::print("eviction {} with a budget of {} tokens: {} tokens evicted, at most {} held\n", evict_kind_name(kvc.evict.kind),
                kvc.evict.budget, run.evicted_tokens, run.max_held_tokens);
+    if (kvc.evict.recall) {
+      fmt::print("recall of {} demoted blocks per step: {} tokens loaded back\n", kvc.evict.recall_blocks, run.recalled_tokens);
+    }
   }
   return kExitOk;
 }

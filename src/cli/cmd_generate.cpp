@@ -201,6 +201,8 @@ int run_generate(const GenerateOptions& o) {
                    {"budget", cfg.kv.evict.budget},
                    {"evicted_tokens", st.kv.evicted_tokens},
                    {"compacted_tokens", st.kv.compacted_tokens},
+                   {"recall", cfg.kv.evict.recall},
+                   {"recalled_tokens", st.kv.recalled_tokens},
                    {"held_bytes_peak", st.kv_usage_peak * static_cast<double>(st.kv.hot.bytes_total + st.kv.warm.bytes_total)}};
       }
       fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));

@@ -122,6 +122,12 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
   cmd->add_option("--kv-recent", f.recent,
                   "Most recent tokens never evicted by h2o/snapkv (-1: half of the budget after the sinks)")
       ->capture_default_str();
+  cmd->add_flag("--kv-recall", f.recall,
+                "With --kv-evict: demote evicted tokens (kept outside the KV pool in blocks with a per-channel min/max "
+                "key summary) instead of deleting them, and attend each step to the --kv-recall-blocks demoted blocks "
+                "the previous step's query scores highest");
+  cmd->add_option("--kv-recall-blocks", f.recall_blocks, "Demoted blocks recalled into attention per step with --kv-recall")
+      ->capture_default_str();
 }
 
 KvConfig KvFlags::to_config() const {
@@ -179,6 +185,8 @@ KvConfig KvFlags::to_config() const {
   c.evict.budget = budget;
   c.evict.sinks = sinks;
   c.evict.recent = recent;
+  c.evict.recall = recall;
+  c.evict.recall_blocks = recall_blocks;
   if (budget < 0) fail("--kv-budget must be >= 0, got {}", budget);
   c.evict.validate();
   return c;

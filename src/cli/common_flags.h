@@ -46,6 +46,8 @@ struct KvFlags {
   int32_t budget = 0;
   int32_t sinks = 4;
   int32_t recent = -1;
+  bool recall = false;
+  int32_t recall_blocks = 4;
 
   // Validates and converts; throws strata::Error naming the flag.
   KvConfig to_config() const;

@@ -99,7 +99,10 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
       fail("--kv-evict {} needs the CPU backend (--device cpu): the {} attention kernels do not report token importance yet",
            evict_kind_name(cfg_.kv.evict.kind), device_kind_name(model.backend().kind()));
     }
-    evictor_ = std::make_unique<KvEvictor>(*kv_, cfg_.kv.evict, mc.n_layer, mc.n_head);
+    if (cfg_.kv.evict.recall && !model.backend().host_visible()) {
+      fail("--kv-recall needs the CPU backend (--device cpu): demoted tokens are read from host memory");
+    }
+    evictor_ = std::make_unique<KvEvictor>(*kv_, cfg_.kv.evict, mc.n_layer, mc.n_head, storage_->views());
     sched_->set_evictor(evictor_.get());
     stats_.kv_budget = cfg_.kv.evict.budget;
   }

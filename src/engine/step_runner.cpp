@@ -33,7 +33,7 @@ ForwardBatch StepRunner::batch(const SchedulerOutput& out) const {
     const Sequence& s = sched_.seq(sc.id);
     b.seqs.push_back({std::span<const TokenId>(s.tokens).subspan(static_cast<size_t>(sc.start), static_cast<size_t>(sc.n_new)),
                       sc.start, sc.block_table, sc.logits ? LogitsMode::kLast : LogitsMode::kNone, sc.kv_start,
-                      sc.importance, sc.importance_from});
+                      sc.importance, sc.importance_from, sc.query});
   }
   return b;
 }

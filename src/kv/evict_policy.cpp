@@ -38,7 +38,9 @@ void EvictConfig::validate() const {
   if (!(ema_decay >= 0.0f && ema_decay < 1.0f)) fail("the importance decay must be in [0, 1), got {}", ema_decay);
   if (snap_window < 1) fail("the snapkv observation window must be >= 1, got {}", snap_window);
   if (snap_pool < 1 || snap_pool % 2 == 0) fail("the snapkv pooling width must be odd and >= 1, got {}", snap_pool);
+  if (recall_blocks < 1) fail("--kv-recall-blocks must be >= 1, got {}", recall_blocks);
   if (kind == EvictKind::kNone) {
+    if (recall) fail("--kv-recall needs an eviction policy (--kv-evict window|h2o|snapkv) and --kv-budget");
     if (budget != 0) fail("--kv-budget needs an eviction policy (--kv-evict window|h2o|snapkv)");
     return;
   }

@@ -37,6 +37,11 @@ struct EvictConfig {
   float ema_decay = 0.9f;    // score = decay * score + (1 - decay) * this step's mass
   int32_t snap_window = 32;  // snapkv: the prompt's last queries that vote
   int32_t snap_pool = 7;     // snapkv: max-pool width over neighbouring positions (odd)
+  // --kv-recall: evicted tokens are demoted (kept outside the pool with a key summary per block of
+  // block_size tokens) instead of deleted, and before each step the recall_blocks demoted blocks
+  // whose summary bounds the previous step's query best are attended again (kv/recall_store.h).
+  bool recall = false;
+  int32_t recall_blocks = 4;  // --kv-recall-blocks: demoted blocks attended per step (top-k)
 
   bool enabled() const { return kind != EvictKind::kNone; }
   // The recent window in effect for a budget.

@@ -4,6 +4,14 @@
 // and, when the sequence holds more than its budget, has the KV manager drop the chosen tokens
 // and compact its blocks (KvManager::evict plans the KV ops for the next step).
 //
+// With --kv-recall the dropped tokens are demoted into a RecallStore (kv/recall_store.h) before
+// the compaction moves them, and after each step the forward pass's query of the sequence's last
+// row (ForwardSeq::query) ranks the demoted blocks by their key summaries; the best
+// `recall_blocks` are loaded (kLoad) into the sequence's staging hot blocks
+// (KvManager::set_recall_blocks) and attended in the next step, before the table's slots: the
+// query of one decode step predicts the next one's (the loads run a step ahead). A block already
+// staged is not loaded again.
+//
 // Used by the scheduler (sched/scheduler.h) and by `strata eval ppl`, which drives a KvManager
 // directly. Thread-safety: engine thread only.
 #pragma once
@@ -11,10 +19,14 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
+#include <vector>
 
 #include "core/ids.h"
 #include "kv/evict_policy.h"
 #include "kv/importance.h"
+#include "kv/kv_types.h"
+#include "kv/recall_store.h"
 
 namespace strata {
 
@@ -26,14 +38,17 @@ struct KvEvictStats {
   int64_t compactions = 0;      // KvManager::evict calls that dropped something
   int64_t moved_tokens = 0;     // tokens moved into holes by compaction
   int64_t deferred = 0;         // evictions put off (no hot block for a private copy)
-  int64_t recalled_tokens = 0;  // tokens brought back from the cold tier (--kv-recall; not built yet: 0)
+  int64_t recalled_tokens = 0;  // tokens loaded back into attention from demoted blocks (--kv-recall)
+  int64_t demoted_tokens = 0;   // evicted tokens kept for recall (--kv-recall)
 };
 
 class KvEvictor {
  public:
   // `kv` outlives this. n_layer, n_head: the model's, to normalise the mass to one unit per
-  // query row. Precondition: cfg.validate() passed and cfg.enabled().
-  KvEvictor(KvManager& kv, const EvictConfig& cfg, int32_t n_layer, int32_t n_head);
+  // query row. With cfg.recall: `views` are the storage's layer views (KvStorage::views(), host
+  // memory: demoted rows are read from them), valid as long as this.
+  // Precondition: cfg.validate() passed and cfg.enabled().
+  KvEvictor(KvManager& kv, const EvictConfig& cfg, int32_t n_layer, int32_t n_head, std::span<const KvLayerView> views = {});
   ~KvEvictor();
 
   const EvictConfig& config() const { return policy_->config(); }
@@ -43,28 +58,54 @@ class KvEvictor {
   int32_t budget_for(int32_t requested) const;
 
   struct StepImportance {
-    float* buffer = nullptr;  // [the sequence's slots after allocation] or null: no importance
+    float* buffer = nullptr;  // [kv_offset + the sequence's slots after allocation] or null: no importance
     int32_t from_row = 0;     // first row of the step whose attention counts
+    float* query = nullptr;   // --kv-recall: [n_layer][n_head][head_dim] for the last row's query (ForwardSeq::query)
+    int32_t kv_offset = 0;    // --kv-recall: slots of recalled blocks attended before the sequence's own
   };
   // Before a forward pass that computes positions [start, start + n_new) of s (its KV slots for
-  // them allocated). The buffer is valid until after_step(s, ...).
+  // them allocated). The buffers are valid until after_step(s, ...). The step's attention table
+  // is attention_table(s) and the KV slot of its first new token kv_slot(s, start).
   StepImportance prepare(SeqId s, int32_t start, int32_t n_new, int32_t n_prompt);
+  // The block table attention reads this step: the staged recalled blocks, then
+  // KvManager::block_table(s). Call after prepare().
+  void attention_table(SeqId s, std::vector<BlockId>& out) const;
+  // The KV slot of the token at position `pos` in that table.
+  int32_t kv_slot(SeqId s, int32_t pos) const;
   // After that pass committed: folds the step's mass into the scores and, when the sequence holds
   // more than `budget` tokens and the policy allows it now, evicts down to the budget. Returns the
   // tokens evicted.
   int32_t after_step(SeqId s, int32_t start, int32_t n_new, int32_t n_prompt, int32_t budget);
 
-  void fork(SeqId parent, SeqId child) { store_.fork(parent, child); }
-  void forget(SeqId s) { store_.erase(s); }
+  void fork(SeqId parent, SeqId child);
+  void forget(SeqId s);
   std::span<const float> scores(SeqId s) const { return store_.scores(s); }
   const KvEvictStats& stats() const { return stats_; }
+  const RecallStore* recall_store() const { return recall_.get(); }
+  // The demoted blocks staged for s's next step (indices into the recall store), in table order.
+  std::vector<int32_t> staged(SeqId s) const;
 
  private:
+  struct RecallSeq {
+    std::vector<BlockId> ids;    // KvManager::recall_blocks(s) when `held` was last updated
+    std::vector<int32_t> held;   // per staging block: the demoted block loaded there (-1: none)
+    std::vector<uint8_t> active; // per staging block: attended in the next step
+    int32_t offset = 0;          // kv_offset of the step prepared
+    std::vector<float> query;    // the step's query (ForwardSeq::query)
+    bool query_set = false;
+  };
+  RecallSeq* recall_seq(SeqId s);  // null without recall; resets a stale staging record
+  void recall_after_step(SeqId s);
+
   KvManager& kv_;
   std::unique_ptr<EvictPolicy> policy_;
   ImportanceStore store_;
   float norm_ = 1.0f;  // 1 / (n_layer * n_head)
   KvEvictStats stats_;
+  int32_t n_layer_ = 0, n_head_ = 0, head_dim_ = 0;
+  std::span<const KvLayerView> views_;
+  std::unique_ptr<RecallStore> recall_;
+  std::unordered_map<SeqId, RecallSeq> recall_seqs_;
 };
 
 }  // namespace strata

@@ -346,6 +346,31 @@ std::optional<std::vector<std::pair<int32_t, int32_t>>> KvManager::evict(SeqId s
   return moves;
 }
 
+int32_t KvManager::set_recall_blocks(SeqId s, int32_t n, int32_t reserve) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped && n >= 0, "recall blocks of sequence {}", s);
+  while (static_cast<int32_t>(q.recall.size()) > n) {
+    hot_pool_.decref(q.recall.back());
+    q.recall.pop_back();
+  }
+  while (static_cast<int32_t>(q.recall.size()) < n && hot_pool_.num_available() > reserve) {
+    const std::optional<int32_t> b = take_slot(Tier::kHot);
+    if (!b) break;
+    q.recall.push_back(*b);
+  }
+  return static_cast<int32_t>(q.recall.size());
+}
+
+std::span<const BlockId> KvManager::recall_blocks(SeqId s) const { return seqs_.at(s).recall; }
+
+void KvManager::load_recall_block(SeqId s, int32_t i, std::shared_ptr<const std::vector<uint8_t>> image) {
+  const Seq& q = seqs_.at(s);
+  STRATA_CHECK(i >= 0 && static_cast<size_t>(i) < q.recall.size() && image != nullptr, "recall load {} of sequence {}", i, s);
+  KvOp op{KvOp::Kind::kLoad, {}, KvSlot{Tier::kHot, q.recall[static_cast<size_t>(i)]}, {}, {}, std::move(image)};
+  ops_.push_back(std::move(op));
+  counters_.recalled_tokens += geo_.block_size;
+}
+
 std::span<const BlockId> KvManager::block_table(SeqId s) const {
   const Seq& q = seqs_.at(s);
   STRATA_CHECK(!q.swapped, "block table of swapped sequence {}", s);
@@ -621,6 +646,7 @@ void KvManager::fork(SeqId parent, SeqId child) {
   STRATA_CHECK(!p.swapped, "fork of swapped sequence {}", parent);
   STRATA_CHECK(!seqs_.count(child), "sequence {} is already tracked", child);
   Seq c = p;
+  c.recall.clear();  // staging blocks are per sequence
   for (const Loc& l : c.table) pool(l.tier).incref(l.slot);
   seqs_.emplace(child, std::move(c));
 }
@@ -629,6 +655,7 @@ void KvManager::free_sequence(SeqId s) {
   auto it = seqs_.find(s);
   STRATA_CHECK(it != seqs_.end(), "free of unknown sequence {}", s);
   Seq& q = it->second;
+  for (BlockId b : q.recall) hot_pool_.decref(b);
   for (auto l = q.table.rbegin(); l != q.table.rend(); ++l) release_ref(*l);
   // A re-encode its last commit planned into a warm slot that is now free (nobody holds it, the
   // prefix cache does not keep it) would write bytes nobody reads: it is dropped.
@@ -652,6 +679,8 @@ bool KvManager::swap_out(SeqId s) {
   // Nothing held alone: swapping would free no RAM (and a preemption that frees nothing cannot
   // make room); the caller recomputes instead, which at least drops the sharing.
   if (exclusive == 0 || exclusive > cold_pool_.num_available()) return false;
+  for (BlockId b : q.recall) hot_pool_.decref(b);  // reloaded after the swap-in when recalled again
+  q.recall.clear();
   std::map<std::pair<Tier, int32_t>, int32_t> moved;  // RAM slot -> cold slot
   for (const auto& [key, n] : refs) {
     if (pool(key.first).ref_count(key.second) != n) continue;
@@ -830,6 +859,11 @@ void KvManager::check_invariants() const {
       std::sort(pos.begin(), pos.end());
       STRATA_CHECK(std::adjacent_find(pos.begin(), pos.end()) == pos.end(), "sequence {} holds a position twice", id);
       STRATA_CHECK(pos.empty() || (pos.front() >= 0 && pos.back() < q.n_tokens + q.n_evicted), "sequence {} position range", id);
+    }
+    STRATA_CHECK(!q.swapped || q.recall.empty(), "swapped sequence {} holds recall blocks", id);
+    for (BlockId b : q.recall) {
+      STRATA_CHECK(b >= 0 && b < hot_pool_.num_blocks(), "sequence {} has a bad recall block", id);
+      ++refs[{Tier::kHot, b}];
     }
     for (const Loc& l : q.table) {
       STRATA_CHECK(q.swapped || l.tier != Tier::kCold, "running sequence {} has a cold block", id);

@@ -157,6 +157,18 @@ class KvManager {
   // changing nothing, when a private copy needs a hot block and none is available.
   // Preconditions: not swapped; every slot committed.
   std::optional<std::vector<std::pair<int32_t, int32_t>>> evict(SeqId s, std::span<const int32_t> slots);
+  // Recall (--kv-recall, kv/kv_evictor.h): private hot blocks a sequence holds outside its table,
+  // into which demoted blocks (kv/recall_store.h) are loaded to be attended before the table's
+  // slots. They count as used hot blocks; free_sequence and swap_out release them (a swapped
+  // sequence holds none) and a fork does not share them.
+  // Grows or shrinks s's staging blocks towards n, growing only while more than `reserve` hot
+  // blocks stay available; returns how many s holds. Precondition: not swapped.
+  int32_t set_recall_blocks(SeqId s, int32_t n, int32_t reserve = 1);
+  std::span<const BlockId> recall_blocks(SeqId s) const;
+  // Plans a kLoad of `image` (one hot block's bytes as KvStorage lays them out) into staging block
+  // i of s, and counts block_size recalled tokens.
+  void load_recall_block(SeqId s, int32_t i, std::shared_ptr<const std::vector<uint8_t>> image);
+
   // Block table for attention. Precondition: not swapped; valid until the next call that
   // changes this sequence.
   std::span<const BlockId> block_table(SeqId s) const;
@@ -250,6 +262,7 @@ class KvManager {
     int32_t n_evicted = 0;
     std::vector<int32_t> positions;
     int32_t hash_limit = INT32_MAX;
+    std::vector<BlockId> recall;  // hot staging blocks for recalled blocks (set_recall_blocks)
   };
   struct Hit {
     Loc loc;

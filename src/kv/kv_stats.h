@@ -48,6 +48,8 @@ struct KvStats {
   int64_t evicted_tokens = 0;
   int64_t compacted_tokens = 0;
   int64_t evict_copies = 0;
+  // Recall (--kv-recall): demoted blocks loaded back into hot staging blocks, in tokens.
+  int64_t recalled_tokens = 0;
 
   // Share of the RAM tiers that sequences hold, by bytes. Prefix-cached slots that no sequence
   // holds are evictable, so they count as available (as vLLM's KV usage does); `cached` and

@@ -30,6 +30,9 @@ struct ForwardSeq {
   // layers and query heads, for rows >= importance_from; null: not computed.
   float* importance = nullptr;
   int32_t importance_from = 0;
+  // Where the query of the last new token goes, per layer, after RoPE ([n_layer][n_head][head_dim],
+  // host memory; --kv-recall ranks demoted blocks with it); null: not copied.
+  float* query = nullptr;
 };
 
 struct ForwardBatch {

@@ -202,6 +202,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   be.embed(weights_.token_embd, tokens_, x);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const bool want_query = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) { return s.query != nullptr; });
   // The residual adds are fused with the norm that follows them (Backend::add_rms_norm): the
   // attention block's output with the feed-forward norm, the feed-forward output with the next
   // layer's attention norm.
@@ -217,8 +218,27 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
       be.add_bias(k, L.bk);
       be.add_bias(v, L.bv);
     }
-    be.rope_kv_store_attention(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_, attn_seqs_, scale,
-                               attn);
+    if (want_query) {
+      // The two halves of rope_kv_store_attention, with the rotated queries copied in between.
+      be.rope_kv_store(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_);
+      const int64_t row_floats = int64_t{c.n_head} * c.head_dim;
+      for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        float* dst = batch.seqs[i].query;
+        const AttentionSeq& a = attn_seqs_[i];
+        if (dst == nullptr || a.n_q == 0) continue;
+        const float* src = q.data + (int64_t{a.q_begin} + a.n_q - 1) * q.cols;
+        dst += l * row_floats;
+        if (be.host_visible()) {
+          std::copy(src, src + row_floats, dst);
+        } else {
+          be.copy_to_host(dst, src, static_cast<uint64_t>(row_floats) * sizeof(float));
+        }
+      }
+      be.paged_attention(q, kv, attn_seqs_, c.n_head, scale, attn);
+    } else {
+      be.rope_kv_store_attention(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_, attn_seqs_, scale,
+                                 attn);
+    }
     be.matmul(L.wo, attn, out);
     be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
     // Feed-forward block (SiLU-gated).

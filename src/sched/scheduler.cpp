@@ -204,10 +204,11 @@ void Scheduler::add_to_step(StepPlan& plan, Sequence& s, int32_t n_new) {
   plan.out.seqs.push_back({s.id, start, n_new, start + n_new == static_cast<int32_t>(s.tokens.size()), {}});
   if (evictor_ != nullptr) {
     ScheduledSeq& sc = plan.out.seqs.back();
-    sc.kv_start = start - kv_.num_evicted(s.id);
     const KvEvictor::StepImportance imp = evictor_->prepare(s.id, start, n_new, s.n_prompt);
+    sc.kv_start = evictor_->kv_slot(s.id, start);
     sc.importance = imp.buffer;
     sc.importance_from = imp.from_row;
+    sc.query = imp.query;
   }
   plan.out.n_tokens += n_new;
   plan.scheduled.insert(s.id);
@@ -234,6 +235,10 @@ SchedulerOutput Scheduler::schedule() {
   }
   // The plan as a value: each sequence's block table and the step's KV operations travel with it.
   for (ScheduledSeq& sc : plan.out.seqs) {
+    if (evictor_ != nullptr) {
+      evictor_->attention_table(sc.id, sc.block_table);  // recalled blocks first (--kv-recall)
+      continue;
+    }
     const std::span<const BlockId> table = kv_.block_table(sc.id);
     sc.block_table.assign(table.begin(), table.end());
   }

@@ -63,11 +63,13 @@ struct ScheduledSeq {
   int32_t n_new = 0;      // tokens computed this step
   bool logits = false;    // all known tokens are computed after this step: sample the next one
   std::vector<BlockId> block_table;  // for attention this step (KvManager::block_table)
-  // Eviction (--kv-evict): the KV slot of the first new token (start - tokens evicted; -1 = start)
-  // and where attention reports the mass each slot receives (KvEvictor::prepare; null = not).
+  // Eviction (--kv-evict): the KV slot of the first new token (start - tokens evicted, after the
+  // recalled blocks' slots; -1 = start) and where attention reports the mass each slot receives
+  // (KvEvictor::prepare; null = not); --kv-recall: where the last row's query goes.
   int32_t kv_start = -1;
   float* importance = nullptr;
   int32_t importance_from = 0;
+  float* query = nullptr;
 };
 
 // The plan of one step: a plain value (a dry run is a call of schedule() and a look at this).

@@ -266,6 +266,9 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
            st.kv.evicted_tokens);
     single(out, "strata_kv_compacted_tokens_total", "counter",
            "Tokens moved into the holes eviction left (compaction of a sequence's blocks).", st.kv.compacted_tokens);
+    single(out, "strata_kv_recalled_tokens_total", "counter",
+           "Demoted tokens loaded back into attention (--kv-recall: blocks of block-size tokens chosen by their key summaries).",
+           st.kv.recalled_tokens);
   }
   single(out, "strata_kv_cold_prefetch_hits_total", "counter",
          "Cold-tier fetches whose read was issued steps ahead (sequences about to resume or admit a cold prefix hit).",
