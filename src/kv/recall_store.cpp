@@ -34,6 +34,12 @@ float element(const uint8_t* p, KvDtype t) {
 }
 }  // namespace
 
+float quest_bound(const float* q, const float* kmin, const float* kmax, int32_t n) {
+  float u = 0.0f;
+  for (int32_t d = 0; d < n; ++d) u += std::max(q[d] * kmin[d], q[d] * kmax[d]);
+  return u;
+}
+
 RecallStore::RecallStore(int32_t n_layer, int32_t block_size, int32_t n_kv_heads, int32_t head_dim, KvDtype dtype)
     : n_layer_(n_layer), block_size_(block_size), n_kv_heads_(n_kv_heads), head_dim_(head_dim), dtype_(dtype) {
   STRATA_CHECK(n_layer > 0 && block_size > 0 && n_kv_heads > 0 && head_dim > 0, "recall store geometry");
@@ -123,9 +129,7 @@ std::vector<float> RecallStore::estimate(SeqId s, std::span<const float> q, int3
       for (size_t b = 0; b < nb; ++b) {
         const float* mn = blocks[b].kmin.data() + off;
         const float* mx = blocks[b].kmax.data() + off;
-        float u = 0.0f;
-        for (int32_t d = 0; d < head_dim_; ++d) u += std::max(qh[d] * mn[d], qh[d] * mx[d]);
-        bound[b] = u;
+        bound[b] = quest_bound(qh, mn, mx, head_dim_);
       }
       for (int32_t b : top_k(bound, k)) votes[static_cast<size_t>(b)] += 1.0f;
     }

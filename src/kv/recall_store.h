@@ -32,6 +32,10 @@ struct RecallBlock {
   std::vector<float> kmin, kmax;                      // [n_layer][n_kv_heads][head_dim]
 };
 
+// Quest's bound: the largest q·k over keys k with kmin[d] <= k[d] <= kmax[d], i.e.
+// sum_d max(q[d] * kmin[d], q[d] * kmax[d]), over n channels.
+float quest_bound(const float* q, const float* kmin, const float* kmax, int32_t n);
+
 class RecallStore {
  public:
   RecallStore(int32_t n_layer, int32_t block_size, int32_t n_kv_heads, int32_t head_dim, KvDtype dtype);

@@ -1,9 +1,10 @@
-// Black-box tests of eviction within sequences (--kv-evict, --kv-budget, --kv-sinks, --kv-recent)
+// Black-box tests of eviction within sequences (--kv-evict, --kv-budget, --kv-sinks, --kv-recent,
+// --kv-recall, --kv-recall-blocks)
 // through the `strata` binary on stories260K: every bad value exits 2 naming its flag before the
 // model loads; each policy holds its budget exactly (the tokens evicted are the tokens computed
 // minus the budget) and reports it in `generate --json`; a budget the sequence never reaches
 // changes no token; `eval ppl` reports the policy, the budget and the tokens evicted, and holds
-// the budget during the window.
+// the budget during the window; with --kv-recall both report the tokens recalled.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -40,6 +41,10 @@ TEST(KvEvictCli, BadValuesExitTwoNamingTheirFlag) {
       {{"--kv-evict", "h2o", "--kv-budget", "16", "--kv-sinks", "-1"}, "--kv-sinks must be >= 0"},
       {{"--kv-evict", "snapkv", "--kv-budget", "16", "--kv-recent", "-2"}, "--kv-recent must be >= 0"},
       {{"--kv-evict", "h2o", "--kv-budget", "many"}, "--kv-budget"},
+      {{"--kv-recall"}, "--kv-recall needs an eviction policy"},
+      {{"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall", "--kv-recall-blocks", "0"},
+       "--kv-recall-blocks must be >= 1, got 0"},
+      {{"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall", "--kv-recall-blocks", "x"}, "--kv-recall-blocks"},
   };
   const std::vector<std::vector<std::string>> commands = {
       {"generate", "-p", "Once", "-n", "1"}, {"serve", "--port", "0"}, {"eval", "ppl", "--file", kText}};
@@ -176,6 +181,40 @@ TEST(KvEvictCli, EvalReportsThePolicyAndHoldsTheBudget) {
   EXPECT_EQ(j["kv_evict"], "none");
   EXPECT_EQ(j["tokens_evicted"], 0);
   EXPECT_DOUBLE_EQ(j["delta_ppl_pct"].get<double>(), 0.0);
+}
+
+TEST(KvEvictCli, RecallFlagsHaveHelpAndReportRecalledTokens) {
+  for (const std::vector<std::string>& cmd : {std::vector<std::string>{"generate"}, {"serve"}, {"eval", "ppl"}}) {
+    std::vector<std::string> argv = {strata_bin()};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    argv.emplace_back("--help");
+    auto r = run_command(argv, 60);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("--kv-recall "), std::string::npos) << cmd[0];
+    EXPECT_NE(r.out.find("demote evicted tokens"), std::string::npos) << cmd[0];
+    EXPECT_NE(r.out.find("--kv-recall-blocks"), std::string::npos) << cmd[0];
+  }
+  const Json j = generate("Once upon a time", 300, {"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall"});
+  ASSERT_TRUE(j.contains("kv")) << j.dump();
+  EXPECT_EQ(j["kv"]["recall"], true);
+  const auto recalled = j["kv"]["recalled_tokens"].get<int64_t>();
+  EXPECT_GT(recalled, 0);
+  EXPECT_EQ(recalled % 16, 0) << "whole blocks";
+  const auto computed = static_cast<int64_t>(j["prompt_tokens"].size()) + 300 - 1;
+  EXPECT_EQ(j["kv"]["evicted_tokens"].get<int64_t>(), computed - 64) << "recall keeps the budget";
+  const Json plain = generate("Once upon a time", 300, {"--kv-evict", "h2o", "--kv-budget", "64"});
+  EXPECT_EQ(plain["kv"]["recall"], false);
+  EXPECT_EQ(plain["kv"]["recalled_tokens"], 0);
+
+  auto r = run_command({strata_bin(), "eval", "ppl", "--model", kModel, "--file", kText, "-t", "1", "--json", "--ctx", "192",
+                        "--chunk", "1", "--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall", "--kv-recall-blocks", "2"},
+                       180);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json e = Json::parse(r.out);
+  EXPECT_EQ(e["kv_recall"], true);
+  EXPECT_EQ(e["kv_recall_blocks"], 2);
+  EXPECT_GT(e["tokens_recalled"].get<int64_t>(), 0);
+  EXPECT_EQ(e["max_held_tokens"], 64) << "recalled blocks are attended, not held in the sequence";
 }
 
 }  // namespace
