@@ -385,6 +385,13 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   j["preemptions"] = st.preemptions;
   j["kv_peak_usage"] = st.kv_usage_peak;
   j["steps"] = st.steps;
+  if (cfg.kv.evict.enabled()) {
+    j["kv_evict"] = evict_kind_name(cfg.kv.evict.kind);
+    j["kv_budget"] = cfg.kv.evict.auto_budget ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(cfg.kv.evict.budget);
+    j["kv_budget_min"] = cfg.kv.evict.auto_budget ? st.kv_budget_min : cfg.kv.evict.budget;  // auto: 0 = never bounded
+    j["kv_evicted_tokens"] = st.kv.evicted_tokens;
+    j["kv_recalled_tokens"] = st.kv.recalled_tokens;
+  }
   if (o.json) {
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
@@ -399,6 +406,12 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   fmt::print("| E2E ms | {:.1f} | {:.1f} | {:.1f} |\n", d_e2e.mean, d_e2e.p50, d_e2e.p99);
   fmt::print("prefix-cache hit rate {:.1f}%, preemptions {}, KV peak usage {:.1f}%, {} steps\n", 100 * hit_rate,
              st.preemptions, 100 * st.kv_usage_peak, st.steps);
+  if (cfg.kv.evict.enabled()) {
+    fmt::print("eviction {}: budget {}{}, {} tokens evicted, {} recalled\n", evict_kind_name(cfg.kv.evict.kind),
+               cfg.kv.evict.auto_budget ? std::string("auto") : std::to_string(cfg.kv.evict.budget),
+               cfg.kv.evict.auto_budget ? fmt::format(" (lowest reached {})", st.kv_budget_min) : std::string(),
+               st.kv.evicted_tokens, st.kv.recalled_tokens);
+  }
   return kExitOk;
 }
 

@@ -198,7 +198,9 @@ int run_generate(const GenerateOptions& o) {
         // the highest KV memory the sequences held after any step.
         const EngineStats st = engine.stats();
         j["kv"] = {{"evict", evict_kind_name(cfg.kv.evict.kind)},
-                   {"budget", cfg.kv.evict.budget},
+                   {"budget", st.kv_budget},
+                   {"budget_auto", st.kv_budget_auto},
+                   {"budget_min", st.kv_budget_min},
                    {"evicted_tokens", st.kv.evicted_tokens},
                    {"compacted_tokens", st.kv.compacted_tokens},
                    {"recall", cfg.kv.evict.recall},

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cerrno>
+#include <climits>
+#include <stdexcept>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -117,7 +119,13 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
                   "(sinks + heavy hitters by attention + recent) or snapkv (the prompt's last queries vote, then h2o); "
                   "CPU backend only")
       ->capture_default_str();
-  cmd->add_option("--kv-budget", f.budget, "Cached tokens kept per sequence with --kv-evict (0: none)")->capture_default_str();
+  cmd->add_option("--kv-budget", f.budget,
+                  "Cached tokens kept per sequence with --kv-evict (0: none), or auto: an elastic budget that shrinks "
+                  "the longest sequences as the KV pool fills (above 90% usage) and grows back as it empties (below 75%)")
+      ->capture_default_str();
+  cmd->add_option("--kv-budget-floor", f.budget_floor,
+                  "With --kv-budget auto: no budget shrinks below --kv-sinks + --kv-recent + this many tokens")
+      ->capture_default_str();
   cmd->add_option("--kv-sinks", f.sinks, "First tokens of a sequence never evicted (attention sinks)")->capture_default_str();
   cmd->add_option("--kv-recent", f.recent,
                   "Most recent tokens never evicted by h2o/snapkv (-1: half of the budget after the sinks)")
@@ -182,12 +190,26 @@ KvConfig KvFlags::to_config() const {
   const auto ek = evict_kind_from_name(evict);
   if (!ek) fail("--kv-evict '{}' is not one of none, window, h2o, snapkv", evict);
   c.evict.kind = *ek;
-  c.evict.budget = budget;
+  if (budget == "auto") {
+    c.evict.auto_budget = true;
+  } else {
+    int64_t b = 0;
+    size_t used = 0;
+    try {
+      b = std::stoll(budget, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != budget.size()) fail("--kv-budget must be a number of tokens or auto, got '{}'", budget);
+    if (b < 0) fail("--kv-budget must be >= 0, got {}", b);
+    if (b > INT32_MAX) fail("--kv-budget must be at most {}, got {}", INT32_MAX, b);
+    c.evict.budget = static_cast<int32_t>(b);
+  }
+  c.evict.budget_floor = budget_floor;
   c.evict.sinks = sinks;
   c.evict.recent = recent;
   c.evict.recall = recall;
   c.evict.recall_blocks = recall_blocks;
-  if (budget < 0) fail("--kv-budget must be >= 0, got {}", budget);
   c.evict.validate();
   return c;
 }

@@ -43,7 +43,8 @@ struct KvFlags {
   std::string remote_write = "always";
   int32_t remote_queue = 1024;
   std::string evict = "none";
-  int32_t budget = 0;
+  std::string budget = "0";
+  int32_t budget_floor = 64;
   int32_t sinks = 4;
   int32_t recent = -1;
   bool recall = false;

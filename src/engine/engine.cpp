@@ -105,6 +105,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
     evictor_ = std::make_unique<KvEvictor>(*kv_, cfg_.kv.evict, mc.n_layer, mc.n_head, storage_->views());
     sched_->set_evictor(evictor_.get());
     stats_.kv_budget = cfg_.kv.evict.budget;
+    stats_.kv_budget_auto = cfg_.kv.evict.auto_budget;
   }
   runner_ = std::make_unique<StepRunner>(*sched_, *kv_, *storage_);
   monitor_ = Monitor(cfg_.monitor);
@@ -510,6 +511,10 @@ void Engine::publish_stats() {
   stats_.kv = kv;
   stats_.kv_usage_peak = std::max(stats_.kv_usage_peak, kv.usage_ratio());
   stats_.preemptions = sched_->total_preemptions();
+  if (evictor_ && evictor_->elastic()) {  // --kv-budget auto: 0 while unbounded
+    stats_.kv_budget = evictor_->elastic_budget() == INT32_MAX ? 0 : evictor_->elastic_budget();
+    stats_.kv_budget_min = evictor_->elastic_min() == INT32_MAX ? 0 : evictor_->elastic_min();
+  }
   stats_.queued = static_cast<int64_t>(pending_.size());
   stats_.max_batch_seqs = max_batch_seqs_;
   stats_.batched_steps = batched_steps_;

@@ -100,9 +100,12 @@ struct EngineStats {
   bool has_remote = false;
   RemoteKvStats remote;
   int64_t remote_waiting = 0;  // requests waiting for a remote lookup now
-  // Eviction within sequences (--kv-evict): the budget per sequence (0: no policy); the tokens
+  // Eviction within sequences (--kv-evict): the budget per sequence (0: no policy, or --kv-budget
+  // auto while unbounded) and, with auto, the lowest it reached (0: never bounded); the tokens
   // evicted are kv.evicted_tokens.
   int32_t kv_budget = 0;
+  bool kv_budget_auto = false;
+  int32_t kv_budget_min = 0;
   MonitorSnapshot monitor;     // engine/monitor.h: windowed rates, percentiles per QoS class
   ControllerState controller;  // its setpoints, errors, outputs and the knobs as they are now
 };

@@ -39,6 +39,13 @@ void EvictConfig::validate() const {
   if (snap_window < 1) fail("the snapkv observation window must be >= 1, got {}", snap_window);
   if (snap_pool < 1 || snap_pool % 2 == 0) fail("the snapkv pooling width must be odd and >= 1, got {}", snap_pool);
   if (recall_blocks < 1) fail("--kv-recall-blocks must be >= 1, got {}", recall_blocks);
+  if (budget_floor < 1) fail("--kv-budget-floor must be >= 1, got {}", budget_floor);
+  if (auto_budget) {
+    if (kind == EvictKind::kNone) fail("--kv-budget auto needs an eviction policy (--kv-evict window|h2o|snapkv)");
+    if (budget != 0) fail("--kv-budget auto takes no number");
+    if (!(auto_low > 0 && auto_low < auto_high && auto_high <= 1)) fail("the elastic budget's thresholds must be 0 < low < high <= 1");
+    return;
+  }
   if (kind == EvictKind::kNone) {
     if (recall) fail("--kv-recall needs an eviction policy (--kv-evict window|h2o|snapkv) and --kv-budget");
     if (budget != 0) fail("--kv-budget needs an eviction policy (--kv-evict window|h2o|snapkv)");

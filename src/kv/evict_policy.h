@@ -15,6 +15,7 @@
 // manager (KvManager::evict) drops and compacts. Thread-safety: plain values; const methods only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -42,8 +43,18 @@ struct EvictConfig {
   // whose summary bounds the previous step's query best are attended again (kv/recall_store.h).
   bool recall = false;
   int32_t recall_blocks = 4;  // --kv-recall-blocks: demoted blocks attended per step (top-k)
+  // --kv-budget auto (budget stays 0): one elastic budget for every sequence follows the hot
+  // pool's usage (KvEvictor::update_elastic): above auto_high it shrinks to 3/4 of the longest
+  // sequence's tokens, never below sinks + max(recent, 0) + budget_floor; below auto_low it grows
+  // by a quarter, up to unbounded.
+  bool auto_budget = false;
+  int32_t budget_floor = 64;  // --kv-budget-floor
+  double auto_high = 0.90;
+  double auto_low = 0.75;
 
   bool enabled() const { return kind != EvictKind::kNone; }
+  // The smallest budget --kv-budget auto may reach.
+  int32_t min_auto_budget() const { return sinks + std::max(recent, 0) + budget_floor; }
   // The recent window in effect for a budget.
   int32_t recent_for(int32_t budget_tokens) const;
   // Throws strata::Error naming the flag for an inconsistent configuration (a budget without a

@@ -24,8 +24,34 @@ KvEvictor::KvEvictor(KvManager& kv, const EvictConfig& cfg, int32_t n_layer, int
 KvEvictor::~KvEvictor() = default;
 
 int32_t KvEvictor::budget_for(int32_t requested) const {
-  const int32_t b = policy_->config().budget;
+  const int32_t b = elastic() ? elastic_ : policy_->config().budget;
   return requested > 0 ? std::min(b, requested) : b;
+}
+
+int32_t KvEvictor::update_elastic(int32_t longest) {
+  const EvictConfig& c = policy_->config();
+  const int32_t total = kv_.num_hot_blocks();
+  if (total <= 0) return elastic_;
+  const double usage = static_cast<double>(total - kv_.num_available_blocks()) / total;
+  const int32_t bs = kv_.block_size();
+  if (usage > c.auto_high) {
+    // The longest sequences give up a quarter of what they hold (whole blocks), down to the floor.
+    const int64_t from = std::min<int64_t>(elastic_, longest);
+    const int64_t shrunk = from * 3 / 4 / bs * bs;
+    elastic_ = static_cast<int32_t>(std::max<int64_t>(c.min_auto_budget(), shrunk));
+  } else if (usage < c.auto_low && elastic_ != INT32_MAX) {
+    const int64_t grown = int64_t{elastic_} + std::max<int64_t>(bs, elastic_ / 4);
+    // Past what the whole pool holds a budget bounds nothing.
+    elastic_ = grown >= int64_t{total} * bs ? INT32_MAX : static_cast<int32_t>(grown);
+  }
+  elastic_min_ = std::min(elastic_min_, elastic_);
+  return elastic_;
+}
+
+int32_t KvEvictor::evict_to(SeqId s, int32_t n_computed, int32_t n_prompt, int32_t budget) {
+  if (kv_.num_tokens(s) <= budget || !policy_->may_evict(n_computed, 0, n_prompt)) return 0;
+  store_.scores(s, kv_.num_tokens(s));  // slots never scored yet score 0
+  return evict_down(s, {}, budget);
 }
 
 KvEvictor::RecallSeq* KvEvictor::recall_seq(SeqId s) {
@@ -115,37 +141,39 @@ int32_t KvEvictor::after_step(SeqId s, int32_t start, int32_t n_new, int32_t n_p
     store_.clear_step(s);
   }
   int32_t evicted = 0;
-  if (n > budget && policy_->may_evict(start, n_new, n_prompt)) {
-    if (positions.empty()) positions = kv_.slot_positions(s);
-    const std::vector<uint8_t> pinned = kv_.pinned_slots(s);
-    const EvictCandidates c{positions, policy_->kind() == EvictKind::kWindow ? std::span<const float>{} : scores, pinned};
-    const std::vector<int32_t> drop = policy_->choose(c, budget);
-    if (!drop.empty()) {
-      // The dropped rows are still in place (the compaction is only planned): demote them from
-      // the table as it was.
-      std::vector<BlockId> table;
-      if (recall_) table.assign(kv_.block_table(s).begin(), kv_.block_table(s).end());
-      const auto moves = kv_.evict(s, drop);
-      if (!moves) {
-        ++stats_.deferred;
-      } else {
-        if (recall_) {
-          std::vector<int32_t> drop_pos;
-          drop_pos.reserve(drop.size());
-          for (int32_t d : drop) drop_pos.push_back(positions[static_cast<size_t>(d)]);
-          recall_->demote(s, views_, table, drop, drop_pos);
-          stats_.demoted_tokens += static_cast<int64_t>(drop.size());
-        }
-        store_.apply_moves(s, *moves, kv_.num_tokens(s));
-        stats_.evicted_tokens += static_cast<int64_t>(drop.size());
-        stats_.moved_tokens += static_cast<int64_t>(moves->size());
-        ++stats_.compactions;
-        evicted = static_cast<int32_t>(drop.size());
-      }
-    }
-  }
+  if (n > budget && policy_->may_evict(start, n_new, n_prompt)) evicted = evict_down(s, std::move(positions), budget);
   if (recall_) recall_after_step(s);
   return evicted;
+}
+
+int32_t KvEvictor::evict_down(SeqId s, std::vector<int32_t> positions, int32_t budget) {
+  if (positions.empty()) positions = kv_.slot_positions(s);
+  const std::span<const float> scores = store_.scores(s);
+  const std::vector<uint8_t> pinned = kv_.pinned_slots(s);
+  const EvictCandidates c{positions, policy_->kind() == EvictKind::kWindow ? std::span<const float>{} : scores, pinned};
+  const std::vector<int32_t> drop = policy_->choose(c, budget);
+  if (drop.empty()) return 0;
+  // The dropped rows are still in place (the compaction is only planned): demote them from the
+  // table as it was.
+  std::vector<BlockId> table;
+  if (recall_) table.assign(kv_.block_table(s).begin(), kv_.block_table(s).end());
+  const auto moves = kv_.evict(s, drop);
+  if (!moves) {
+    ++stats_.deferred;
+    return 0;
+  }
+  if (recall_) {
+    std::vector<int32_t> drop_pos;
+    drop_pos.reserve(drop.size());
+    for (int32_t d : drop) drop_pos.push_back(positions[static_cast<size_t>(d)]);
+    recall_->demote(s, views_, table, drop, drop_pos);
+    stats_.demoted_tokens += static_cast<int64_t>(drop.size());
+  }
+  store_.apply_moves(s, *moves, kv_.num_tokens(s));
+  stats_.evicted_tokens += static_cast<int64_t>(drop.size());
+  stats_.moved_tokens += static_cast<int64_t>(moves->size());
+  ++stats_.compactions;
+  return static_cast<int32_t>(drop.size());
 }
 
 void KvEvictor::recall_after_step(SeqId s) {

@@ -16,6 +16,7 @@
 // directly. Thread-safety: engine thread only.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -54,8 +55,21 @@ class KvEvictor {
   const EvictConfig& config() const { return policy_->config(); }
   const EvictPolicy& policy() const { return *policy_; }
   // The budget of a sequence whose request asked for `requested` tokens (0: none asked): the
-  // smaller of the two.
+  // smaller of the two (with --kv-budget auto, of the elastic budget and the request's).
   int32_t budget_for(int32_t requested) const;
+
+  // --kv-budget auto. The elastic budget now (INT32_MAX: unbounded, no pressure seen) and the
+  // lowest it reached.
+  bool elastic() const { return policy_->config().auto_budget; }
+  int32_t elastic_budget() const { return elastic_; }
+  int32_t elastic_min() const { return elastic_min_; }
+  // Moves the elastic budget by the hot pool's usage now (see EvictConfig::auto_budget); `longest`
+  // = the most tokens a running sequence holds. Returns the budget.
+  int32_t update_elastic(int32_t longest);
+  // Evicts s down to `budget` now, between steps (its n_computed positions all committed), as
+  // after_step would; nothing while the policy may not evict yet (snapkv's prompt). Returns the
+  // tokens evicted.
+  int32_t evict_to(SeqId s, int32_t n_computed, int32_t n_prompt, int32_t budget);
 
   struct StepImportance {
     float* buffer = nullptr;  // [kv_offset + the sequence's slots after allocation] or null: no importance
@@ -95,6 +109,9 @@ class KvEvictor {
     bool query_set = false;
   };
   RecallSeq* recall_seq(SeqId s);  // null without recall; resets a stale staging record
+  // Drops s's tokens down to `budget` by the policy (demoting them with recall); `positions`:
+  // the slots' positions, or empty (then read here).
+  int32_t evict_down(SeqId s, std::vector<int32_t> positions, int32_t budget);
   void recall_after_step(SeqId s);
 
   KvManager& kv_;
@@ -106,6 +123,7 @@ class KvEvictor {
   std::span<const KvLayerView> views_;
   std::unique_ptr<RecallStore> recall_;
   std::unordered_map<SeqId, RecallSeq> recall_seqs_;
+  int32_t elastic_ = INT32_MAX, elastic_min_ = INT32_MAX;  // --kv-budget auto
 };
 
 }  // namespace strata

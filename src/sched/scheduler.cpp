@@ -221,6 +221,7 @@ SchedulerOutput Scheduler::schedule() {
   StepPlan plan;
   plan.budget = cfg_.max_batched_tokens;
   plan.seq_budget = cfg_.max_seqs;
+  if (evictor_ != nullptr && evictor_->elastic()) thin_under_pressure();
   for (;;) {
     swap_in(plan);
     for (QosClass c : {QosClass::kInteractive, QosClass::kBatch}) {
@@ -559,5 +560,20 @@ SchedulerCounts Scheduler::counts_of_tenant(const std::string& tenant) const {
   return c;
 }
 
-}  // namespace strata
+void Scheduler::thin_under_pressure() {
+  int32_t longest = 0;
+  for (const auto& [id, s] : seqs_) {
+    if (s->status == SeqStatus::kRunning && kv_.has_sequence(id)) longest = std::max(longest, kv_.num_tokens(id));
+  }
+  evictor_->update_elastic(longest);
+  for (const auto& [id, s] : seqs_) {
+    // Only sequences whose every position is computed and committed (not one the last step skipped).
+    if (s->status != SeqStatus::kRunning || !kv_.has_sequence(id) ||
+        kv_.num_tokens(id) + kv_.num_evicted(id) != s->num_computed) {
+      continue;
+    }
+    evictor_->evict_to(id, s->num_computed, s->n_prompt, evictor_->budget_for(s->kv_budget));
+  }
+}
 
+}  // namespace strata

@@ -196,6 +196,9 @@ class Scheduler {
   // sequence s fits with `target` tokens, or none is left.
   void preempt_for_admission(StepPlan& plan, const Sequence& s, int32_t target);
   // The end of planning a step: each tenant's tokens in it and blocks held go to drf_.
+  // --kv-budget auto: moves the elastic budget by KV usage and thins the running sequences above
+  // it now, before this step's admissions and preemptions.
+  void thin_under_pressure();
   void account_drf(const SchedulerOutput& out);
   // Whether allocating `target` tokens for waiting s leaves the admission watermark free.
   bool admission_fits(const Sequence& s, int32_t target) const;

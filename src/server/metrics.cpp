@@ -259,9 +259,15 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   single(out, "strata_kv_cold_read_failures_total", "counter",
          "Cold-tier reads that failed or returned damaged bytes (checksum); each one is recomputed, never served.",
          st.kv.cold_read_failures);
-  if (st.kv_budget > 0) {
-    single(out, "strata_kv_budget_tokens", "gauge", "Cached tokens kept per sequence by the eviction policy (--kv-budget).",
+  if (st.kv_budget > 0 || st.kv_budget_auto) {
+    single(out, "strata_kv_budget_tokens", "gauge",
+           "Cached tokens kept per sequence by the eviction policy (--kv-budget; with auto the elastic budget now, 0 while "
+           "unbounded).",
            st.kv_budget);
+    if (st.kv_budget_auto) {
+      single(out, "strata_kv_budget_min_tokens", "gauge",
+             "The lowest the elastic budget reached (--kv-budget auto; 0: never bounded).", st.kv_budget_min);
+    }
     single(out, "strata_kv_evicted_tokens_total", "counter", "Tokens dropped from sequences by the eviction policy (--kv-evict).",
            st.kv.evicted_tokens);
     single(out, "strata_kv_compacted_tokens_total", "counter",

@@ -42,6 +42,10 @@ TEST(KvEvictCli, BadValuesExitTwoNamingTheirFlag) {
       {{"--kv-evict", "snapkv", "--kv-budget", "16", "--kv-recent", "-2"}, "--kv-recent must be >= 0"},
       {{"--kv-evict", "h2o", "--kv-budget", "many"}, "--kv-budget"},
       {{"--kv-recall"}, "--kv-recall needs an eviction policy"},
+      {{"--kv-budget", "auto"}, "--kv-budget auto needs an eviction policy"},
+      {{"--kv-evict", "h2o", "--kv-budget", "12x"}, "--kv-budget must be a number of tokens or auto, got '12x'"},
+      {{"--kv-evict", "h2o", "--kv-budget", "Auto"}, "--kv-budget must be a number of tokens or auto, got 'Auto'"},
+      {{"--kv-evict", "h2o", "--kv-budget", "auto", "--kv-budget-floor", "0"}, "--kv-budget-floor must be >= 1, got 0"},
       {{"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall", "--kv-recall-blocks", "0"},
        "--kv-recall-blocks must be >= 1, got 0"},
       {{"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall", "--kv-recall-blocks", "x"}, "--kv-recall-blocks"},
@@ -193,6 +197,8 @@ TEST(KvEvictCli, RecallFlagsHaveHelpAndReportRecalledTokens) {
     EXPECT_NE(r.out.find("--kv-recall "), std::string::npos) << cmd[0];
     EXPECT_NE(r.out.find("demote evicted tokens"), std::string::npos) << cmd[0];
     EXPECT_NE(r.out.find("--kv-recall-blocks"), std::string::npos) << cmd[0];
+    EXPECT_NE(r.out.find("or auto: an elastic budget"), std::string::npos) << cmd[0];
+    EXPECT_NE(r.out.find("--kv-budget-floor"), std::string::npos) << cmd[0];
   }
   const Json j = generate("Once upon a time", 300, {"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall"});
   ASSERT_TRUE(j.contains("kv")) << j.dump();

@@ -3,6 +3,7 @@
 // changes the generation from h2o's alone while the tokens before the budget is reached stay the
 // reference's; and under a pool so small that sequences are swapped out and back (and forked),
 // every request finishes with all its tokens, every block is returned and the KV invariants hold.
+// Also the elastic budget (--kv-budget auto) under a pool too small for all sequences.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -52,6 +53,8 @@ std::vector<std::vector<TokenId>> collect(RequestHandle& h, int n) {
 struct Outcome {
   std::vector<std::vector<TokenId>> tokens;  // per prompt (first sample)
   KvStats kv;
+  int32_t budget_min = 0;  // --kv-budget auto
+  int64_t preemptions = 0;
 };
 
 // The prompts on one engine, all submitted at once; then drained, with every block returned.
@@ -65,7 +68,10 @@ Outcome run(const EngineConfig& cfg, const std::vector<std::string>& prompts, in
     for (const auto& s : samples) EXPECT_EQ(s.size(), static_cast<size_t>(max_tokens));
     r.tokens.push_back(samples[0]);
   }
-  r.kv = e.stats().kv;
+  const EngineStats es = e.stats();
+  r.kv = es.kv;
+  r.budget_min = es.kv_budget_min;
+  r.preemptions = es.preemptions;
   e.shutdown(true, std::chrono::seconds(60));
   const KvManager& kv = e.kv_after_shutdown();
   kv.check_invariants();
@@ -121,6 +127,27 @@ TEST(EngineRecall, SwapsAndForksUnderATightPoolFinishAndReturnEveryBlock) {
   EXPECT_GT(r.kv.recalled_tokens, 0);
   EXPECT_GT(r.kv.swap_outs, 0) << "the pool was meant to be too small for every sequence at once";
   std::filesystem::remove_all(dir);
+}
+
+TEST(EngineElasticBudget, ShrinksUnderOverloadWithinItsFloorAndEverySequenceFinishes) {
+  // 6 prompts generating 150 tokens each want ~6 x 11 blocks; the pool has 24.
+  EngineConfig cfg = config(24, EvictKind::kH2o, 0, false);
+  cfg.kv.evict.auto_budget = true;
+  cfg.sched.batch_wait_ms = 50;
+  const std::vector<std::string> prompts(test::story_prompts().begin(), test::story_prompts().begin() + 6);
+  const Outcome r = run(cfg, prompts, 150);
+  EXPECT_GT(r.budget_min, 0) << "the pool filled up: the budget must have been bounded";
+  EXPECT_GE(r.budget_min, cfg.kv.evict.min_auto_budget());
+  EXPECT_LT(r.budget_min, 150);
+  EXPECT_GT(r.kv.evicted_tokens, 0);
+  // With room for everything the budget is never bounded and nothing changes.
+  EngineConfig roomy = config(256, EvictKind::kH2o, 0, false);
+  roomy.kv.evict.auto_budget = true;
+  const Outcome a = run(roomy, prompts, 64);
+  const Outcome ref = run(config(256, EvictKind::kNone, 0, false), prompts, 64);
+  EXPECT_EQ(a.budget_min, 0);
+  EXPECT_EQ(a.kv.evicted_tokens, 0);
+  EXPECT_EQ(a.tokens, ref.tokens);
 }
 
 }  // namespace
