@@ -1,6 +1,8 @@
 // `strata eval ppl`: teacher-forced perplexity of a text under a KV configuration, next to the
 // full-precision run's (the same KV dtype, every block hot), plus the share of positions where
-// the top-1 token agrees and the KV bytes per token of both.
+// the top-1 token agrees, the mean KL divergence of the run's next-token distributions from the
+// reference's (when the text times the vocabulary is at most 32M floats), and the KV bytes per
+// token of both.
 //
 // KV bytes per token are those held at the end of the text: each window is one sequence in a
 // pool of its own, and when it finishes its bytes (every RAM tier, scales and zero points
@@ -63,12 +65,20 @@ struct PplRun {
   int64_t evicted_tokens = 0;    // dropped by the eviction policy, all windows
   int64_t max_held_tokens = 0;   // most tokens one window's sequence held after a step
   int64_t recalled_tokens = 0;   // --kv-recall: tokens loaded back into attention, all windows
+  double kl = 0;                 // sum over scored positions of KL(reference || this run), nats
+  bool has_kl = false;
 };
+
+// Up to this many floats (scored positions x vocabulary) the reference's log-probabilities are kept
+// for the KL divergence.
+constexpr int64_t kMaxKlFloats = int64_t{32} << 20;
 
 // Feeds each window chunk by chunk, so that blocks leave the hot window (and are re-encoded)
 // while later tokens still attend to them, as in a long generation.
+// ref_out: where the log-probabilities of every scored position go (the reference run); ref_in:
+// those of the reference, for the KL divergence of this run. Either may be null.
 PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, int32_t chunk, int32_t prompt,
-               const KvConfig& kvc) {
+               const KvConfig& kvc, std::vector<float>* ref_out = nullptr, const std::vector<float>* ref_in = nullptr) {
   const ModelConfig& mc = model.config();
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
   PplRun run;
@@ -124,7 +134,21 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[static_cast<size_t>(v)]) - mx);
         const TokenId target = window[static_cast<size_t>(step_pos + i + 1)];
-        run.nll += -(static_cast<double>(row[static_cast<size_t>(target)]) - mx - std::log(sum));
+        const double log_z = std::log(sum);
+        run.nll += -(static_cast<double>(row[static_cast<size_t>(target)]) - mx - log_z);
+        if (ref_out != nullptr) {
+          for (int64_t v = 0; v < V; ++v) ref_out->push_back(static_cast<float>(row[static_cast<size_t>(v)] - mx - log_z));
+        }
+        if (ref_in != nullptr) {
+          const float* r = ref_in->data() + static_cast<size_t>(run.scored) * static_cast<size_t>(V);
+          double kl = 0;
+          for (int64_t v = 0; v < V; ++v) {
+            const double lr = r[v], lp = static_cast<double>(row[static_cast<size_t>(v)]) - mx - log_z;
+            kl += std::exp(lr) * (lr - lp);
+          }
+          run.kl += kl;
+          run.has_kl = true;
+        }
         run.top1.push_back(best);
         ++run.scored;
       }
@@ -175,8 +199,11 @@ int run_eval_ppl(const EvalOptions& o) {
   ref_cfg.spill_dir.clear();
   ref_cfg.evict = EvictConfig{};  // and none evicted
   if (o.prompt >= ctx) fail("--prompt ({}) must be shorter than the window (--ctx {})", o.prompt, ctx);
-  const PplRun ref = run_ppl(*model, tokens, ctx, chunk, o.prompt, ref_cfg);
-  const PplRun run = run_ppl(*model, tokens, ctx, chunk, o.prompt, kvc);
+  std::vector<float> ref_logp;
+  const bool kl = static_cast<int64_t>(tokens.size()) * model->config().n_vocab <= kMaxKlFloats;
+  const PplRun ref = run_ppl(*model, tokens, ctx, chunk, o.prompt, ref_cfg, kl ? &ref_logp : nullptr);
+  const PplRun run = run_ppl(*model, tokens, ctx, chunk, o.prompt, kvc, nullptr, kl ? &ref_logp : nullptr);
+  const double kl_mean = run.has_kl ? run.kl / static_cast<double>(run.scored) : 0.0;
   const double ppl = std::exp(run.nll / static_cast<double>(run.scored));
   const double ppl_ref = std::exp(ref.nll / static_cast<double>(ref.scored));
   int64_t agree = 0;
@@ -199,6 +226,8 @@ int run_eval_ppl(const EvalOptions& o) {
     j["ppl_ref"] = ppl_ref;
     j["delta_ppl_pct"] = delta;
     j["top1_agreement"] = agreement;
+    // Mean KL(full cache || this run) per scored position, nats (null for a vocabulary too large to keep).
+    j["kl_divergence_mean"] = run.has_kl ? nlohmann::ordered_json(kl_mean) : nlohmann::ordered_json(nullptr);
     j["kv_bytes_per_token"] = run.kv_bytes_per_token();
     j["kv_bytes_per_token_ref"] = ref.kv_bytes_per_token();
     j["kv_bytes_per_token_window_mean"] = run.kv_bytes_per_token_window_mean;
@@ -223,6 +252,7 @@ int run_eval_ppl(const EvalOptions& o) {
              warm_format_name(kvc.warm_format), kvc.hot_tokens);
   fmt::print("perplexity {:.4f} vs {:.4f} at full precision ({:+.3f}%)\n", ppl, ppl_ref, delta);
   fmt::print("top-1 agreement {:.2f}%\n", 100 * agreement);
+  if (run.has_kl) fmt::print("mean KL divergence from the full cache {:.6f} nats per position\n", kl_mean);
   fmt::print("KV bytes per token at the end of the text {:.1f} vs {:.1f} ({:.3f}x)\n", run.kv_bytes_per_token(),
              ref.kv_bytes_per_token(), run.kv_bytes_per_token() / ref.kv_bytes_per_token());
   if (run.windows > 1) {

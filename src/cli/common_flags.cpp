@@ -136,6 +136,10 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
                 "the previous step's query scores highest");
   cmd->add_option("--kv-recall-blocks", f.recall_blocks, "Demoted blocks recalled into attention per step with --kv-recall")
       ->capture_default_str();
+  cmd->add_option("--kv-recall-choice", f.recall_choice,
+                  "Which demoted blocks --kv-recall attends: quest (the query's per-head votes on the key summaries) or "
+                  "recent (the most recently demoted: a baseline that ignores the query)")
+      ->capture_default_str();
 }
 
 KvConfig KvFlags::to_config() const {
@@ -210,6 +214,10 @@ KvConfig KvFlags::to_config() const {
   c.evict.recent = recent;
   c.evict.recall = recall;
   c.evict.recall_blocks = recall_blocks;
+  if (recall_choice != "quest" && recall_choice != "recent") {
+    fail("--kv-recall-choice '{}' is not one of quest, recent", recall_choice);
+  }
+  c.evict.recall_recent = recall_choice == "recent";
   c.evict.validate();
   return c;
 }

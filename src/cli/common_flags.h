@@ -49,6 +49,7 @@ struct KvFlags {
   int32_t recent = -1;
   bool recall = false;
   int32_t recall_blocks = 4;
+  std::string recall_choice = "quest";
 
   // Validates and converts; throws strata::Error naming the flag.
   KvConfig to_config() const;

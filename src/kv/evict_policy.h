@@ -43,6 +43,9 @@ struct EvictConfig {
   // whose summary bounds the previous step's query best are attended again (kv/recall_store.h).
   bool recall = false;
   int32_t recall_blocks = 4;  // --kv-recall-blocks: demoted blocks attended per step (top-k)
+  // --kv-recall-choice: by the query's votes on the key summaries (quest), or the most recently
+  // demoted blocks (recent: a baseline that attends as many tokens without looking at the query).
+  bool recall_recent = false;
   // --kv-budget auto (budget stays 0): one elastic budget for every sequence follows the hot
   // pool's usage (KvEvictor::update_elastic): above auto_high it shrinks to 3/4 of the longest
   // sequence's tokens, never below sinks + max(recent, 0) + budget_floor; below auto_low it grows

@@ -184,10 +184,15 @@ void KvEvictor::recall_after_step(SeqId s) {
   const int32_t nb = recall_->num_blocks(s);
   const int32_t want = std::min(policy_->config().recall_blocks, nb);
   std::vector<int32_t> chosen;
-  if (want > 0) chosen = RecallStore::top_k(recall_->estimate(s, rs->query, n_head_, want), want);
-  // Staging blocks: as many as chosen, while the pool has blocks to spare; shrinking keeps the
-  // first ones (and what they hold).
-  const int32_t held = kv_.set_recall_blocks(s, static_cast<int32_t>(chosen.size()));
+  if (want > 0 && policy_->config().recall_recent) {
+    for (int32_t b = nb - 1; b >= nb - want; --b) chosen.push_back(b);
+  } else if (want > 0) {
+    chosen = RecallStore::top_k(recall_->estimate(s, rs->query, n_head_, want), want);
+  }
+  // Staging blocks: as many as chosen, while the pool has blocks to spare (they never take the
+  // last 1/16 of it, which the sequences' own tokens need first); shrinking keeps the first ones
+  // (and what they hold).
+  const int32_t held = kv_.set_recall_blocks(s, static_cast<int32_t>(chosen.size()), std::max(1, kv_.num_hot_blocks() / 16));
   const std::span<const BlockId> ids = kv_.recall_blocks(s);
   rs->ids.assign(ids.begin(), ids.end());
   rs->held.resize(static_cast<size_t>(held), -1);
