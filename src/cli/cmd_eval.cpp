@@ -65,6 +65,7 @@ struct PplRun {
   int64_t evicted_tokens = 0;    // dropped by the eviction policy, all windows
   int64_t max_held_tokens = 0;   // most tokens one window's sequence held after a step
   int64_t recalled_tokens = 0;   // --kv-recall: tokens loaded back into attention, all windows
+  uint64_t recall_bytes = 0;     // --kv-recall: demoted bytes held at the end of each window, summed
   double kl = 0;                 // sum over scored positions of KL(reference || this run), nats
   bool has_kl = false;
 };
@@ -156,6 +157,7 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     const KvStats st = kv.stats();
     run.reencoded_blocks += st.reencoded_blocks;
     run.recalled_tokens += st.recalled_tokens;
+    if (evictor && evictor->recall_store() != nullptr) run.recall_bytes += evictor->recall_store()->bytes();
     STRATA_CHECK(st.tokens_stored + kv.num_evicted(1) == n - 1, "the window holds {} tokens, not {}",
                  st.tokens_stored + kv.num_evicted(1), n - 1);
     const uint64_t bytes = st.hot.bytes_used + st.warm.bytes_used;
@@ -244,6 +246,7 @@ int run_eval_ppl(const EvalOptions& o) {
     j["kv_recall"] = kvc.evict.recall;
     j["kv_recall_blocks"] = kvc.evict.recall ? kvc.evict.recall_blocks : 0;
     j["tokens_recalled"] = run.recalled_tokens;
+    j["recall_bytes"] = run.recall_bytes;  // outside the KV pool, not in kv_bytes_per_token
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
