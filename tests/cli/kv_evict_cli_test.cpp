@@ -43,6 +43,8 @@ TEST(KvEvictCli, BadValuesExitTwoNamingTheirFlag) {
       {{"--kv-evict", "h2o", "--kv-budget", "many"}, "--kv-budget"},
       {{"--kv-recall"}, "--kv-recall needs an eviction policy"},
       {{"--kv-budget", "auto"}, "--kv-budget auto needs an eviction policy"},
+      {{"--kv-evict", "h2o", "--kv-budget", "64", "--kv-recall", "--kv-recall-choice", "lru"},
+       "--kv-recall-choice 'lru' is not one of quest, recent"},
       {{"--kv-evict", "h2o", "--kv-budget", "12x"}, "--kv-budget must be a number of tokens or auto, got '12x'"},
       {{"--kv-evict", "h2o", "--kv-budget", "Auto"}, "--kv-budget must be a number of tokens or auto, got 'Auto'"},
       {{"--kv-evict", "h2o", "--kv-budget", "auto", "--kv-budget-floor", "0"}, "--kv-budget-floor must be >= 1, got 0"},
@@ -175,6 +177,7 @@ TEST(KvEvictCli, EvalReportsThePolicyAndHoldsTheBudget) {
     EXPECT_GT(j["tokens_evicted"].get<int64_t>(), 0);
     EXPECT_GT(j["delta_ppl_pct"].get<double>(), 0.0) << "evicting context costs some perplexity";
     EXPECT_LT(j["top1_agreement"].get<double>(), 1.0);
+    EXPECT_GT(j["kl_divergence_mean"].get<double>(), 1e-4);
   }
   // The reference of the same run (no policy) is the full cache: nothing evicted.
   auto r = run_command({strata_bin(), "eval", "ppl", "--model", kModel, "--file", kText, "-t", "1", "--json", "--ctx", "192",
@@ -185,6 +188,7 @@ TEST(KvEvictCli, EvalReportsThePolicyAndHoldsTheBudget) {
   EXPECT_EQ(j["kv_evict"], "none");
   EXPECT_EQ(j["tokens_evicted"], 0);
   EXPECT_DOUBLE_EQ(j["delta_ppl_pct"].get<double>(), 0.0);
+  EXPECT_NEAR(j["kl_divergence_mean"].get<double>(), 0.0, 1e-6);
 }
 
 TEST(KvEvictCli, RecallFlagsHaveHelpAndReportRecalledTokens) {
@@ -221,6 +225,13 @@ TEST(KvEvictCli, RecallFlagsHaveHelpAndReportRecalledTokens) {
   EXPECT_EQ(e["kv_recall_blocks"], 2);
   EXPECT_GT(e["tokens_recalled"].get<int64_t>(), 0);
   EXPECT_EQ(e["max_held_tokens"], 64) << "recalled blocks are attended, not held in the sequence";
+  EXPECT_GT(e["recall_bytes"].get<int64_t>(), 0);
+  // Recall brings the run closer to the full cache than h2o alone, here by KL.
+  auto h = run_command({strata_bin(), "eval", "ppl", "--model", kModel, "--file", kText, "-t", "1", "--json", "--ctx", "192",
+                        "--chunk", "1", "--kv-evict", "h2o", "--kv-budget", "64"},
+                       180);
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_LT(e["kl_divergence_mean"].get<double>(), Json::parse(h.out)["kl_divergence_mean"].get<double>());
 }
 
 }  // namespace

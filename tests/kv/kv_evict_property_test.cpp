@@ -1,6 +1,6 @@
 // Eviction within sequences (KvManager::evict, the kCompact op of KvStorage) under random
 // operations: appends, evictions with compaction, forks, frees and new sequences sharing prompts
-// through the prefix cache. After every operation each sequence's slots hold exactly its kept
+// through the prefix cache (and, with recall, staging blocks loaded with garbage). After every operation each sequence's slots hold exactly its kept
 // tokens, each at its original position, with its bytes intact, and check_invariants() holds.
 // Also: attention over a compacted sequence equals attention over the same kept tokens written
 // from scratch into a fresh table.
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -124,6 +125,17 @@ class EvictWorld {
     run_ops();
   }
 
+  // --kv-recall's staging blocks: s holds 0..3 of them, and garbage is loaded into one (a kLoad);
+  // no table's bytes may change (verify).
+  void stage(SeqId s, std::mt19937& rng) {
+    const int32_t held = kv_.set_recall_blocks(s, static_cast<int32_t>(rng() % 4));
+    if (held > 0) {
+      auto junk = std::make_shared<const std::vector<uint8_t>>(kGeo.bytes_per_block(), static_cast<uint8_t>(rng()));
+      kv_.load_recall_block(s, static_cast<int32_t>(rng() % static_cast<uint32_t>(held)), std::move(junk));
+    }
+    run_ops();
+  }
+
   void fork(SeqId parent) {
     const SeqId c = next_++;
     kv_.fork(parent, c);
@@ -182,7 +194,7 @@ class EvictWorld {
   SeqId next_ = 1;
 };
 
-TEST(KvEvictProperty, RandomOperationsKeepTokensPositionsAndBytes) {
+void random_operations(bool with_recall) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
@@ -192,7 +204,7 @@ TEST(KvEvictProperty, RandomOperationsKeepTokensPositionsAndBytes) {
     for (auto& p : prompts) {
       for (int i = 0; i < 40; ++i) p.push_back(static_cast<TokenId>(rng() % 50));
     }
-    std::uniform_int_distribution<int> op(0, 9);
+    std::uniform_int_distribution<int> op(0, with_recall ? 10 : 9);
     for (int step = 0; step < 250; ++step) {
       std::vector<SeqId> ids = w.ids();
       const int o = ids.empty() ? 0 : op(rng);
@@ -209,15 +221,28 @@ TEST(KvEvictProperty, RandomOperationsKeepTokensPositionsAndBytes) {
         w.evict(ids[rng() % ids.size()], rng);
       } else if (o == 8) {
         w.fork(ids[rng() % ids.size()]);
-      } else {
+      } else if (o == 9) {
         w.free(ids[rng() % ids.size()]);
+      } else {
+        w.stage(ids[rng() % ids.size()], rng);
       }
       ASSERT_NO_FATAL_FAILURE(w.verify()) << "after step " << step << " (op " << o << ")";
     }
     EXPECT_GT(w.kv().stats().evicted_tokens, 0);
     EXPECT_GT(w.kv().stats().compacted_tokens, 0);
+    if (with_recall) {
+      EXPECT_GT(w.kv().stats().recalled_tokens, 0);
+    }
+    for (SeqId s : w.ids()) w.free(s);
+    EXPECT_EQ(w.kv().stats().hot.used, 0) << "every block, staging ones included, is returned";
+    w.kv().check_invariants();
   }
 }
+
+TEST(KvEvictProperty, RandomOperationsKeepTokensPositionsAndBytes) { random_operations(false); }
+
+// The same with --kv-recall's staging blocks taken, loaded with garbage and released at random.
+TEST(KvEvictProperty, RecallStagingNeverTouchesASequencesBlocks) { random_operations(true); }
 
 TEST(KvEvictProperty, SharedBlocksAreCopiedNeverWritten) {
   EvictWorld w(32);
