@@ -5,7 +5,8 @@
 # which come with its CUDA toolkit under /usr/local/cuda/lib64), and the ../shared files the
 # tests read. Writes DEST (default .peers/cuda, which .git/info/exclude keeps out of git).
 #   scripts/cuda/bundle.sh [BUILD_DIR] [DEST]      (NO_TESTS=1: strata alone, for benchmark calls
-#                                                   that carry a peer's source beside it)
+#                                                   that carry a peer's source beside it; EXTRA="a b":
+#                                                   more programs, e.g. a server test and redis-server)
 # Then, on the GPU machine, from the checkout: scripts/cuda/device-run.sh DEST COMMAND...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +18,8 @@ if [[ ${NO_TESTS:-0} != 1 ]]; then
     [[ -x $t ]] && bins+=("$t")
   done
 fi
+# EXTRA: more programs to carry (a test binary not listed above, redis-server for the remote tier).
+for b in ${EXTRA:-}; do bins+=("$b"); done
 for b in "${bins[@]}"; do strip -o "$dest/bin/$(basename "$b")" "$b"; done
 # Shared libraries outside glibc/libstdc++/the CUDA toolkit.
 ldd "${bins[@]}" | awk '/=> \// {print $3}' | sort -u |

@@ -220,6 +220,16 @@ class Backend {
   // keys may sit in slots other than their positions (eviction policies, --kv-evict). Backends
   // that return false ignore the buffer; the engine and the CLI refuse a policy on them.
   virtual bool reports_attention_importance() const { return false; }
+  // Makes the attention mass of the last forward pass visible in the host buffers of the sequences
+  // that asked for it (AttentionSeq::importance): the model calls it once after each pass, before
+  // anyone reads the buffers. The CPU kernels add into the host buffers directly (nothing to do);
+  // a device backend accumulates in its own memory and adds its sums into the buffers here.
+  virtual void collect_importance() {}
+  // Copies token rows (K and V of every kv head, one layer) from hot slot src[i] to hot slot dst[i]
+  // (slot = block * block_size + offset; host spans of one length), in any order: no source is the
+  // destination of another (the compaction of a sequence after eviction within it). The default
+  // copies in host memory (host_visible backends only).
+  virtual void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst);
   // Copies hot block src to hot block dst, K and V, in one layer (copy-on-write).
   virtual void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) = 0;
   // Encodes `blocks` (warm_span(f, block_size) full hot blocks of one layer) into one warm slot,

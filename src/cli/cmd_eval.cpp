@@ -181,7 +181,7 @@ int run_eval_ppl(const EvalOptions& o) {
   if (o.prompt < 0) fail("--prompt must be >= 0, got {}", o.prompt);
   auto model = Model::load(o.model.model, o.model.backend_options());
   if (kvc.evict.enabled() && !model->backend().reports_attention_importance()) {
-    fail("--kv-evict {} needs the CPU backend (--device cpu): the {} attention kernels do not report token importance yet",
+    fail("--kv-evict {} needs attention kernels that report token importance (--device cpu or cuda); the {} backend's do not",
          evict_kind_name(kvc.evict.kind), device_kind_name(model->backend().kind()));
   }
   auto tokenizer = Tokenizer::from_gguf(model->file());

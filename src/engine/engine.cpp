@@ -96,7 +96,7 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
   if (cfg_.kv.evict.enabled()) {
     if (!model.backend().reports_attention_importance()) {
-      fail("--kv-evict {} needs the CPU backend (--device cpu): the {} attention kernels do not report token importance yet",
+      fail("--kv-evict {} needs attention kernels that report token importance (--device cpu or cuda); the {} backend's do not",
            evict_kind_name(cfg_.kv.evict.kind), device_kind_name(model.backend().kind()));
     }
     if (cfg_.kv.evict.recall && !model.backend().host_visible()) {

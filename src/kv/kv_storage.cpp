@@ -234,9 +234,15 @@ void KvStorage::copy_block(BlockId src, BlockId dst) {
 }
 
 void KvStorage::compact(std::span<const KvTokenMove> moves) {
-  // Eviction policies are refused at start-up on backends whose memory the host cannot address
-  // (their attention kernels do not report importance yet).
-  STRATA_CHECK(device_ == nullptr, "KV compaction needs host-visible KV memory");
+  if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
+    std::vector<int32_t> src(moves.size()), dst(moves.size());
+    for (size_t i = 0; i < moves.size(); ++i) {
+      src[i] = moves[i].src_block * geo_.block_size + moves[i].src_slot;
+      dst[i] = moves[i].dst_block * geo_.block_size + moves[i].dst_slot;
+    }
+    for (const KvLayerView& v : views_) device_->kv_move_rows(v, src, dst);
+    return;
+  }
   for (const KvLayerView& v : views_) {
     const int64_t ts = v.token_stride_bytes(), bs = v.block_stride_bytes();
     for (const KvTokenMove& m : moves) {

@@ -175,9 +175,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     shape.max_blocks = (max_blocks + 31) / 32 * 32;
     // Everything a recording bakes in: sizes, every buffer address (the carving of the activation
     // buffers depends on their capacity) and the KV views of the layers (address and geometry).
-    std::array<uint64_t, 7 + 2 * 13> parts{};
+    // Whether the pass reports attention importance (extra ops per layer on a device backend).
+    const bool importance = std::any_of(attn_seqs_.begin(), attn_seqs_.end(),
+                                        [](const AttentionSeq& a) { return a.importance != nullptr; });
+    std::array<uint64_t, 8 + 2 * 13> parts{};
     size_t n_parts = 0;
-    for (uint64_t v : {static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits), static_cast<uint64_t>(shape.max_blocks),
+    for (uint64_t v : {static_cast<uint64_t>(importance), static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits), static_cast<uint64_t>(shape.max_blocks),
                        static_cast<uint64_t>(capacity_tokens_), static_cast<uint64_t>(capacity_logit_rows_),
                        reinterpret_cast<uint64_t>(x_.data), reinterpret_cast<uint64_t>(logit_in_.data)}) {
       parts[n_parts++] = v;
@@ -254,6 +257,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   // Logits only for the rows that are sampled.
   if (n_logits == 0) {
     if (replay) be.end_replay();
+    be.collect_importance();
     return {};
   }
   STRATA_CHECK(static_cast<int64_t>(logit_rows_.size()) == n_logits);
@@ -262,6 +266,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   be.rms_norm(logit_in, weights_.output_norm, logit_in, c.rms_eps);
   be.matmul(weights_.output, logit_in, logits);
   if (replay) be.end_replay();
+  be.collect_importance();
   const auto n_floats = static_cast<size_t>(logits.size());
   if (be.host_visible()) return {logits.data, n_floats};
   float* dst = be.host_result_buffer(n_floats);  // pinned on a GPU: the copy runs at PCIe speed

@@ -23,6 +23,8 @@
 //   paged_attention: 2e-5 absolute (outputs are convex combinations of values in [-1, 1]), over
 //     hot blocks of f32/f16/bf16 and tables mixing hot and warm (int8/fp8/int4) ids.
 //   kv_warm_encode: the reference encoder's bytes; kv_warm_decode: the reference decoder's values.
+//   attention importance (AttentionSeq::importance): 1e-4 absolute + 1e-4 relative of the mass
+//     (the CUDA kernels use fast exp/log); kv_move_rows: exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -564,8 +566,41 @@ struct SeqSpec {
 // Sequences of mixed lengths (prompt chunks and decode steps) with shuffled block tables; with a
 // warm format, each sequence's oldest whole groups of warm_span blocks (never the one holding its
 // last position) are re-encoded into warm slots and its table points at them.
+// Mass per key of sequence s (attention importance): Σ over rows i >= from, heads h of
+// softmax_k(q_ih · k_k · scale), in double precision from the reference K rows.
+std::vector<double> reference_mass(const float* q, const KvLayerView& kv, const AttentionSeq& s, int32_t n_head,
+                                   float scale, int32_t from) {
+  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads, bs = kv.block_size;
+  std::vector<double> mass(static_cast<size_t>(s.start_pos + s.n_q), 0.0);
+  std::vector<float> krow(static_cast<size_t>(hd));
+  for (int32_t i = std::max(0, from); i < s.n_q; ++i) {
+    const int32_t n_keys = s.start_pos + i + 1;
+    for (int32_t h = 0; h < n_head; ++h) {
+      const float* qv = q + (static_cast<int64_t>(s.q_begin + i) * n_head + h) * hd;
+      std::vector<double> sc(static_cast<size_t>(n_keys));
+      double mx = -1e300;
+      for (int32_t k = 0; k < n_keys; ++k) {
+        cpu::ref::kv_row(kv, false, s.blocks[k / bs], k % bs, h / group, krow.data());
+        double dot = 0;
+        for (int32_t e = 0; e < hd; ++e) dot += static_cast<double>(qv[e]) * krow[static_cast<size_t>(e)];
+        sc[static_cast<size_t>(k)] = dot * scale;
+        mx = std::max(mx, sc[static_cast<size_t>(k)]);
+      }
+      double sum = 0;
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      for (int32_t k = 0; k < n_keys; ++k) mass[static_cast<size_t>(k)] += sc[static_cast<size_t>(k)] / sum;
+    }
+  }
+  return mass;
+}
+
+// imp_from (optional): per sequence, the first counted row of its attention importance (-1: the
+// sequence does not ask). Then paged_attention runs again with the buffers, twice (two layers of a
+// pass), collect_importance makes the sums visible, and each buffer must hold twice the reference
+// mass (within 1e-4 + 1e-4 relative) while the outputs keep their bits.
 void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int32_t n_kv, int32_t head_dim,
-                    const std::vector<SeqSpec>& specs, WarmFormat warm, std::mt19937& rng) {
+                    const std::vector<SeqSpec>& specs, WarmFormat warm, std::mt19937& rng,
+                    const std::vector<int32_t>* imp_from = nullptr) {
   SCOPED_TRACE(::testing::Message() << kv_dtype_name(dtype) << " block " << bs << " heads " << n_head << "/" << n_kv
                                     << " head_dim " << head_dim << " warm " << warm_format_name(warm));
   const int32_t span = warm == WarmFormat::kNone ? 1 : warm_span(warm, bs);
@@ -606,7 +641,80 @@ void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int3
   cpu::ref::paged_attention(q.data(), kv.host, seqs, n_head, scale, ref.data());
   const DevArray dq = upload(be, q, q_rows, n_head * head_dim), dout = alloc(be, q_rows, n_head * head_dim);
   be.paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
-  EXPECT_LE(max_abs_diff(download(be, dout.view), ref), 2e-5);
+  const std::vector<float> got = download(be, dout.view);
+  EXPECT_LE(max_abs_diff(got, ref), 2e-5);
+  if (imp_from == nullptr) return;
+  ASSERT_TRUE(be.reports_attention_importance());
+  ASSERT_EQ(imp_from->size(), seqs.size());
+  std::vector<std::vector<float>> buffers(seqs.size());
+  std::vector<AttentionSeq> with = seqs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if ((*imp_from)[i] < 0) continue;
+    buffers[i].assign(static_cast<size_t>(seqs[i].start_pos + seqs[i].n_q), 0.0f);
+    with[i].importance = buffers[i].data();
+    with[i].importance_from = (*imp_from)[i];
+  }
+  const DevArray dout2 = alloc(be, q_rows, n_head * head_dim);
+  be.paged_attention(dq.view, kv.dev, with, n_head, scale, dout2.view);
+  be.paged_attention(dq.view, kv.dev, with, n_head, scale, dout2.view);
+  be.collect_importance();
+  const std::vector<float> got2 = download(be, dout2.view);
+  EXPECT_EQ(0, std::memcmp(got.data(), got2.data(), got.size() * sizeof(float))) << "importance changed the outputs";
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if ((*imp_from)[i] < 0) continue;
+    SCOPED_TRACE(::testing::Message() << "sequence " << i << " from " << (*imp_from)[i]);
+    const std::vector<double> m = reference_mass(q.data(), kv.host, seqs[i], n_head, scale, (*imp_from)[i]);
+    double worst = 0;
+    for (size_t k = 0; k < m.size(); ++k) {
+      worst = std::max(worst, std::abs(buffers[i][k] - 2 * m[k]) / (1e-4 + 1e-4 * 2 * m[k]));
+    }
+    EXPECT_LE(worst, 1.0) << "mass off by more than the tolerance";
+  }
+}
+
+// Attention importance (--kv-evict) on backends that report it: decode and prefill shapes, hot
+// f32/f16/bf16 and warm int8/fp8/int4 tables, GQA, rows counted from importance_from (SnapKV's
+// observation window), sequences that do not ask in the same batch.
+TEST_P(BackendOps, PagedAttentionImportance) {
+  if (!be().reports_attention_importance()) GTEST_SKIP() << "this backend does not report importance";
+  std::mt19937 rng(23);
+  const std::vector<SeqSpec> mixed = {{0, 1}, {0, 37}, {50, 1}, {16, 16}, {100, 5}};
+  const std::vector<int32_t> from = {0, 30, -1, 0, 2};
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16}) {
+    attention_case(be(), dtype, 16, 8, 2, 64, mixed, WarmFormat::kNone, rng, &from);
+  }
+  attention_case(be(), KvDtype::kF16, 7, 4, 4, 32, mixed, WarmFormat::kNone, rng, &from);
+  const std::vector<SeqSpec> decodes = {{700, 1}, {37, 1}, {0, 1}, {255, 1}};
+  const std::vector<int32_t> dfrom = {0, 0, -1, 0};
+  attention_case(be(), KvDtype::kF16, 16, 32, 8, 128, decodes, WarmFormat::kNone, rng, &dfrom);
+  const std::vector<SeqSpec> warm_mixed = {{0, 40}, {70, 1}, {200, 3}, {33, 16}};
+  const std::vector<int32_t> wfrom = {10, 0, 0, -1};
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    attention_case(be(), KvDtype::kF16, 16, 8, 2, 64, warm_mixed, f, rng, &wfrom);
+  }
+}
+
+// kv_move_rows: token rows (K and V) between hot slots, as the host copies them.
+TEST_P(BackendOps, KvMoveRows) {
+  std::mt19937 rng(24);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16}) {
+    const int32_t bs = 16, n_kv = 2, hd = 64, n_blocks = 6;
+    KvLayer kv(dtype, bs, n_kv, hd, n_blocks);
+    for (auto* bytes : {&kv.hk, &kv.hv}) {
+      for (auto& b : *bytes) b = static_cast<uint8_t>(rng());
+    }
+    kv.upload(be());
+    // Compaction-like moves: sources never destinations, destinations distinct.
+    const std::vector<int32_t> src = {20, 21, 40, 95, 3}, dst = {5, 6, 7, 33, 80};
+    be().kv_move_rows(kv.dev, src, dst);
+    const int64_t ts = kv.host.token_stride_bytes();
+    for (size_t i = 0; i < src.size(); ++i) {
+      std::memcpy(kv.hk.data() + dst[i] * ts, kv.hk.data() + src[i] * ts, static_cast<size_t>(ts));
+      std::memcpy(kv.hv.data() + dst[i] * ts, kv.hv.data() + src[i] * ts, static_cast<size_t>(ts));
+    }
+    EXPECT_EQ(download_bytes(be(), kv.dev.k, kv.hk.size()), kv.hk) << kv_dtype_name(dtype);
+    EXPECT_EQ(download_bytes(be(), kv.dev.v, kv.hv.size()), kv.hv) << kv_dtype_name(dtype);
+  }
 }
 
 TEST_P(BackendOps, PagedAttentionHot) {

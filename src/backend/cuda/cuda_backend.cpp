@@ -243,8 +243,21 @@ struct CudaBackend::Impl {
   cublasHandle_t cublas = nullptr;
   std::vector<std::unique_ptr<CudaBuffer>> owned;  // uploaded weights and vectors
   std::unique_ptr<ArgStager> stager;
-  StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks;
-  Scratch x16, x16_lo, w16, attn_scratch;
+  StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
+  Scratch x16, x16_lo, w16, attn_scratch, imp_lse, imp_mass;
+  // Attention importance of the pass in flight (attention_importance / collect_importance): the
+  // host buffers that asked, where their keys sit in imp_mass, and whether a layer wrote it yet.
+  struct ImpTarget {
+    float* host;
+    int32_t keys;
+    int32_t off;
+  };
+  std::vector<ImpTarget> imp_targets;
+  std::vector<int32_t> imp_host;
+  bool imp_open = false;
+  int64_t imp_floats = 0;
+  float* imp_pinned = nullptr;  // collect_importance's landing buffer
+  size_t imp_pinned_floats = 0;
   // What x16 holds: the IEEE-half rounding of the f32 array [x16_of, x16_of + x16_n), written by
   // the last conversion or by an op that wrote an f32 result and its half copy together (rms_norm,
   // add_rms_norm, silu_mul: their prefill-sized results feed a cuBLAS GEMM next), so that GEMM
@@ -412,6 +425,7 @@ CudaBackend::~CudaBackend() {
   if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
   if (impl_->arena_host) (void)cudaFreeHost(impl_->arena_host);
   if (impl_->pinned_results) (void)cudaFreeHost(impl_->pinned_results);
+  if (impl_->imp_pinned) (void)cudaFreeHost(impl_->imp_pinned);
   impl_->owned.clear();
   impl_->stager.reset();
   if (impl_->cublas) cuda::cublas_api().destroy(impl_->cublas);
@@ -793,9 +807,90 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
   Impl& m = *impl_;
   if (!m.replaying()) m.wrote(out.data, out.size());
   const cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
+  if (!m.replaying()) {
+    m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
+            [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
+  }
+  attention_importance(q.data, kv, seqs, b, n_head, scale);
+}
+
+// The importance of the sequences that asked (AttentionSeq::importance), after their attention:
+// staged in every mode (a replayed pass finds its arrays where the recording put them), launched
+// unless replaying. Sequence i's keys sit at a packed offset of imp_mass; the first layer of a pass
+// writes the sums, the next ones add, and collect_importance copies them out after the pass.
+void CudaBackend::attention_importance(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs,
+                                       const cuda::AttnBatch& b, int32_t n_head, float scale) {
+  Impl& m = *impl_;
+  bool any = false;
+  for (const AttentionSeq& s : seqs) any = any || s.importance != nullptr;
+  if (!any) return;
+  STRATA_CHECK(kv.head_dim <= cuda::kImportanceMaxHeadDim, "attention importance: head_dim {} > {}", kv.head_dim,
+               cuda::kImportanceMaxHeadDim);
+  std::vector<int32_t>& h = m.imp_host;
+  h.assign(2 * seqs.size(), 0);
+  std::vector<Impl::ImpTarget> targets;
+  int32_t off = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const AttentionSeq& s = seqs[i];
+    h[2 * i] = std::max(0, s.importance_from);
+    h[2 * i + 1] = s.importance != nullptr ? off : -1;
+    if (s.importance != nullptr) {
+      targets.push_back({s.importance, s.start_pos + s.n_q, off});
+      off += s.start_pos + s.n_q;
+    }
+  }
+  // A recorded pass has the same layout at every replay: sized by the padded shape.
+  const int64_t floats = std::max<int64_t>(off, int64_t{b.n_seqs} * b.max_ctx);
+  const bool first = !m.imp_open;
+  if (first) {
+    m.imp_targets = std::move(targets);
+    m.imp_floats = off;
+    m.imp_open = true;
+  }
+  static_assert(sizeof(cuda::ImpSeqDev) == 2 * sizeof(int32_t));
+  const auto* dimp = reinterpret_cast<const cuda::ImpSeqDev*>(m.stage(m.memo_imp, std::span<const int32_t>(h)));
   if (m.replaying()) return;
-  m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
-          [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
+  auto* lse = static_cast<float*>(m.scratch(m.imp_lse, static_cast<uint64_t>(std::max(b.n_tokens, 1)) * n_head * sizeof(float)));
+  auto* mass = static_cast<float*>(m.scratch(m.imp_mass, static_cast<uint64_t>(std::max<int64_t>(floats, 1)) * sizeof(float)));
+  m.timed("attention importance", [&] {
+    cuda::attention_importance(q, kv, b, dimp, n_head, scale, lse, mass, !first, m.stream);
+  });
+}
+
+void CudaBackend::collect_importance() {
+  Impl& m = *impl_;
+  if (!m.imp_open) return;
+  m.imp_open = false;
+  STRATA_CHECK(m.mode == Mode::kEager, "collect_importance inside a recorded pass");
+  if (m.imp_floats == 0) return;
+  if (m.imp_pinned_floats < static_cast<size_t>(m.imp_floats)) {
+    if (m.imp_pinned) STRATA_CUDA(cudaFreeHost(m.imp_pinned));
+    m.imp_pinned = nullptr;
+    m.imp_pinned_floats = 0;
+    void* p = nullptr;
+    STRATA_CUDA(cudaHostAlloc(&p, static_cast<size_t>(m.imp_floats) * sizeof(float), cudaHostAllocDefault));
+    m.imp_pinned = static_cast<float*>(p);
+    m.imp_pinned_floats = static_cast<size_t>(m.imp_floats);
+  }
+  STRATA_CUDA(cudaMemcpyAsync(m.imp_pinned, m.imp_mass.buf->data(),
+                              static_cast<size_t>(m.imp_floats) * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  STRATA_CUDA(cudaStreamSynchronize(m.stream));
+  for (const Impl::ImpTarget& t : m.imp_targets) {
+    const float* src = m.imp_pinned + t.off;
+    for (int32_t k = 0; k < t.keys; ++k) t.host[k] += src[k];
+  }
+}
+
+void CudaBackend::kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV row moves are not part of a recorded pass");
+  STRATA_CHECK(src.size() == dst.size());
+  if (src.empty()) return;
+  Impl& m = *impl_;
+  m.forget_x16();
+  std::vector<int32_t> both(src.begin(), src.end());
+  both.insert(both.end(), dst.begin(), dst.end());
+  const int32_t* d = m.stage(m.memo_moves, std::span<const int32_t>(both));
+  cuda::kv_move_rows(kv, d, d + src.size(), static_cast<int64_t>(src.size()), m.stream);
 }
 
 // Decode batches: RoPE, the KV store and attention in one kernel (cuda::rope_kv_store_attention);
@@ -810,7 +905,8 @@ void CudaBackend::rope_kv_store_attention(ActView q, ActView k, ActView v, std::
     return e == nullptr || std::string(e) != "0";
   }();
   bool decode = enabled && !seqs.empty() && static_cast<int64_t>(seqs.size()) == q.rows;
-  for (const AttentionSeq& s : seqs) decode = decode && s.n_q == 1;
+  // Importance is computed from the rotated q, which the fused kernel does not leave behind.
+  for (const AttentionSeq& s : seqs) decode = decode && s.n_q == 1 && s.importance == nullptr;
   if (!decode || p.n_rot > head_dim || p.n_rot % 2 != 0 || head_dim > 256) {
     Backend::rope_kv_store_attention(q, k, v, pos, n_head, n_kv_head, head_dim, p, kv, slots, seqs, scale, out);
     return;
@@ -876,7 +972,7 @@ bool CudaBackend::begin_replay(const ReplayShape& shape) {
     m.graphs_epoch = m.mem_epoch;
   }
   // Host arrays: the fixed fields of each array plus alignment, all well under the arena.
-  const uint64_t arena_need = 8 * 256 + 4 * (4 * uint64_t(shape.n_tokens) + uint64_t(shape.n_seqs) * (5 + shape.max_blocks));
+  const uint64_t arena_need = 9 * 256 + 4 * (4 * uint64_t(shape.n_tokens) + uint64_t(shape.n_seqs) * (7 + shape.max_blocks));
   if (arena_need > m.arena_cap) return false;
   const auto it = m.graphs.find(shape.key);
   const bool first = it == m.graphs.end() && m.seen.insert(shape.key).second;

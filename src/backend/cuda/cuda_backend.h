@@ -78,6 +78,9 @@ class CudaBackend final : public Backend {
   void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                       uint8_t* v_slot) override;
   void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;
+  bool reports_attention_importance() const override { return true; }
+  void collect_importance() override;
+  void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) override;
 
   double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
   std::optional<uint64_t> free_memory_bytes() override;
@@ -92,6 +95,8 @@ class CudaBackend final : public Backend {
   struct Impl;
   cuda::AttnBatch stage_attention(const KvLayerView& kv, std::span<const AttentionSeq> seqs, int64_t q_rows,
                                   int32_t n_head);
+  void attention_importance(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs,
+                            const cuda::AttnBatch& b, int32_t n_head, float scale);
   std::unique_ptr<Impl> impl_;
 };
 

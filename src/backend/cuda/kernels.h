@@ -128,4 +128,22 @@ void rope_kv_store_attention(const float* q, const float* k, const float* v, con
                              const int32_t* slots, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
                              const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s);
 
+// --- importance (importance.cu) -----------------------------------------------------------------
+
+// Per sequence of an attention batch: the first counted query row (AttentionSeq::importance_from)
+// and the offset of its keys in the packed mass buffer, or off = -1 when it did not ask.
+struct ImpSeqDev {
+  int32_t from;
+  int32_t off;
+};
+inline constexpr int32_t kImportanceMaxHeadDim = 256;
+// mass[off + k] (= or +=, by `accumulate`) Σ over rows i >= from of the sequence that see key k and
+// over all query heads h of softmax_k(q[i][h] . K^T * scale), for every key k < start_pos + n_q of
+// every sequence that asked; q as paged_attention read it (rotated). lse: scratch of
+// [n_tokens][n_head] floats. head_dim <= kImportanceMaxHeadDim.
+void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch& b, const ImpSeqDev* imp,
+                          int32_t n_head, float scale, float* lse, float* mass, bool accumulate, cudaStream_t s);
+// Token rows (K and V) of hot slot src[i] to hot slot dst[i], i < n (src, dst: device memory).
+void kv_move_rows(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t s);
+
 }  // namespace strata::cuda
