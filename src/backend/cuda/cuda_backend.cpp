@@ -244,9 +244,9 @@ struct CudaBackend::Impl {
   std::vector<std::unique_ptr<CudaBuffer>> owned;  // uploaded weights and vectors
   std::unique_ptr<ArgStager> stager;
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
-  Scratch x16, x16_lo, w16, attn_scratch, imp_lse, imp_mass;
+  Scratch x16, x16_lo, w16, attn_scratch, imp_lse, imp_mass, imp_part;
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
-  // host buffers that asked, where their keys sit in imp_mass, and whether a layer wrote it yet.
+  // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
     float* host;
     int32_t keys;
@@ -255,7 +255,9 @@ struct CudaBackend::Impl {
   std::vector<ImpTarget> imp_targets;
   std::vector<int32_t> imp_host;
   bool imp_open = false;
-  int64_t imp_floats = 0;
+  int64_t imp_floats = 0;  // keys of the sequences that asked, packed
+  int32_t imp_parts = 0;   // partial sums per key (cuda::ImportanceScratch::parts)
+  int64_t imp_stride = 0;  // floats per partial
   float* imp_pinned = nullptr;  // collect_importance's landing buffer
   size_t imp_pinned_floats = 0;
   // What x16 holds: the IEEE-half rounding of the f32 array [x16_of, x16_of + x16_n), written by
@@ -816,8 +818,9 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
 
 // The importance of the sequences that asked (AttentionSeq::importance), after their attention:
 // staged in every mode (a replayed pass finds its arrays where the recording put them), launched
-// unless replaying. Sequence i's keys sit at a packed offset of imp_mass; the first layer of a pass
-// writes the sums, the next ones add, and collect_importance copies them out after the pass.
+// unless replaying. Sequence i's keys sit at a packed offset of the partial sums (imp_part); the
+// first layer of a pass writes them, the next ones add, and collect_importance sums the partials
+// (imp_mass) and copies them out after the pass.
 void CudaBackend::attention_importance(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs,
                                        const cuda::AttnBatch& b, int32_t n_head, float scale) {
   Impl& m = *impl_;
@@ -841,19 +844,23 @@ void CudaBackend::attention_importance(const float* q, const KvLayerView& kv, st
   }
   // A recorded pass has the same layout at every replay: sized by the padded shape.
   const int64_t floats = std::max<int64_t>(off, int64_t{b.n_seqs} * b.max_ctx);
+  const cuda::ImportanceScratch sz = cuda::importance_scratch(b.n_tokens, n_head, kv.n_kv_heads, b.max_n_q, b.max_ctx, floats);
   const bool first = !m.imp_open;
   if (first) {
     m.imp_targets = std::move(targets);
     m.imp_floats = off;
     m.imp_open = true;
+    m.imp_parts = sz.parts;
+    m.imp_stride = floats;
   }
+  STRATA_CHECK(sz.parts == m.imp_parts && floats == m.imp_stride, "attention importance: batch shape changed within a pass");
   static_assert(sizeof(cuda::ImpSeqDev) == 2 * sizeof(int32_t));
   const auto* dimp = reinterpret_cast<const cuda::ImpSeqDev*>(m.stage(m.memo_imp, std::span<const int32_t>(h)));
   if (m.replaying()) return;
-  auto* lse = static_cast<float*>(m.scratch(m.imp_lse, static_cast<uint64_t>(std::max(b.n_tokens, 1)) * n_head * sizeof(float)));
-  auto* mass = static_cast<float*>(m.scratch(m.imp_mass, static_cast<uint64_t>(std::max<int64_t>(floats, 1)) * sizeof(float)));
+  auto* lse = static_cast<float*>(m.scratch(m.imp_lse, static_cast<uint64_t>(sz.lse_floats) * sizeof(float)));
+  auto* part = static_cast<float*>(m.scratch(m.imp_part, static_cast<uint64_t>(sz.part_floats) * sizeof(float)));
   m.timed("attention importance", [&] {
-    cuda::attention_importance(q, kv, b, dimp, n_head, scale, lse, mass, !first, m.stream);
+    cuda::attention_importance(q, kv, b, dimp, n_head, scale, lse, part, floats, !first, m.stream);
   });
 }
 
@@ -872,7 +879,12 @@ void CudaBackend::collect_importance() {
     m.imp_pinned = static_cast<float*>(p);
     m.imp_pinned_floats = static_cast<size_t>(m.imp_floats);
   }
-  STRATA_CUDA(cudaMemcpyAsync(m.imp_pinned, m.imp_mass.buf->data(),
+  // Not read by recorded passes: its growth need not invalidate them (no mem_epoch bump).
+  uint64_t unrecorded_epoch = 0;
+  auto* mass = static_cast<float*>(m.imp_mass.get(static_cast<uint64_t>(m.imp_floats) * sizeof(float), &unrecorded_epoch, false));
+  cuda::importance_reduce(reinterpret_cast<const float*>(m.imp_part.buf->data()), m.imp_parts, m.imp_stride, m.imp_floats,
+                          mass, m.stream);
+  STRATA_CUDA(cudaMemcpyAsync(m.imp_pinned, mass,
                               static_cast<size_t>(m.imp_floats) * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   STRATA_CUDA(cudaStreamSynchronize(m.stream));
   for (const Impl::ImpTarget& t : m.imp_targets) {

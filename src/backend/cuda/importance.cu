@@ -1,21 +1,26 @@
 // Attention importance on the CUDA backend (AttentionSeq::importance, --kv-evict): the softmax mass
 // each cached key received from the counted query rows of its sequence, summed over all query
-// heads, accumulated over the layers of a pass. Two kernels after a layer's attention, reading the
-// same q (rotated) and the same K rows (hot or warm, through row_src / row_elem) as attention:
+// heads, accumulated over the layers of a pass. Kernels after a layer's attention, reading the same
+// q (rotated) and the same K rows (hot or warm, through row_src / row_elem) as attention; both
+// stage tiles of KT keys (as f32) and of query vectors in shared memory, so the K loads are
+// independent and coalesced:
 //
-//   importance_lse_kernel: one warp per (sequence, counted row, head): the log-sum-exp of that
-//     query's scores over its causal keys (lanes take keys, online max/sum, merged by shuffles)
-//     into lse[row][head];
-//   importance_mass_kernel: one thread per (sequence, key): Σ over counted rows that see the key
-//     and over heads of exp(score - lse), written (first layer of the pass) or added (later layers)
-//     into the sequence's region of the packed mass buffer.
+//   importance_lse_kernel: block per (sequence, kv head, tile of query vectors): the log-sum-exp of
+//     each vector's scores over its causal keys (threads take keys, online max/sum per vector,
+//     merged in key order) into lse[row][head];
+//   importance_mass_kernel: block per (sequence, key tile, chunk of 64 counted rows): per key,
+//     Σ over the chunk's rows that see it and over all heads of exp(score - lse); one chunk (decode)
+//     writes the sequence's region of the packed mass buffer directly (= on the first layer of the
+//     pass, += after), several (prefill) write partials that importance_reduce_kernel adds in
+//     chunk order.
 //
-// The attention kernels are not touched: importance costs these two launches per layer, and only
-// passes that ask for it pay them. Deterministic: every sum has a fixed order (a thread owns a key;
-// the layers run in stream order), so the same pass gives the same bits.
+// The attention kernels are not touched: importance costs these launches per layer, and only
+// passes that ask for it pay them. Deterministic: every sum has a fixed order (no atomics; the
+// layers run in stream order), so the same pass gives the same bits.
 // Thread-safety: launchers are called from the engine thread only.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -26,94 +31,289 @@
 namespace strata::cuda {
 namespace {
 
-constexpr int kLseWarps = 4;
-constexpr int kMaxHeadDim = 256;
-constexpr int kMassThreads = 128;
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerChunk = 64;  // mass kernel: counted rows per block (prefill splits its rows)
+constexpr int kSplitKeys = 256;    // lse kernel: keys per split (long contexts spread over blocks)
+constexpr int kMaxSplits = 64;
 
-__device__ __forceinline__ float key_dot(const float* q, const RowSrc& r, int32_t hd) {
-  float acc = 0.0f;
-  for (int32_t d = 0; d < hd; ++d) acc = fmaf(q[d], row_elem(r, d), acc);
-  return acc;
+// Keys per shared tile: KT * head_dim <= 8192 floats (~32 KB with padding); KT / kWarps <= 32.
+__host__ __device__ __forceinline__ int tile_keys(int32_t hd) { return hd <= 64 ? 128 : (hd <= 128 ? 64 : 32); }
+// Query vectors staged at once.
+__host__ __device__ __forceinline__ int tile_vecs(int32_t hd) { return hd <= 128 ? 16 : 8; }
+
+int32_t lse_splits(int32_t max_ctx) { return std::clamp((max_ctx + kSplitKeys - 1) / kSplitKeys, 1, kMaxSplits); }
+// Keys per split: a whole number of tiles.
+int32_t split_len(int32_t max_ctx, int32_t nsplit, int KT) {
+  const int32_t per = (max_ctx + nsplit - 1) / nsplit;
+  return (per + KT - 1) / KT * KT;
 }
 
-__global__ void __launch_bounds__(kLseWarps * 32) importance_lse_kernel(const float* __restrict__ q, KvLayerView kv,
-                                                                        AttnBatch b, const ImpSeqDev* __restrict__ imp,
-                                                                        int32_t n_head, float scale, float* lse) {
-  __shared__ float qs[kLseWarps][kMaxHeadDim];
+// Keys [k0, min(k0 + KT, k_end)) of kv head kvh (as f32, row stride hd + 1) into Ks. A warp per key
+// (its lanes over the channels, up to 8 each); each lane first fetches one table entry, so the
+// warp's keys' rows are located without a dependent table load per key, and the loads of four keys
+// are issued (into registers) before any is stored, so that many are in flight at once.
+__device__ __forceinline__ void load_k_tile(const KvLayerView& kv, const int32_t* __restrict__ table, int32_t kvh,
+                                            int32_t k0, int32_t k_end, int KT, float* __restrict__ Ks) {
+  constexpr int kKeysInFlight = 4, kMaxPerLane = kImportanceMaxHeadDim / 32;
+  const int32_t hd = kv.head_dim, bs = kv.block_size;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int32_t si = static_cast<int32_t>(blockIdx.x), h = static_cast<int32_t>(blockIdx.y);
-  const AttnSeqDev sq = b.seqs[si];
-  const ImpSeqDev is = imp[si];
-  const int32_t i = static_cast<int32_t>(blockIdx.z) * kLseWarps + warp;
-  if (is.off < 0 || i >= sq.n_q || i < is.from) return;  // whole warps leave; no block-wide barrier below
-  const int32_t hd = kv.head_dim, bs = kv.block_size, group = n_head / kv.n_kv_heads, kvh = h / group;
-  const int64_t row = int64_t{sq.q_begin} + i;
-  const float* qv = q + (row * n_head + h) * hd;
-  for (int32_t d = lane; d < hd; d += 32) qs[warp][d] = qv[d];
-  __syncwarp();
-  const int32_t* table = b.tables + sq.table_offset;
-  const int32_t n_vis = sq.start_pos + i + 1;
-  float m = -INFINITY, l = 0.0f;
-  for (int32_t k = lane; k < n_vis; k += 32) {
-    const RowSrc r = row_src(kv, false, table[k / bs], k % bs, kvh);
-    const float s = key_dot(qs[warp], r, hd) * scale;
-    const float m2 = fmaxf(m, s);
-    l = l * __expf(m - m2) + __expf(s - m2);
-    m = m2;
+  const int per = KT / kWarps;  // <= 32
+  int32_t my_id = 0;
+  {
+    const int32_t k = k0 + warp + lane * kWarps;
+    if (lane < per && k < k_end) my_id = table[k / bs];
   }
+  for (int j0 = 0; j0 < per; j0 += kKeysInFlight) {
+    float v[kKeysInFlight][kMaxPerLane];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float mo = __shfl_xor_sync(0xffffffffu, m, o), lo = __shfl_xor_sync(0xffffffffu, l, o);
-    const float m2 = fmaxf(m, mo);
-    l = (m == -INFINITY ? 0.0f : l * __expf(m - m2)) + (mo == -INFINITY ? 0.0f : lo * __expf(mo - m2));
-    m = m2;
-  }
-  if (lane == 0) lse[row * n_head + h] = m + __logf(l);
-}
-
-__global__ void __launch_bounds__(kMassThreads) importance_mass_kernel(const float* __restrict__ q, KvLayerView kv,
-                                                                       AttnBatch b, const ImpSeqDev* __restrict__ imp,
-                                                                       int32_t n_head, float scale,
-                                                                       const float* __restrict__ lse, float* mass,
-                                                                       bool accumulate) {
-  const int32_t si = static_cast<int32_t>(blockIdx.x);
-  const AttnSeqDev sq = b.seqs[si];
-  const ImpSeqDev is = imp[si];
-  const int32_t k = static_cast<int32_t>(blockIdx.y) * kMassThreads + static_cast<int32_t>(threadIdx.x);
-  const int32_t keys = sq.start_pos + sq.n_q;
-  if (is.off < 0 || k >= keys) return;
-  const int32_t hd = kv.head_dim, bs = kv.block_size, group = n_head / kv.n_kv_heads;
-  const int32_t* table = b.tables + sq.table_offset;
-  const int32_t id = table[k / bs], slot = k % bs;
-  // Rows that see key k: start_pos + i >= k.
-  const int32_t i0 = max(is.from, max(0, k - sq.start_pos));
-  float sum = 0.0f;
-  for (int32_t kvh = 0; kvh < kv.n_kv_heads; ++kvh) {
-    const RowSrc r = row_src(kv, false, id, slot, kvh);
-    for (int32_t i = i0; i < sq.n_q; ++i) {
-      const int64_t row = int64_t{sq.q_begin} + i;
-      for (int32_t g = 0; g < group; ++g) {
-        const int32_t h = kvh * group + g;
-        const float s = key_dot(q + (row * n_head + h) * hd, r, hd) * scale;
-        sum += __expf(s - lse[row * n_head + h]);
+    for (int u = 0; u < kKeysInFlight; ++u) {
+      const int j = j0 + u;
+      const int32_t id = __shfl_sync(0xffffffffu, my_id, j & 31);
+      const int32_t k = k0 + warp + j * kWarps;
+      if (j < per && k < k_end) {
+        const RowSrc r = row_src(kv, false, id, k % bs, kvh);
+#pragma unroll
+        for (int e = 0; e < kMaxPerLane; ++e) {
+          const int32_t d = lane + 32 * e;
+          v[u][e] = d < hd ? row_elem(r, d) : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) {
+      const int j = j0 + u;
+      const int32_t k = k0 + warp + j * kWarps;
+      if (j >= per || k >= k_end) continue;
+      const int key = warp + j * kWarps;
+#pragma unroll
+      for (int e = 0; e < kMaxPerLane; ++e) {
+        const int32_t d = lane + 32 * e;
+        if (d < hd) Ks[key * (hd + 1) + d] = v[u][e];
       }
     }
   }
-  float* dst = mass + is.off + k;
-  *dst = accumulate ? *dst + sum : sum;
+}
+
+__device__ __forceinline__ float dot_shared(const float* a, const float* b, int32_t hd) {
+  float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+  int32_t d = 0;
+  for (; d + 4 <= hd; d += 4) {
+    acc0 = fmaf(a[d], b[d], acc0);
+    acc1 = fmaf(a[d + 1], b[d + 1], acc1);
+    acc2 = fmaf(a[d + 2], b[d + 2], acc2);
+    acc3 = fmaf(a[d + 3], b[d + 3], acc3);
+  }
+  for (; d < hd; ++d) acc0 = fmaf(a[d], b[d], acc0);
+  return (acc0 + acc1) + (acc2 + acc3);
+}
+
+// One block per (sequence, kv head x split of the keys, tile of VT query vectors): vector v of the
+// tile is counted row from + (v0 + v) / group, head kvh * group + (v0 + v) % group. Thread t takes
+// key t % KT of every key tile of the split for vectors t / KT, + parts, ...; per vector an online
+// (max, sum), merged over the KT threads in key order at the end (deterministic) into the split's
+// partial lse_part[row][head][split] = {max, sum} (max = -INF: the split had no key for it).
+__global__ void __launch_bounds__(kThreads) importance_lse_kernel(const float* __restrict__ q, KvLayerView kv,
+                                                                  AttnBatch b, const ImpSeqDev* __restrict__ imp,
+                                                                  int32_t n_head, float scale, int32_t nsplit,
+                                                                  int32_t split_keys, float* lse_part) {
+  extern __shared__ float smem[];
+  const int32_t si = static_cast<int32_t>(blockIdx.x);
+  const int32_t kvh = static_cast<int32_t>(blockIdx.y) / nsplit, split = static_cast<int32_t>(blockIdx.y) % nsplit;
+  const AttnSeqDev sq = b.seqs[si];
+  const ImpSeqDev is = imp[si];
+  if (is.off < 0 || is.from >= sq.n_q) return;
+  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads;
+  const int KT = tile_keys(hd), VT = tile_vecs(hd), parts = kThreads / KT;
+  const int32_t n_vec = (sq.n_q - is.from) * group;
+  const int32_t v0 = static_cast<int32_t>(blockIdx.z) * VT;
+  if (v0 >= n_vec) return;
+  const int nv = min(VT, n_vec - v0);
+  float* Ks = smem;                      // [KT][hd + 1]
+  float* Qs = Ks + KT * (hd + 1);        // [VT][hd]
+  for (int e = static_cast<int>(threadIdx.x); e < nv * hd; e += kThreads) {
+    const int v = e / hd, d = e % hd;
+    const int32_t vv = v0 + v, row = sq.q_begin + is.from + vv / group, h = kvh * group + vv % group;
+    Qs[v * hd + d] = q[(int64_t{row} * n_head + h) * hd + d];
+  }
+  const int key = static_cast<int>(threadIdx.x) % KT, part = static_cast<int>(threadIdx.x) / KT;
+  float m[16], l[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    m[j] = -INFINITY;
+    l[j] = 0.0f;
+  }
+  // The keys the tile's last vector sees bound the split's range.
+  const int32_t last_row = is.from + (v0 + nv - 1) / group;
+  const int32_t k_begin = split * split_keys;
+  const int32_t k_end = min(sq.start_pos + last_row + 1, k_begin + split_keys);
+  const int32_t* table = b.tables + sq.table_offset;
+  for (int32_t k0 = k_begin; k0 < k_end; k0 += KT) {
+    __syncthreads();  // Qs written / the previous tile read
+    load_k_tile(kv, table, kvh, k0, k_end, KT, Ks);
+    __syncthreads();
+    const int32_t k = k0 + key;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int v = part + j * parts;
+      if (v >= nv) break;
+      const int32_t row = is.from + (v0 + v) / group;
+      if (k >= k_end || k > sq.start_pos + row) continue;  // causal, and past the split
+      const float sc = dot_shared(Qs + v * hd, Ks + key * (hd + 1), hd) * scale;
+      const float m2 = fmaxf(m[j], sc);
+      l[j] = l[j] * __expf(m[j] - m2) + __expf(sc - m2);
+      m[j] = m2;
+    }
+  }
+  __syncthreads();
+  float* rm = smem;                 // [VT][KT]
+  float* rl = smem + VT * KT;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int v = part + j * parts;
+    if (v >= nv) break;
+    rm[v * KT + key] = m[j];
+    rl[v * KT + key] = l[j];
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < nv) {
+    const int v = static_cast<int>(threadIdx.x);
+    float M = -INFINITY, L = 0.0f;
+    for (int t = 0; t < KT; ++t) {
+      const float mt = rm[v * KT + t], lt = rl[v * KT + t];
+      if (mt == -INFINITY) continue;
+      const float m2 = fmaxf(M, mt);
+      L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
+      M = m2;
+    }
+    const int32_t vv = v0 + v, row = sq.q_begin + is.from + vv / group, h = kvh * group + vv % group;
+    float* dst = lse_part + ((int64_t{row} * n_head + h) * nsplit + split) * 2;
+    dst[0] = M;
+    dst[1] = L;
+  }
+}
+
+// One block per (sequence, tile of KT keys, chunk of kRowsPerChunk counted rows x kv head): the kv
+// head's key tile in shared memory; thread t takes key t % KT for the chunk's vectors of that head
+// t / KT, + parts, ..., summing exp(score - lse) (lse merged from the splits' partials in split
+// order); the parts of a key are added in order at the end, into this block's partial
+// part[chunk * n_kv + kvh][off + k] (= on the pass's first layer, += after).
+// importance_reduce_kernel sums the partials in order when the pass is collected.
+__global__ void __launch_bounds__(kThreads) importance_mass_kernel(const float* __restrict__ q, KvLayerView kv,
+                                                                   AttnBatch b, const ImpSeqDev* __restrict__ imp,
+                                                                   int32_t n_head, float scale, int32_t nsplit,
+                                                                   const float* __restrict__ lse_part, float* part,
+                                                                   int64_t part_stride, bool accumulate) {
+  extern __shared__ float smem[];
+  const int32_t si = static_cast<int32_t>(blockIdx.x);
+  const AttnSeqDev sq = b.seqs[si];
+  const ImpSeqDev is = imp[si];
+  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads;
+  const int KT = tile_keys(hd), VT = tile_vecs(hd), parts = kThreads / KT;
+  const int32_t keys = sq.start_pos + sq.n_q;
+  const int32_t k0 = static_cast<int32_t>(blockIdx.y) * KT;
+  if (is.off < 0 || k0 >= keys) return;
+  const int32_t c = static_cast<int32_t>(blockIdx.z) / kv.n_kv_heads, kvh = static_cast<int32_t>(blockIdx.z) % kv.n_kv_heads;
+  const int key = static_cast<int>(threadIdx.x) % KT, part_of = static_cast<int>(threadIdx.x) / KT;
+  const int32_t k = k0 + key;
+  // Counted rows of this chunk that see at least the tile's first key.
+  const int32_t r0 = max(max(is.from, c * kRowsPerChunk), max(0, k0 - sq.start_pos));
+  const int32_t r1 = min(sq.n_q, (c + 1) * kRowsPerChunk);
+  float* Ks = smem;                // [KT][hd + 1]
+  float* Qs = Ks + KT * (hd + 1);  // [VT][hd]
+  float* Ls = Qs + VT * hd;        // [VT]
+  float sum = 0.0f;
+  const int32_t* table = b.tables + sq.table_offset;
+  const int32_t n_vec = max(0, r1 - r0) * group;
+  if (n_vec > 0) load_k_tile(kv, table, kvh, k0, keys, KT, Ks);
+  for (int32_t v0 = 0; v0 < n_vec; v0 += VT) {
+    const int nv = min(VT, n_vec - v0);
+    __syncthreads();  // the previous vectors read (and, first time, Ks written)
+    for (int e = static_cast<int>(threadIdx.x); e < nv * hd; e += kThreads) {
+      const int v = e / hd, d = e % hd;
+      const int32_t vv = v0 + v, row = sq.q_begin + r0 + vv / group, h = kvh * group + vv % group;
+      Qs[v * hd + d] = q[(int64_t{row} * n_head + h) * hd + d];
+    }
+    if (static_cast<int>(threadIdx.x) < nv) {
+      const int32_t vv = v0 + static_cast<int32_t>(threadIdx.x), row = sq.q_begin + r0 + vv / group,
+                    h = kvh * group + vv % group;
+      const float* lp = lse_part + (int64_t{row} * n_head + h) * nsplit * 2;
+      float M = -INFINITY, L = 0.0f;
+      for (int32_t sp = 0; sp < nsplit; ++sp) {
+        const float mt = lp[2 * sp], lt = lp[2 * sp + 1];
+        if (mt == -INFINITY) continue;
+        const float m2 = fmaxf(M, mt);
+        L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
+        M = m2;
+      }
+      Ls[threadIdx.x] = M + __logf(L);
+    }
+    __syncthreads();
+    if (k < keys) {
+      for (int v = part_of; v < nv; v += parts) {
+        const int32_t row = r0 + (v0 + v) / group;
+        if (k > sq.start_pos + row) continue;
+        const float sc = dot_shared(Qs + v * hd, Ks + key * (hd + 1), hd) * scale;
+        sum += __expf(sc - Ls[v]);
+      }
+    }
+  }
+  __syncthreads();
+  float* red = smem;  // [parts][KT]
+  red[part_of * KT + key] = sum;
+  __syncthreads();
+  if (part_of != 0 || k >= keys) return;
+  float total = 0.0f;
+  for (int p = 0; p < parts; ++p) total += red[p * KT + key];
+  float* dst = part + blockIdx.z * part_stride + is.off + k;
+  *dst = accumulate ? *dst + total : total;
+}
+
+// mass[j] = Σ over partials p of part[p][j], in partial order, for j < n.
+__global__ void importance_reduce_kernel(const float* __restrict__ part, int64_t part_stride, int32_t n_parts,
+                                         int64_t n, float* mass) {
+  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  float total = 0.0f;
+  for (int32_t p = 0; p < n_parts; ++p) total += part[p * part_stride + j];
+  mass[j] = total;
 }
 
 }  // namespace
 
+ImportanceScratch importance_scratch(int32_t n_tokens, int32_t n_head, int32_t n_kv_heads, int32_t max_n_q,
+                                     int32_t max_ctx, int64_t mass_floats) {
+  ImportanceScratch sc;
+  sc.lse_floats = int64_t{std::max(n_tokens, 1)} * n_head * lse_splits(max_ctx) * 2;
+  sc.parts = (max_n_q + kRowsPerChunk - 1) / kRowsPerChunk * n_kv_heads;
+  sc.part_floats = int64_t{std::max(sc.parts, 1)} * mass_floats;
+  return sc;
+}
+
 void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch& b, const ImpSeqDev* imp,
-                          int32_t n_head, float scale, float* lse, float* mass, bool accumulate, cudaStream_t s) {
+                          int32_t n_head, float scale, float* lse_part, float* part, int64_t mass_floats,
+                          bool accumulate, cudaStream_t s) {
   if (b.n_seqs <= 0 || b.max_ctx <= 0) return;
-  const dim3 lse_grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>(n_head),
-                      static_cast<unsigned>((b.max_n_q + kLseWarps - 1) / kLseWarps));
-  importance_lse_kernel<<<lse_grid, kLseWarps * 32, 0, s>>>(q, kv, b, imp, n_head, scale, lse);
+  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads;
+  const int KT = tile_keys(hd), VT = tile_vecs(hd);
+  const int32_t nsplit = lse_splits(b.max_ctx), skeys = split_len(b.max_ctx, nsplit, KT);
+  const size_t lse_smem = sizeof(float) * static_cast<size_t>(std::max(KT * (hd + 1) + VT * hd, 2 * VT * KT));
+  const dim3 lse_grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>(kv.n_kv_heads * nsplit),
+                      static_cast<unsigned>((b.max_n_q * group + VT - 1) / VT));
+  importance_lse_kernel<<<lse_grid, kThreads, lse_smem, s>>>(q, kv, b, imp, n_head, scale, nsplit, skeys, lse_part);
   STRATA_CUDA_LAUNCH_CHECK();
-  const dim3 mass_grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + kMassThreads - 1) / kMassThreads));
-  importance_mass_kernel<<<mass_grid, kMassThreads, 0, s>>>(q, kv, b, imp, n_head, scale, lse, mass, accumulate);
+  const int32_t chunks = (b.max_n_q + kRowsPerChunk - 1) / kRowsPerChunk;
+  const size_t mass_smem = sizeof(float) * static_cast<size_t>(KT * (hd + 1) + VT * hd + VT);
+  const dim3 mass_grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + KT - 1) / KT),
+                       static_cast<unsigned>(chunks * kv.n_kv_heads));
+  importance_mass_kernel<<<mass_grid, kThreads, mass_smem, s>>>(q, kv, b, imp, n_head, scale, nsplit, lse_part, part,
+                                                                mass_floats, accumulate);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void importance_reduce(const float* part, int32_t n_parts, int64_t part_stride, int64_t n, float* mass, cudaStream_t s) {
+  if (n <= 0) return;
+  importance_reduce_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(part, part_stride, n_parts, n, mass);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 

@@ -137,12 +137,25 @@ struct ImpSeqDev {
   int32_t off;
 };
 inline constexpr int32_t kImportanceMaxHeadDim = 256;
-// mass[off + k] (= or +=, by `accumulate`) Σ over rows i >= from of the sequence that see key k and
-// over all query heads h of softmax_k(q[i][h] . K^T * scale), for every key k < start_pos + n_q of
-// every sequence that asked; q as paged_attention read it (rotated). lse: scratch of
-// [n_tokens][n_head] floats. head_dim <= kImportanceMaxHeadDim.
+// Scratch sizes (floats) of attention_importance for a batch shape: lse partials, and the partial
+// mass sums (`parts` of mass_floats each, mass_floats >= every sequence's off + keys).
+struct ImportanceScratch {
+  int64_t lse_floats = 0;
+  int32_t parts = 0;
+  int64_t part_floats = 0;
+};
+ImportanceScratch importance_scratch(int32_t n_tokens, int32_t n_head, int32_t n_kv_heads, int32_t max_n_q,
+                                     int32_t max_ctx, int64_t mass_floats);
+// Adds one layer's importance into the partials: part[p][off + k] (= when !accumulate, the pass's
+// first layer; += after) such that Σ_p part[p][off + k] = Σ over rows i >= from of the sequence
+// that see key k and over all query heads h of softmax_k(q[i][h] . K^T * scale), for every key
+// k < start_pos + n_q of every sequence that asked; q as paged_attention read it (rotated).
+// head_dim <= kImportanceMaxHeadDim. Deterministic (no atomics).
 void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch& b, const ImpSeqDev* imp,
-                          int32_t n_head, float scale, float* lse, float* mass, bool accumulate, cudaStream_t s);
+                          int32_t n_head, float scale, float* lse_part, float* part, int64_t mass_floats,
+                          bool accumulate, cudaStream_t s);
+// mass[j] = Σ_p part[p][j] (in p order), j < n: the pass's sums, after its last layer.
+void importance_reduce(const float* part, int32_t n_parts, int64_t part_stride, int64_t n, float* mass, cudaStream_t s);
 // Token rows (K and V) of hot slot src[i] to hot slot dst[i], i < n (src, dst: device memory).
 void kv_move_rows(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t s);
 
