@@ -3,13 +3,10 @@
 
 #include "backend/backend.h"
 
-#include <cstring>
-
 #include "backend/cpu/cpu_backend.h"
 #ifdef STRATA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
-#include "core/check.h"
 #include "core/error.h"
 
 namespace strata {
@@ -28,16 +25,6 @@ std::optional<DeviceKind> device_kind_from_name(std::string_view name) {
     if (name == device_kind_name(d)) return d;
   }
   return std::nullopt;
-}
-
-void Backend::kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) {
-  STRATA_CHECK(host_visible(), "kv_move_rows: this backend's KV memory is not host-visible");
-  STRATA_CHECK(src.size() == dst.size());
-  const int64_t ts = kv.token_stride_bytes();
-  for (size_t i = 0; i < src.size(); ++i) {
-    std::memcpy(kv.k + dst[i] * ts, kv.k + src[i] * ts, static_cast<size_t>(ts));
-    std::memcpy(kv.v + dst[i] * ts, kv.v + src[i] * ts, static_cast<size_t>(ts));
-  }
 }
 
 namespace {

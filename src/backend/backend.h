@@ -227,9 +227,8 @@ class Backend {
   virtual void collect_importance() {}
   // Copies token rows (K and V of every kv head, one layer) from hot slot src[i] to hot slot dst[i]
   // (slot = block * block_size + offset; host spans of one length), in any order: no source is the
-  // destination of another (the compaction of a sequence after eviction within it). The default
-  // copies in host memory (host_visible backends only).
-  virtual void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst);
+  // destination of another (the compaction of a sequence after eviction within it).
+  virtual void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) = 0;
   // Copies hot block src to hot block dst, K and V, in one layer (copy-on-write).
   virtual void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) = 0;
   // Encodes `blocks` (warm_span(f, block_size) full hot blocks of one layer) into one warm slot,

@@ -166,6 +166,15 @@ void CpuBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<con
   cpu::paged_attention(q.data, kv, seqs, n_head, scale, out.data, *pool_, *scratch_);
 }
 
+void CpuBackend::kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) {
+  STRATA_CHECK(src.size() == dst.size(), "kv_move_rows: {} sources, {} destinations", src.size(), dst.size());
+  const int64_t ts = kv.token_stride_bytes();
+  for (size_t i = 0; i < src.size(); ++i) {
+    std::memcpy(kv.k + int64_t{dst[i]} * ts, kv.k + int64_t{src[i]} * ts, static_cast<size_t>(ts));
+    std::memcpy(kv.v + int64_t{dst[i]} * ts, kv.v + int64_t{src[i]} * ts, static_cast<size_t>(ts));
+  }
+}
+
 void CpuBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
   STRATA_CHECK(src >= 0 && dst >= 0 && src < kv.n_hot_blocks && dst < kv.n_hot_blocks, "kv_copy_block: not hot ids");
   const int64_t bs = kv.block_stride_bytes();
