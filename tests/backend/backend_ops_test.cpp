@@ -46,6 +46,7 @@ namespace strata {
 namespace {
 
 using cpu::test::max_abs_diff;
+using cpu::test::reference_mass;
 using cpu::test::random_floats;
 using cpu::test::random_matrix;
 using cpu::test::rms;
@@ -566,34 +567,6 @@ struct SeqSpec {
 // Sequences of mixed lengths (prompt chunks and decode steps) with shuffled block tables; with a
 // warm format, each sequence's oldest whole groups of warm_span blocks (never the one holding its
 // last position) are re-encoded into warm slots and its table points at them.
-// Mass per key of sequence s (attention importance): Σ over rows i >= from, heads h of
-// softmax_k(q_ih · k_k · scale), in double precision from the reference K rows.
-std::vector<double> reference_mass(const float* q, const KvLayerView& kv, const AttentionSeq& s, int32_t n_head,
-                                   float scale, int32_t from) {
-  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads, bs = kv.block_size;
-  std::vector<double> mass(static_cast<size_t>(s.start_pos + s.n_q), 0.0);
-  std::vector<float> krow(static_cast<size_t>(hd));
-  for (int32_t i = std::max(0, from); i < s.n_q; ++i) {
-    const int32_t n_keys = s.start_pos + i + 1;
-    for (int32_t h = 0; h < n_head; ++h) {
-      const float* qv = q + (static_cast<int64_t>(s.q_begin + i) * n_head + h) * hd;
-      std::vector<double> sc(static_cast<size_t>(n_keys));
-      double mx = -1e300;
-      for (int32_t k = 0; k < n_keys; ++k) {
-        cpu::ref::kv_row(kv, false, s.blocks[k / bs], k % bs, h / group, krow.data());
-        double dot = 0;
-        for (int32_t e = 0; e < hd; ++e) dot += static_cast<double>(qv[e]) * krow[static_cast<size_t>(e)];
-        sc[static_cast<size_t>(k)] = dot * scale;
-        mx = std::max(mx, sc[static_cast<size_t>(k)]);
-      }
-      double sum = 0;
-      for (double& x : sc) sum += (x = std::exp(x - mx));
-      for (int32_t k = 0; k < n_keys; ++k) mass[static_cast<size_t>(k)] += sc[static_cast<size_t>(k)] / sum;
-    }
-  }
-  return mass;
-}
-
 // imp_from (optional): per sequence, the first counted row of its attention importance (-1: the
 // sequence does not ask). Then paged_attention runs again with the buffers, twice (two layers of a
 // pass), collect_importance makes the sums visible, and each buffer must hold twice the reference
