@@ -229,6 +229,11 @@ class Backend {
   // (slot = block * block_size + offset; host spans of one length), in any order: no source is the
   // destination of another (the compaction of a sequence after eviction within it).
   virtual void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) = 0;
+  // Copies the token rows of hot slots `slots` (slot = block * block_size + offset) of every layer
+  // of `views` to host memory `out`: per layer, the K rows of the slots in order, then their V
+  // rows (each kv.token_stride_bytes(); out holds views.size() * 2 * slots.size() rows). Returns
+  // when `out` is written (the demotion of evicted tokens, --kv-recall).
+  virtual void kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) = 0;
   // Copies hot block src to hot block dst, K and V, in one layer (copy-on-write).
   virtual void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) = 0;
   // Encodes `blocks` (warm_span(f, block_size) full hot blocks of one layer) into one warm slot,

@@ -93,7 +93,11 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
     KvManager kv(geo, kvc, storage.capacity(), model.fingerprint());
     std::unique_ptr<KvEvictor> evictor;
-    if (kvc.evict.enabled()) evictor = std::make_unique<KvEvictor>(kv, kvc.evict, mc.n_layer, mc.n_head, storage.views());
+    if (kvc.evict.enabled()) {
+      evictor = std::make_unique<KvEvictor>(kv, kvc.evict, mc.n_layer, mc.n_head, storage.views(),
+                                            model.backend().host_visible() ? nullptr : &model.backend(),
+                                            make_recall_spill(kvc, geo));
+    }
     std::vector<BlockId> table;
     kv.add_sequence(1);
     const int32_t n = static_cast<int32_t>(window.size());

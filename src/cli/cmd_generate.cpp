@@ -205,6 +205,9 @@ int run_generate(const GenerateOptions& o) {
                    {"compacted_tokens", st.kv.compacted_tokens},
                    {"recall", cfg.kv.evict.recall},
                    {"recalled_tokens", st.kv.recalled_tokens},
+                   {"recall_bytes", st.kv.recall_bytes},
+                   {"recall_spilled_blocks", st.kv.recall_spilled_blocks},
+                   {"recall_dropped_blocks", st.kv.recall_dropped_blocks},
                    {"held_bytes_peak", st.kv_usage_peak * static_cast<double>(st.kv.hot.bytes_total + st.kv.warm.bytes_total)}};
       }
       fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));

@@ -116,8 +116,7 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
       ->capture_default_str();
   cmd->add_option("--kv-evict", f.evict,
                   "Eviction within a sequence beyond --kv-budget tokens: none, window (sinks + most recent), h2o "
-                  "(sinks + heavy hitters by attention + recent) or snapkv (the prompt's last queries vote, then h2o); "
-                  "CPU backend only")
+                  "(sinks + heavy hitters by attention + recent) or snapkv (the prompt's last queries vote, then h2o)")
       ->capture_default_str();
   cmd->add_option("--kv-budget", f.budget,
                   "Cached tokens kept per sequence with --kv-evict (0: none), or auto: an elastic budget that shrinks "
@@ -139,6 +138,10 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
   cmd->add_option("--kv-recall-choice", f.recall_choice,
                   "Which demoted blocks --kv-recall attends: quest (the query's per-head votes on the key summaries) or "
                   "recent (the most recently demoted: a baseline that ignores the query)")
+      ->capture_default_str();
+  cmd->add_option("--kv-recall-memory", f.recall_memory,
+                  "Host memory the demoted blocks of --kv-recall may take, e.g. 512MiB; past it the oldest go to a file "
+                  "in --kv-spill-dir (up to --kv-spill-size) when given, else are dropped")
       ->capture_default_str();
 }
 
@@ -218,6 +221,11 @@ KvConfig KvFlags::to_config() const {
     fail("--kv-recall-choice '{}' is not one of quest, recent", recall_choice);
   }
   c.evict.recall_recent = recall_choice == "recent";
+  {
+    auto bytes = parse_bytes(recall_memory);
+    if (!bytes || *bytes == 0) fail("--kv-recall-memory '{}' is not a size (examples: 1GiB, 512M)", recall_memory);
+    c.evict.recall_memory_bytes = *bytes;
+  }
   c.evict.validate();
   return c;
 }

@@ -50,6 +50,7 @@ struct KvFlags {
   bool recall = false;
   int32_t recall_blocks = 4;
   std::string recall_choice = "quest";
+  std::string recall_memory = "1GiB";
 
   // Validates and converts; throws strata::Error naming the flag.
   KvConfig to_config() const;

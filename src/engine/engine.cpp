@@ -99,10 +99,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
       fail("--kv-evict {} needs attention kernels that report token importance (--device cpu or cuda); the {} backend's do not",
            evict_kind_name(cfg_.kv.evict.kind), device_kind_name(model.backend().kind()));
     }
-    if (cfg_.kv.evict.recall && !model.backend().host_visible()) {
-      fail("--kv-recall needs the CPU backend (--device cpu): demoted tokens are read from host memory");
-    }
-    evictor_ = std::make_unique<KvEvictor>(*kv_, cfg_.kv.evict, mc.n_layer, mc.n_head, storage_->views());
+    evictor_ = std::make_unique<KvEvictor>(*kv_, cfg_.kv.evict, mc.n_layer, mc.n_head, storage_->views(),
+                                           model.backend().host_visible() ? nullptr : &model.backend(),
+                                           make_recall_spill(cfg_.kv, kv_->geometry()));
     sched_->set_evictor(evictor_.get());
     stats_.kv_budget = cfg_.kv.evict.budget;
     stats_.kv_budget_auto = cfg_.kv.evict.auto_budget;
@@ -509,6 +508,12 @@ void Engine::publish_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.counts = c;
   stats_.kv = kv;
+  if (evictor_ && evictor_->recall_store() != nullptr) {
+    const RecallStore& r = *evictor_->recall_store();
+    stats_.kv.recall_bytes = r.bytes();
+    stats_.kv.recall_spilled_blocks = r.counters().spilled_blocks;
+    stats_.kv.recall_dropped_blocks = r.counters().dropped_blocks;
+  }
   stats_.kv_usage_peak = std::max(stats_.kv_usage_peak, kv.usage_ratio());
   stats_.preemptions = sched_->total_preemptions();
   if (evictor_ && evictor_->elastic()) {  // --kv-budget auto: 0 while unbounded

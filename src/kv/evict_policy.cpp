@@ -39,6 +39,7 @@ void EvictConfig::validate() const {
   if (snap_window < 1) fail("the snapkv observation window must be >= 1, got {}", snap_window);
   if (snap_pool < 1 || snap_pool % 2 == 0) fail("the snapkv pooling width must be odd and >= 1, got {}", snap_pool);
   if (recall_blocks < 1) fail("--kv-recall-blocks must be >= 1, got {}", recall_blocks);
+  if (recall_memory_bytes == 0) fail("--kv-recall-memory must be positive");
   if (budget_floor < 1) fail("--kv-budget-floor must be >= 1, got {}", budget_floor);
   if (auto_budget) {
     if (kind == EvictKind::kNone) fail("--kv-budget auto needs an eviction policy (--kv-evict window|h2o|snapkv)");

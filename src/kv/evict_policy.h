@@ -43,6 +43,9 @@ struct EvictConfig {
   // whose summary bounds the previous step's query best are attended again (kv/recall_store.h).
   bool recall = false;
   int32_t recall_blocks = 4;  // --kv-recall-blocks: demoted blocks attended per step (top-k)
+  // --kv-recall-memory: host memory the demoted blocks may take; past it the oldest go to a file
+  // in --kv-spill-dir when one is given (read back when recalled), else are dropped for good.
+  uint64_t recall_memory_bytes = uint64_t{1} << 30;
   // --kv-recall-choice: by the query's votes on the key summaries (quest), or the most recently
   // demoted blocks (recent: a baseline that attends as many tokens without looking at the query).
   bool recall_recent = false;

@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend.h"
 #include "core/check.h"
 #include "kv/kv_manager.h"
 
 namespace strata {
 
 KvEvictor::KvEvictor(KvManager& kv, const EvictConfig& cfg, int32_t n_layer, int32_t n_head,
-                     std::span<const KvLayerView> views)
-    : kv_(kv), policy_(make_evict_policy(cfg)), n_layer_(n_layer), n_head_(n_head), views_(views) {
+                     std::span<const KvLayerView> views, Backend* backend, std::unique_ptr<ColdStore> recall_spill)
+    : kv_(kv), policy_(make_evict_policy(cfg)), n_layer_(n_layer), n_head_(n_head), views_(views), backend_(backend) {
   STRATA_CHECK(policy_ != nullptr && n_layer > 0 && n_head > 0, "KvEvictor without a policy");
   norm_ = 1.0f / static_cast<float>(int64_t{n_layer} * n_head);
   if (cfg.recall) {
     const KvGeometry& g = kv.geometry();
     STRATA_CHECK(static_cast<int32_t>(views.size()) == n_layer && g.n_layer == n_layer, "--kv-recall needs the layer views");
     head_dim_ = g.head_dim;
-    recall_ = std::make_unique<RecallStore>(n_layer, g.block_size, g.n_kv_heads, g.head_dim, g.dtype);
+    recall_ = std::make_unique<RecallStore>(n_layer, g.block_size, g.n_kv_heads, g.head_dim, g.dtype,
+                                            cfg.recall_memory_bytes, std::move(recall_spill));
   }
 }
 
@@ -166,7 +168,18 @@ int32_t KvEvictor::evict_down(SeqId s, std::vector<int32_t> positions, int32_t b
     std::vector<int32_t> drop_pos;
     drop_pos.reserve(drop.size());
     for (int32_t d : drop) drop_pos.push_back(positions[static_cast<size_t>(d)]);
-    recall_->demote(s, views_, table, drop, drop_pos);
+    if (backend_ != nullptr) {
+      const int32_t bs = kv_.block_size();
+      std::vector<int32_t> slots;
+      slots.reserve(drop.size());
+      for (int32_t d : drop) slots.push_back(table[static_cast<size_t>(d / bs)] * bs + d % bs);
+      std::vector<uint8_t> rows(static_cast<size_t>(2 * static_cast<int64_t>(drop.size()) * n_layer_ *
+                                                    views_.front().token_stride_bytes()));
+      backend_->kv_read_rows(views_, slots, rows.data());
+      recall_->demote_rows(s, rows.data(), drop_pos);
+    } else {
+      recall_->demote(s, views_, table, drop, drop_pos);
+    }
     stats_.demoted_tokens += static_cast<int64_t>(drop.size());
   }
   store_.apply_moves(s, *moves, kv_.num_tokens(s));
@@ -184,10 +197,14 @@ void KvEvictor::recall_after_step(SeqId s) {
   const int32_t nb = recall_->num_blocks(s);
   const int32_t want = std::min(policy_->config().recall_blocks, nb);
   std::vector<int32_t> chosen;
+  recall_->forget_dropped(s);
   if (want > 0 && policy_->config().recall_recent) {
-    for (int32_t b = nb - 1; b >= nb - want; --b) chosen.push_back(b);
+    for (int32_t b = nb - 1; b >= 0 && static_cast<int32_t>(chosen.size()) < want; --b) {
+      if (recall_->available(s, b)) chosen.push_back(b);
+    }
   } else if (want > 0) {
     chosen = RecallStore::top_k(recall_->estimate(s, rs->query, n_head_, want), want);
+    std::erase_if(chosen, [&](int32_t b) { return !recall_->available(s, b); });
   }
   // Staging blocks: as many as chosen, while the pool has blocks to spare (they never take the
   // last 1/16 of it, which the sequences' own tokens need first); shrinking keeps the first ones
@@ -209,7 +226,9 @@ void KvEvictor::recall_after_step(SeqId s) {
   for (size_t c = 0; c < chosen.size(); ++c) {
     if (placed[c]) continue;
     while (rs->active[free_i]) ++free_i;  // there are as many staging blocks as chosen ones
-    kv_.load_recall_block(s, static_cast<int32_t>(free_i), recall_->block(s, chosen[c]).image);
+    auto image = recall_->image(s, chosen[c]);
+    if (image == nullptr) continue;  // its spilled copy could not be read: dropped, not attended
+    kv_.load_recall_block(s, static_cast<int32_t>(free_i), std::move(image));
     rs->held[free_i] = chosen[c];
     rs->active[free_i] = 1;
     stats_.recalled_tokens += kv_.block_size();

@@ -31,6 +31,8 @@
 
 namespace strata {
 
+class Backend;
+
 class KvManager;
 
 // Cumulative counters (for /metrics, generate --json, eval).
@@ -46,10 +48,13 @@ struct KvEvictStats {
 class KvEvictor {
  public:
   // `kv` outlives this. n_layer, n_head: the model's, to normalise the mass to one unit per
-  // query row. With cfg.recall: `views` are the storage's layer views (KvStorage::views(), host
-  // memory: demoted rows are read from them), valid as long as this.
+  // query row. With cfg.recall: `views` are the storage's layer views (KvStorage::views()), valid as
+  // long as this; demoted rows are read from them through `backend` (Backend::kv_read_rows) when
+  // given, else directly (host memory).
   // Precondition: cfg.validate() passed and cfg.enabled().
-  KvEvictor(KvManager& kv, const EvictConfig& cfg, int32_t n_layer, int32_t n_head, std::span<const KvLayerView> views = {});
+  // recall_spill: where demoted blocks past cfg.recall_memory_bytes go (make_recall_spill), or null.
+  KvEvictor(KvManager& kv, const EvictConfig& cfg, int32_t n_layer, int32_t n_head, std::span<const KvLayerView> views = {},
+            Backend* backend = nullptr, std::unique_ptr<ColdStore> recall_spill = nullptr);
   ~KvEvictor();
 
   const EvictConfig& config() const { return policy_->config(); }
@@ -122,6 +127,7 @@ class KvEvictor {
   int32_t n_layer_ = 0, n_head_ = 0, head_dim_ = 0;
   std::span<const KvLayerView> views_;
   std::unique_ptr<RecallStore> recall_;
+  Backend* backend_ = nullptr;  // reads demoted rows when set
   std::unordered_map<SeqId, RecallSeq> recall_seqs_;
   int32_t elastic_ = INT32_MAX, elastic_min_ = INT32_MAX;  // --kv-budget auto
 };

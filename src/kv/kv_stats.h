@@ -50,6 +50,11 @@ struct KvStats {
   int64_t evict_copies = 0;
   // Recall (--kv-recall): demoted blocks loaded back into hot staging blocks, in tokens.
   int64_t recalled_tokens = 0;
+  // The recall store (filled by the engine from it): host memory its demoted blocks take
+  // (--kv-recall-memory bounds it), blocks written to its spill file, blocks dropped past the cap.
+  uint64_t recall_bytes = 0;
+  int64_t recall_spilled_blocks = 0;
+  int64_t recall_dropped_blocks = 0;
 
   // Share of the RAM tiers that sequences hold, by bytes. Prefix-cached slots that no sequence
   // holds are evictable, so they count as available (as vLLM's KV usage does); `cached` and

@@ -126,6 +126,25 @@ void Model::ensure_buffers(int64_t n_tokens, int64_t n_logit_rows) {
   }
 }
 
+void Model::copy_queries(const ForwardBatch& batch) {
+  if (query_rows_.empty()) return;
+  const ModelConfig& c = config_;
+  const int64_t row_floats = int64_t{c.n_head} * c.head_dim;
+  const auto nq = static_cast<int64_t>(query_rows_.size());
+  query_host_.resize(static_cast<size_t>(c.n_layer * nq * row_floats));
+  backend_->copy_to_host(query_host_.data(), query_mem_->data(), query_host_.size() * sizeof(float));
+  int64_t j = 0;  // the seqs that asked, in query_rows_'s order
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    float* dst = batch.seqs[i].query;
+    if (dst == nullptr || attn_seqs_[i].n_q == 0) continue;
+    for (int32_t l = 0; l < c.n_layer; ++l) {
+      const float* src = query_host_.data() + (l * nq + j) * row_floats;
+      std::copy(src, src + row_floats, dst + l * row_floats);
+    }
+    ++j;
+  }
+}
+
 std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers) {
   const ModelConfig& c = config_;
   STRATA_CHECK(static_cast<int32_t>(kv_layers.size()) == c.n_layer);
@@ -160,6 +179,24 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   }
 
   Backend& be = *backend_;
+  // Queries asked for on a device backend: gathered per layer on the device (query_mem_), copied
+  // back once after the pass.
+  const bool want_query = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) { return s.query != nullptr; });
+  const int64_t row_floats = int64_t{c.n_head} * c.head_dim;
+  query_rows_.clear();
+  if (want_query && !backend_->host_visible()) {
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+      const AttentionSeq& a = attn_seqs_[i];
+      if (batch.seqs[i].query != nullptr && a.n_q > 0) query_rows_.push_back(a.q_begin + a.n_q - 1);
+    }
+    const auto nq = static_cast<int64_t>(query_rows_.size());
+    if (nq > query_capacity_rows_) {
+      query_mem_.reset();
+      query_mem_ = backend_->allocate(static_cast<uint64_t>(c.n_layer * nq * row_floats) * sizeof(float),
+                                      MemoryUse::kActivations);
+      query_capacity_rows_ = nq;
+    }
+  }
   // Decode steps (one new token per sequence) repeat their shape: a backend that can record and
   // replay a pass (CUDA graphs) gets the chance. Tables are padded to a multiple of 32 blocks, so
   // one recording serves a sequence while it grows by up to 32 blocks.
@@ -178,11 +215,13 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     // Whether the pass reports attention importance (extra ops per layer on a device backend).
     const bool importance = std::any_of(attn_seqs_.begin(), attn_seqs_.end(),
                                         [](const AttentionSeq& a) { return a.importance != nullptr; });
-    std::array<uint64_t, 8 + 2 * 13> parts{};
+    std::array<uint64_t, 10 + 2 * 13> parts{};
     size_t n_parts = 0;
     for (uint64_t v : {static_cast<uint64_t>(importance), static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits), static_cast<uint64_t>(shape.max_blocks),
                        static_cast<uint64_t>(capacity_tokens_), static_cast<uint64_t>(capacity_logit_rows_),
-                       reinterpret_cast<uint64_t>(x_.data), reinterpret_cast<uint64_t>(logit_in_.data)}) {
+                       reinterpret_cast<uint64_t>(x_.data), reinterpret_cast<uint64_t>(logit_in_.data),
+                       static_cast<uint64_t>(query_rows_.size()),
+                       reinterpret_cast<uint64_t>(query_mem_ ? query_mem_->data() : nullptr)}) {
       parts[n_parts++] = v;
     }
     for (const KvLayerView* kv : {&kv_layers.front(), &kv_layers.back()}) {
@@ -205,7 +244,6 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   be.embed(weights_.token_embd, tokens_, x);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const bool want_query = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) { return s.query != nullptr; });
   // The residual adds are fused with the norm that follows them (Backend::add_rms_norm): the
   // attention block's output with the feed-forward norm, the feed-forward output with the next
   // layer's attention norm.
@@ -224,18 +262,17 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     if (want_query) {
       // The two halves of rope_kv_store_attention, with the rotated queries copied in between.
       be.rope_kv_store(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_);
-      const int64_t row_floats = int64_t{c.n_head} * c.head_dim;
-      for (size_t i = 0; i < batch.seqs.size(); ++i) {
-        float* dst = batch.seqs[i].query;
-        const AttentionSeq& a = attn_seqs_[i];
-        if (dst == nullptr || a.n_q == 0) continue;
-        const float* src = q.data + (int64_t{a.q_begin} + a.n_q - 1) * q.cols;
-        dst += l * row_floats;
-        if (be.host_visible()) {
-          std::copy(src, src + row_floats, dst);
-        } else {
-          be.copy_to_host(dst, src, static_cast<uint64_t>(row_floats) * sizeof(float));
+      if (be.host_visible()) {
+        for (size_t i = 0; i < batch.seqs.size(); ++i) {
+          float* dst = batch.seqs[i].query;
+          const AttentionSeq& a = attn_seqs_[i];
+          if (dst == nullptr || a.n_q == 0) continue;
+          const float* src = q.data + (int64_t{a.q_begin} + a.n_q - 1) * q.cols;
+          std::copy(src, src + row_floats, dst + l * row_floats);
         }
+      } else if (!query_rows_.empty()) {
+        const auto nq = static_cast<int64_t>(query_rows_.size());
+        be.gather_rows(q, query_rows_, ActView{reinterpret_cast<float*>(query_mem_->data()) + l * nq * row_floats, nq, row_floats});
       }
       be.paged_attention(q, kv, attn_seqs_, c.n_head, scale, attn);
     } else {
@@ -258,6 +295,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   if (n_logits == 0) {
     if (replay) be.end_replay();
     be.collect_importance();
+    copy_queries(batch);
     return {};
   }
   STRATA_CHECK(static_cast<int64_t>(logit_rows_.size()) == n_logits);
@@ -267,6 +305,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   be.matmul(weights_.output, logit_in, logits);
   if (replay) be.end_replay();
   be.collect_importance();
+  copy_queries(batch);
   const auto n_floats = static_cast<size_t>(logits.size());
   if (be.host_visible()) return {logits.data, n_floats};
   float* dst = be.host_result_buffer(n_floats);  // pinned on a GPU: the copy runs at PCIe speed

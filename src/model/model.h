@@ -53,6 +53,7 @@ class Model {
  private:
   Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend);
   void ensure_buffers(int64_t n_tokens, int64_t n_logit_rows);
+  void copy_queries(const ForwardBatch& batch);  // query_mem_ -> the ForwardSeq::query buffers
 
   std::unique_ptr<Backend> backend_;  // first: destroyed after everything it allocated
   std::unique_ptr<GgufFile> file_;
@@ -68,6 +69,12 @@ class Model {
   ActView x_, h_, q_, k_, v_, attn_, gate_, up_, out_;
   ActView logit_in_, logits_;
   std::vector<float> logits_host_;  // only for backends that are not host-visible
+  // ForwardSeq::query on a backend that is not host-visible: the rows gathered per layer into
+  // query_mem_ ([n_layer][query rows][q_dim], grown on demand) and copied back once after the pass.
+  std::unique_ptr<DeviceBuffer> query_mem_;
+  int64_t query_capacity_rows_ = 0;
+  std::vector<int32_t> query_rows_;
+  std::vector<float> query_host_;
 
   // The batch flattened, host memory.
   std::vector<TokenId> tokens_;

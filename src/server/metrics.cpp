@@ -275,6 +275,14 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
     single(out, "strata_kv_recalled_tokens_total", "counter",
            "Demoted tokens loaded back into attention (--kv-recall: blocks of block-size tokens chosen by their key summaries).",
            st.kv.recalled_tokens);
+    single(out, "strata_kv_recall_bytes", "gauge",
+           "Host memory the demoted blocks of --kv-recall take (bounded by --kv-recall-memory).", st.kv.recall_bytes);
+    single(out, "strata_kv_recall_spilled_blocks_total", "counter",
+           "Demoted blocks moved to the recall spill file past --kv-recall-memory (--kv-spill-dir).",
+           st.kv.recall_spilled_blocks);
+    single(out, "strata_kv_recall_dropped_blocks_total", "counter",
+           "Demoted blocks dropped for good past --kv-recall-memory (no spill file, or it was full).",
+           st.kv.recall_dropped_blocks);
   }
   single(out, "strata_kv_cold_prefetch_hits_total", "counter",
          "Cold-tier fetches whose read was issued steps ahead (sequences about to resume or admit a cold prefix hit).",

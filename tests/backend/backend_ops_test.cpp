@@ -690,6 +690,34 @@ TEST_P(BackendOps, KvMoveRows) {
   }
 }
 
+// kv_read_rows: the K rows of the slots in order, then their V rows, layer after layer; the
+// expected bytes are cut from the host copies of the arenas.
+TEST_P(BackendOps, KvReadRows) {
+  std::mt19937 rng(25);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16}) {
+    const int32_t bs = 16, n_kv = 2, hd = 64, n_blocks = 6;
+    KvLayer l0(dtype, bs, n_kv, hd, n_blocks), l1(dtype, bs, n_kv, hd, n_blocks);
+    for (KvLayer* kv : {&l0, &l1}) {
+      for (auto* bytes : {&kv->hk, &kv->hv}) {
+        for (auto& b : *bytes) b = static_cast<uint8_t>(rng());
+      }
+      kv->upload(be());
+    }
+    const std::vector<int32_t> slots = {95, 0, 17, 40, 41, 3};
+    const int64_t ts = l0.host.token_stride_bytes();
+    std::vector<uint8_t> want;
+    for (KvLayer* kv : {&l0, &l1}) {
+      for (const std::vector<uint8_t>* arena : {&kv->hk, &kv->hv}) {
+        for (int32_t s : slots) want.insert(want.end(), arena->begin() + s * ts, arena->begin() + (s + 1) * ts);
+      }
+    }
+    const std::vector<KvLayerView> views = {l0.dev, l1.dev};
+    std::vector<uint8_t> got(want.size(), 0xAB);
+    be().kv_read_rows(views, slots, got.data());
+    EXPECT_EQ(got, want) << kv_dtype_name(dtype);
+  }
+}
+
 TEST_P(BackendOps, PagedAttentionHot) {
   std::mt19937 rng(21);
   const std::vector<SeqSpec> mixed = {{0, 1}, {0, 37}, {50, 1}, {16, 16}, {100, 5}};
@@ -829,6 +857,44 @@ TEST_P(BackendOps, RopeKvStoreAttentionEqualsTheOpsOneByOne) {
     EXPECT_EQ(0, std::memcmp(out1.data(), out2.data(), out1.size() * sizeof(float))) << "attention output differs";
     EXPECT_EQ(download_bytes(be(), a.dev.k, a.hk.size()), download_bytes(be(), b.dev.k, b.hk.size())) << "K arena";
     EXPECT_EQ(download_bytes(be(), a.dev.v, a.hv.size()), download_bytes(be(), b.dev.v, b.hv.size())) << "V arena";
+    // Decode batches asking for importance (the last sequence does not): the fused kernel reports
+    // the same attention mass as the two ops, bit for bit on CUDA (the decode kernel writes its
+    // scores for importance_decode_mass on both paths). The arenas already hold the new rows: storing them
+    // again changes nothing.
+    if (c.n_q != 1 || !be().reports_attention_importance()) continue;
+    std::vector<std::vector<float>> mass1(seqs.size()), mass2(seqs.size());
+    auto with_mass = [&](std::vector<std::vector<float>>& mass) {
+      std::vector<AttentionSeq> s2 = seqs;
+      for (size_t i = 0; i < s2.size(); ++i) {
+        mass[i].assign(static_cast<size_t>(s2[i].start_pos + 1), 0.0f);
+        if (i + 1 < s2.size() || s2.size() == 1) s2[i].importance = mass[i].data();
+      }
+      return s2;
+    };
+    const std::vector<AttentionSeq> s1 = with_mass(mass1), s2 = with_mass(mass2);
+    const DevArray q3 = upload(be(), q, rows, qw), k3 = upload(be(), k, rows, kw), v3 = upload(be(), v, rows, kw);
+    const DevArray q4 = upload(be(), q, rows, qw), k4 = upload(be(), k, rows, kw), v4 = upload(be(), v, rows, kw);
+    be().rope_kv_store(q3.view, k3.view, v3.view, pos, c.n_head, c.n_kv, c.head_dim, rp, a.dev, slots);
+    be().paged_attention(q3.view, a.dev, s1, c.n_head, scale, o1.view);
+    be().collect_importance();
+    be().rope_kv_store_attention(q4.view, k4.view, v4.view, pos, c.n_head, c.n_kv, c.head_dim, rp, b.dev, slots, s2,
+                                 scale, o2.view);
+    be().collect_importance();
+    const auto out3 = download(be(), o1.view), out4 = download(be(), o2.view);
+    EXPECT_EQ(0, std::memcmp(out3.data(), out4.data(), out3.size() * sizeof(float))) << "attention output with importance";
+    EXPECT_EQ(0, std::memcmp(out1.data(), out3.data(), out1.size() * sizeof(float))) << "importance changed the output";
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (be().kind() == DeviceKind::kCuda) {
+        EXPECT_EQ(mass1[i], mass2[i]) << "sequence " << i;
+      } else {  // the CPU threads' partial sums meet in the order they finish: equal to rounding
+        for (size_t k = 0; k < mass1[i].size(); ++k) EXPECT_NEAR(mass1[i][k], mass2[i][k], 1e-5f) << i << " key " << k;
+      }
+      if (s1[i].importance == nullptr) continue;
+      // One query row: its mass over the keys sums to the number of query heads.
+      double sum = 0;
+      for (float m : mass1[i]) sum += m;
+      EXPECT_NEAR(sum, c.n_head, 1e-3 * c.n_head) << "sequence " << i;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <random>
 
+#include "kv/file_cold_store.h"
 #include "kv/kv_evictor.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
@@ -76,8 +77,8 @@ TEST(RecallStore, DemotedRowsAreCopiedExactlyAndSummarised) {
   EXPECT_EQ(store.open_tokens(1), 1);
   const RecallBlock& b = store.block(1, 0);
   EXPECT_EQ(b.positions, (std::vector<int32_t>{101, 105, 106, 109}));
-  ASSERT_EQ(b.image->size(), kGeo.bytes_per_block());
-  const auto* img = reinterpret_cast<const float*>(b.image->data());
+  ASSERT_EQ(b.image->bytes()->size(), kGeo.bytes_per_block());
+  const auto* img = reinterpret_cast<const float*>(b.image->bytes()->data());
   for (int32_t l = 0; l < kGeo.n_layer; ++l) {
     const KvLayerView& v = w.storage.views()[static_cast<size_t>(l)];
     const float* kimg = img + static_cast<size_t>(l) * 2 * 4 * kRow;
@@ -172,6 +173,82 @@ TEST(RecallStore, VotesPickTheBlockTheQueryPointsAt) {
   EXPECT_EQ(RecallStore::top_k(std::vector<float>{1, 1}, 5), (std::vector<int32_t>{1, 0}));
 }
 
+// --kv-recall-memory: the images past the cap leave host memory oldest first: into the spill file
+// when there is one (read back byte for byte, and freed with their last holder), else dropped
+// (never voted for again, their summaries freed). Blocks are built from rows written here, so the
+// expected bytes do not come from the store.
+TEST(RecallStore, MemoryCapSpillsTheOldestToTheFileOrDropsThem) {
+  const int64_t image = 2 * int64_t{kGeo.n_layer} * kGeo.block_size * kRow * static_cast<int64_t>(sizeof(float));
+  const int32_t n = 4;  // tokens demoted per call: one full block
+  auto rows_of = [&](int32_t b) {  // demote_rows layout, every float = 1000 * block + index
+    std::vector<float> rows(static_cast<size_t>(2 * kGeo.n_layer * n * kRow));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(1000 * b + static_cast<int32_t>(i));
+    return rows;
+  };
+  // The image of block b as the store lays it out: per layer, K block then V block.
+  auto image_of = [&](int32_t b) {
+    const std::vector<float> r = rows_of(b);
+    std::vector<float> img;
+    for (int32_t l = 0; l < kGeo.n_layer; ++l) {
+      const float* k = r.data() + static_cast<size_t>(l) * 2 * n * kRow;
+      img.insert(img.end(), k, k + n * kRow);
+      img.insert(img.end(), k + n * kRow, k + 2 * n * kRow);
+    }
+    return img;
+  };
+  for (const bool with_file : {true, false}) {
+    SCOPED_TRACE(with_file ? "spill file" : "no spill file");
+    const std::string dir = test::make_temp_dir("recall_spill");
+    std::unique_ptr<ColdStore> cold;
+    if (with_file) cold = std::make_unique<FileColdStore>(dir, 3 * static_cast<uint64_t>(image), static_cast<uint64_t>(image));
+    RecallStore store(kGeo.n_layer, kGeo.block_size, kGeo.n_kv_heads, kGeo.head_dim, kGeo.dtype,
+                      2 * static_cast<uint64_t>(image), std::move(cold));
+    for (int32_t b = 0; b < 6; ++b) {
+      const std::vector<float> rows = rows_of(b);
+      const std::vector<int32_t> pos = {4 * b, 4 * b + 1, 4 * b + 2, 4 * b + 3};
+      store.demote_rows(1, reinterpret_cast<const uint8_t*>(rows.data()), pos);
+      EXPECT_LE(store.bytes(), 2 * static_cast<uint64_t>(image));
+    }
+    ASSERT_EQ(store.num_blocks(1), 6);
+    // Blocks 4 and 5 in memory; 0..2 in the file (3 slots) or dropped; 3 dropped in both cases
+    // (the file holds three).
+    EXPECT_EQ(store.counters().spilled_blocks, with_file ? 3 : 0);
+    EXPECT_EQ(store.counters().dropped_blocks, with_file ? 1 : 4);
+    for (int32_t b = 0; b < 6; ++b) {
+      const bool want = b >= 4 || (with_file && b <= 2);
+      EXPECT_EQ(store.available(1, b), want) << b;
+      const auto img = store.image(1, b);
+      if (!want) {
+        EXPECT_EQ(img, nullptr) << b;
+        continue;
+      }
+      ASSERT_NE(img, nullptr) << b;
+      const std::vector<float> expect = image_of(b);
+      ASSERT_EQ(img->size(), expect.size() * sizeof(float));
+      EXPECT_EQ(0, std::memcmp(img->data(), expect.data(), img->size())) << b;
+    }
+    EXPECT_EQ(store.counters().cold_reads, with_file ? 3 : 0);
+    // A dropped block is never voted for, whatever the query.
+    std::vector<float> q(static_cast<size_t>(kGeo.n_layer) * 2 * kGeo.head_dim, 1.0f);
+    const std::vector<float> votes = store.estimate(1, q, 2, 6);
+    for (int32_t b = 0; b < 6; ++b) {
+      if (!store.available(1, b)) {
+        EXPECT_EQ(votes[static_cast<size_t>(b)], 0.0f) << b;
+      }
+    }
+    store.forget_dropped(1);
+    EXPECT_TRUE(store.block(1, 3).kmin.empty());
+    EXPECT_FALSE(store.block(1, 4).kmin.empty());
+    // A fork shares the images; erasing both frees them.
+    store.fork(1, 2);
+    store.erase(1);
+    EXPECT_GT(store.bytes(), 0u);
+    store.erase(2);
+    EXPECT_EQ(store.bytes(), 0u);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(KvManagerRecall, StagingBlocksAreCountedReleasedAndNeverShared) {
   const std::string dir = test::make_temp_dir("strata-recall");
   KvConfig cfg = config(8);
@@ -262,7 +339,7 @@ TEST(KvEvictorRecall, DemotesWhatH2oDropsAndLoadsTheBlockTheQueryPointsAt) {
     const RecallStore& store = *ev.recall_store();
     for (size_t i = 0; i < staged.size(); ++i) {
       const RecallBlock& b = store.block(1, staged[i]);
-      const auto* img = reinterpret_cast<const float*>(b.image->data());
+      const auto* img = reinterpret_cast<const float*>(b.image->bytes()->data());
       for (int32_t r = 0; r < 4; ++r) {
         for (int32_t l = 0; l < kGeo.n_layer; ++l) {
           const KvLayerView& v = w.storage.views()[static_cast<size_t>(l)];

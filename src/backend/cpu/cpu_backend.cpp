@@ -175,6 +175,19 @@ void CpuBackend::kv_move_rows(const KvLayerView& kv, std::span<const int32_t> sr
   }
 }
 
+void CpuBackend::kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) {
+  for (const KvLayerView& kv : views) {
+    const int64_t ts = kv.token_stride_bytes();
+    for (const uint8_t* arena : {kv.k, kv.v}) {
+      for (int32_t slot : slots) {
+        STRATA_CHECK(slot >= 0 && slot / kv.block_size < kv.n_hot_blocks, "kv_read_rows: slot {} is not hot", slot);
+        std::memcpy(out, arena + int64_t{slot} * ts, static_cast<size_t>(ts));
+        out += ts;
+      }
+    }
+  }
+}
+
 void CpuBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
   STRATA_CHECK(src >= 0 && dst >= 0 && src < kv.n_hot_blocks && dst < kv.n_hot_blocks, "kv_copy_block: not hot ids");
   const int64_t bs = kv.block_stride_bytes();

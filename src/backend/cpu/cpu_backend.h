@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
   bool reports_attention_importance() const override { return true; }
   void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
   void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) override;
+  void kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) override;
   void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                       uint8_t* v_slot) override;
   void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;

@@ -371,6 +371,10 @@ __global__ void __launch_bounds__(WQ * 32, (VEC <= 3 ? 12 : 8) / WQ)
     const float L = warp_sum(l[r]);
     if (r >= rcount) continue;
     const int64_t row = vec_out(r);
+    if (b.imp_ml != nullptr && lane == 0) {  // importance asked: this split's (max, sum) of the row
+      b.imp_ml[(row * nsplit + split) * 2] = m[r];
+      b.imp_ml[(row * nsplit + split) * 2 + 1] = L;
+    }
     if (nsplit == 1) {
       const float inv = 1.0f / L;
       float* o = out + row * hd;
@@ -637,6 +641,12 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
         }
       }
     }
+    if (b.imp_scores != nullptr && lane < nk) {  // importance asked: the scores, for importance_decode_mass
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < rcount) b.imp_scores[(row0 + r) * b.imp_stride + k0 + lane] = s[r] * scale;
+      }
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const float sc = lane < nk ? s[r] * scale : -INFINITY;
@@ -718,6 +728,10 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
   for (int r = 0; r < R; ++r) {
     if (r >= rcount) break;
     const int64_t row = row0 + r;
+    if (b.imp_ml != nullptr && lane == 0) {
+      b.imp_ml[(row * nsplit + split) * 2] = m[r];
+      b.imp_ml[(row * nsplit + split) * 2 + 1] = L[r];
+    }
     if (nsplit == 1) {
       const float inv = 1.0f / L[r];
       float* o = out + row * hd;
@@ -884,6 +898,12 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
                 attn::mma_splits(n_tokens, n_head, max_ctx)});
   if (nsplit <= 1) return 0;
   return int64_t{n_tokens} * n_head * nsplit * (head_dim + 2);
+}
+
+int32_t attention_splits(const KvLayerView& kv, const AttnBatch& b, int32_t n_head) {
+  if (b.max_n_q > 1 && attn::mma_eligible(kv)) return attn::mma_splits(b.n_tokens, n_head, b.max_ctx);
+  if (b.max_n_q == 1) return attn::dec_splits(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
+  return attn::choose_splits(b.n_tokens, n_head, b.max_ctx);
 }
 
 bool rope_attention_fusable(const KvLayerView& kv, const AttnBatch& b, int32_t n_rot) {

@@ -360,6 +360,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int r = 0; r < 2; ++r) {
     if (!(r == 0 ? oka : okb)) continue;
     const int64_t row = r == 0 ? rowa : rowb;
+    if (b.imp_ml != nullptr && tig == 0) {  // importance asked: this split's (max, sum) of the row
+      b.imp_ml[(row * nsplit + split) * 2] = m[r];
+      b.imp_ml[(row * nsplit + split) * 2 + 1] = L[r];
+    }
     if (nsplit == 1) {
       const float inv = 1.0f / L[r];
       float* dst = out + row * D + 2 * tig;

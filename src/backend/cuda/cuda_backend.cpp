@@ -244,7 +244,7 @@ struct CudaBackend::Impl {
   std::vector<std::unique_ptr<CudaBuffer>> owned;  // uploaded weights and vectors
   std::unique_ptr<ArgStager> stager;
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
-  Scratch x16, x16_lo, w16, attn_scratch, imp_lse, imp_mass, imp_part;
+  Scratch x16, x16_lo, w16, attn_scratch, imp_scores, imp_ml, imp_mass, imp_part, rows_out;
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -801,6 +801,14 @@ cuda::AttnBatch CudaBackend::stage_attention(const KvLayerView& kv, std::span<co
   return b;
 }
 
+// One layer's importance launch (importance_begin / importance_end).
+struct CudaBackend::ImpLayer {
+  const cuda::ImpSeqDev* dimp = nullptr;
+  bool first = false;
+  bool decode = false;
+  int32_t nsplit = 0;  // decode: the kernel's splits (imp_ml's second dimension)
+};
+
 void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
                                   float scale, ActView out) {
   STRATA_CHECK(n_head % kv.n_kv_heads == 0 && q.cols == int64_t{n_head} * kv.head_dim && out.cols == q.cols &&
@@ -808,25 +816,30 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
   if (seqs.empty()) return;
   Impl& m = *impl_;
   if (!m.replaying()) m.wrote(out.data, out.size());
-  const cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
-  if (!m.replaying()) {
-    m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
-            [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
-  }
-  attention_importance(q.data, kv, seqs, b, n_head, scale);
+  cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
+  ImpLayer il;
+  const bool imp = importance_begin(kv, seqs, b, n_head, il);
+  if (m.replaying()) return;
+  m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
+          [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
+  if (imp) importance_end(q.data, kv, b, n_head, scale, il);
 }
 
-// The importance of the sequences that asked (AttentionSeq::importance), after their attention:
-// staged in every mode (a replayed pass finds its arrays where the recording put them), launched
-// unless replaying. Sequence i's keys sit at a packed offset of the partial sums (imp_part); the
-// first layer of a pass writes them, the next ones add, and collect_importance sums the partials
-// (imp_mass) and copies them out after the pass.
-void CudaBackend::attention_importance(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs,
-                                       const cuda::AttnBatch& b, int32_t n_head, float scale) {
+// The importance of the sequences that asked (AttentionSeq::importance). Sequence i's keys sit at
+// a packed offset of the partial sums (imp_part); the first layer of a pass writes them, the next
+// ones add, and collect_importance sums the partials (imp_mass) and copies them out after the pass.
+// Every attention kernel writes its splits' (max, sum) per row (AttnBatch::imp_ml). Decode
+// batches (every n_q = 1): the decode kernel also writes its scores (imp_scores) and one light
+// kernel turns them into mass, one partial; other batches: attention_importance's mass kernel (a
+// second pass over K with the lse known), a partial per chunk of rows and kv head. The arrays are staged in every mode (a replayed pass
+// finds them where the recording put them); kernels launch unless replaying.
+
+bool CudaBackend::importance_begin(const KvLayerView& kv, std::span<const AttentionSeq> seqs, cuda::AttnBatch& b,
+                                   int32_t n_head, ImpLayer& il) {
   Impl& m = *impl_;
   bool any = false;
   for (const AttentionSeq& s : seqs) any = any || s.importance != nullptr;
-  if (!any) return;
+  if (!any) return false;
   STRATA_CHECK(kv.head_dim <= cuda::kImportanceMaxHeadDim, "attention importance: head_dim {} > {}", kv.head_dim,
                cuda::kImportanceMaxHeadDim);
   std::vector<int32_t>& h = m.imp_host;
@@ -842,11 +855,13 @@ void CudaBackend::attention_importance(const float* q, const KvLayerView& kv, st
       off += s.start_pos + s.n_q;
     }
   }
+  il.decode = b.max_n_q == 1;
   // A recorded pass has the same layout at every replay: sized by the padded shape.
   const int64_t floats = std::max<int64_t>(off, int64_t{b.n_seqs} * b.max_ctx);
-  const cuda::ImportanceScratch sz = cuda::importance_scratch(b.n_tokens, n_head, kv.n_kv_heads, b.max_n_q, b.max_ctx, floats);
-  const bool first = !m.imp_open;
-  if (first) {
+  const cuda::ImportanceScratch sz =
+      il.decode ? cuda::ImportanceScratch{1, floats} : cuda::importance_scratch(kv.n_kv_heads, b.max_n_q, floats);
+  il.first = !m.imp_open;
+  if (il.first) {
     m.imp_targets = std::move(targets);
     m.imp_floats = off;
     m.imp_open = true;
@@ -855,12 +870,32 @@ void CudaBackend::attention_importance(const float* q, const KvLayerView& kv, st
   }
   STRATA_CHECK(sz.parts == m.imp_parts && floats == m.imp_stride, "attention importance: batch shape changed within a pass");
   static_assert(sizeof(cuda::ImpSeqDev) == 2 * sizeof(int32_t));
-  const auto* dimp = reinterpret_cast<const cuda::ImpSeqDev*>(m.stage(m.memo_imp, std::span<const int32_t>(h)));
-  if (m.replaying()) return;
-  auto* lse = static_cast<float*>(m.scratch(m.imp_lse, static_cast<uint64_t>(sz.lse_floats) * sizeof(float)));
-  auto* part = static_cast<float*>(m.scratch(m.imp_part, static_cast<uint64_t>(sz.part_floats) * sizeof(float)));
+  il.dimp = reinterpret_cast<const cuda::ImpSeqDev*>(m.stage(m.memo_imp, std::span<const int32_t>(h)));
+  if (m.replaying()) return true;
+  // Every attention kernel writes its splits' (max, sum) per row; decode also its scores.
+  il.nsplit = cuda::attention_splits(kv, b, n_head);
+  const int64_t rows = int64_t{b.n_tokens} * n_head;
+  b.imp_ml = static_cast<float*>(m.scratch(m.imp_ml, static_cast<uint64_t>(rows * il.nsplit * 2) * sizeof(float)));
+  if (il.decode) {
+    b.imp_stride = b.max_ctx;
+    b.imp_scores = static_cast<float*>(m.scratch(m.imp_scores, static_cast<uint64_t>(rows * b.max_ctx) * sizeof(float)));
+  }
+  return true;
+}
+
+void CudaBackend::importance_end(const float* q, const KvLayerView& kv, const cuda::AttnBatch& b, int32_t n_head,
+                                 float scale, const ImpLayer& il) {
+  Impl& m = *impl_;
+  auto* part = static_cast<float*>(m.scratch(m.imp_part, static_cast<uint64_t>(m.imp_parts * m.imp_stride) * sizeof(float)));
+  if (il.decode) {
+    m.timed("attention importance (decode)",
+            [&] { cuda::importance_decode_mass(b, il.dimp, n_head, il.nsplit, part, !il.first, m.stream); });
+    return;
+  }
+  // The log-sum-exp partials come from the attention kernel (b.imp_ml): one pass over K here.
   m.timed("attention importance", [&] {
-    cuda::attention_importance(q, kv, b, dimp, n_head, scale, lse, part, floats, !first, m.stream);
+    cuda::attention_importance(q, kv, b, il.dimp, n_head, scale, b.imp_ml, il.nsplit, part, m.imp_stride, !il.first,
+                               m.stream);
   });
 }
 
@@ -905,6 +940,30 @@ void CudaBackend::kv_move_rows(const KvLayerView& kv, std::span<const int32_t> s
   cuda::kv_move_rows(kv, d, d + src.size(), static_cast<int64_t>(src.size()), m.stream);
 }
 
+void CudaBackend::kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV row reads are not part of a recorded pass");
+  if (slots.empty() || views.empty()) return;
+  Impl& m = *impl_;
+  for (const KvLayerView& kv : views) {
+    for (int32_t slot : slots) {
+      STRATA_CHECK(slot >= 0 && slot / kv.block_size < kv.n_hot_blocks, "kv_read_rows: slot {} is not hot", slot);
+    }
+  }
+  const int32_t* d = m.stage(m.memo_moves, slots);
+  int64_t total = 0;
+  for (const KvLayerView& kv : views) total += 2 * static_cast<int64_t>(slots.size()) * kv.token_stride_bytes();
+  // Not read by recorded passes: its growth need not invalidate them.
+  uint64_t unrecorded_epoch = 0;
+  auto* dev = static_cast<uint8_t*>(m.rows_out.get(static_cast<uint64_t>(total), &unrecorded_epoch, false));
+  int64_t at = 0;
+  for (const KvLayerView& kv : views) {
+    cuda::kv_read_rows(kv, d, static_cast<int64_t>(slots.size()), dev + at, m.stream);
+    at += 2 * static_cast<int64_t>(slots.size()) * kv.token_stride_bytes();
+  }
+  STRATA_CUDA(cudaMemcpyAsync(out, dev, static_cast<size_t>(total), cudaMemcpyDeviceToHost, m.stream));
+  STRATA_CUDA(cudaStreamSynchronize(m.stream));
+}
+
 // Decode batches: RoPE, the KV store and attention in one kernel (cuda::rope_kv_store_attention);
 // anything else, or with STRATA_CUDA_FUSED_ATTN=0: the two ops. Which one runs depends on the
 // batch's shape only (n_q of every sequence), never on the values.
@@ -917,8 +976,8 @@ void CudaBackend::rope_kv_store_attention(ActView q, ActView k, ActView v, std::
     return e == nullptr || std::string(e) != "0";
   }();
   bool decode = enabled && !seqs.empty() && static_cast<int64_t>(seqs.size()) == q.rows;
-  // Importance is computed from the rotated q, which the fused kernel does not leave behind.
-  for (const AttentionSeq& s : seqs) decode = decode && s.n_q == 1 && s.importance == nullptr;
+  // (Importance, when asked, comes from the scores the decode kernel writes: importance_begin.)
+  for (const AttentionSeq& s : seqs) decode = decode && s.n_q == 1;
   if (!decode || p.n_rot > head_dim || p.n_rot % 2 != 0 || head_dim > 256) {
     Backend::rope_kv_store_attention(q, k, v, pos, n_head, n_kv_head, head_dim, p, kv, slots, seqs, scale, out);
     return;
@@ -932,14 +991,18 @@ void CudaBackend::rope_kv_store_attention(ActView q, ActView k, ActView v, std::
   const int32_t* dpos = m.stage(m.memo_pos, pos);
   const int32_t* dslots = m.stage(m.memo_slots, slots);
   if (!m.replaying()) m.wrote(out.data, out.size());
-  const cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
+  cuda::AttnBatch b = stage_attention(kv, seqs, q.rows, n_head);
+  ImpLayer il;
+  const bool imp = importance_begin(kv, seqs, b, n_head, il);
   if (m.replaying()) return;
   STRATA_CHECK(cuda::rope_attention_fusable(kv, b, p.n_rot));
+  STRATA_CHECK(!imp || il.decode);
   const double* inv_freq = m.rope_inv_freq(p);
   m.timed("rope + KV store + attention (decode)", [&] {
     cuda::rope_kv_store_attention(q.data, k.data, v.data, dpos, dslots, p, inv_freq, kv, b, n_head, scale, out.data,
                                   m.stream);
   });
+  if (imp) importance_end(q.data, kv, b, n_head, scale, il);
 }
 
 void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {

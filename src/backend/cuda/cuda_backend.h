@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
   bool reports_attention_importance() const override { return true; }
   void collect_importance() override;
   void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) override;
+  void kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) override;
 
   double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
   std::optional<uint64_t> free_memory_bytes() override;
@@ -95,8 +96,15 @@ class CudaBackend final : public Backend {
   struct Impl;
   cuda::AttnBatch stage_attention(const KvLayerView& kv, std::span<const AttentionSeq> seqs, int64_t q_rows,
                                   int32_t n_head);
-  void attention_importance(const float* q, const KvLayerView& kv, std::span<const AttentionSeq> seqs,
-                            const cuda::AttnBatch& b, int32_t n_head, float scale);
+  // Attention importance around one layer's attention (see cuda_backend.cpp): begin (before the
+  // attention launch: stages the per-sequence arrays, and for decode batches points b at the score
+  // buffers the decode kernel fills), end (after it: the mass kernels). begin returns false when
+  // no sequence asked (then end must not be called).
+  struct ImpLayer;
+  bool importance_begin(const KvLayerView& kv, std::span<const AttentionSeq> seqs, cuda::AttnBatch& b, int32_t n_head,
+                        ImpLayer& il);
+  void importance_end(const float* q, const KvLayerView& kv, const cuda::AttnBatch& b, int32_t n_head, float scale,
+                      const ImpLayer& il);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,22 +1,23 @@
 // Attention importance on the CUDA backend (AttentionSeq::importance, --kv-evict): the softmax mass
 // each cached key received from the counted query rows of its sequence, summed over all query
-// heads, accumulated over the layers of a pass. Kernels after a layer's attention, reading the same
-// q (rotated) and the same K rows (hot or warm, through row_src / row_elem) as attention; both
-// stage tiles of KT keys (as f32) and of query vectors in shared memory, so the K loads are
-// independent and coalesced:
+// heads, accumulated over the layers of a pass. Every attention kernel writes, when a batch asks,
+// each split's final (max, sum) per query row (AttnBatch::imp_ml), so the log-sum-exp of every row
+// is known without a pass of its own; then:
 //
-//   importance_lse_kernel: block per (sequence, kv head, tile of query vectors): the log-sum-exp of
-//     each vector's scores over its causal keys (threads take keys, online max/sum per vector,
-//     merged in key order) into lse[row][head];
-//   importance_mass_kernel: block per (sequence, key tile, chunk of 64 counted rows): per key,
-//     Σ over the chunk's rows that see it and over all heads of exp(score - lse); one chunk (decode)
-//     writes the sequence's region of the packed mass buffer directly (= on the first layer of the
-//     pass, += after), several (prefill) write partials that importance_reduce_kernel adds in
-//     chunk order.
+//   decode batches (every sequence one query row): the decode kernel also writes every scaled
+//     score (AttnBatch::imp_scores), and importance_decode_mass_kernel (block per sequence and
+//     tile of 256 keys) merges each head's lse from the splits and sums exp(score - lse) over the
+//     heads per key — no second pass over K: one small kernel per layer;
+//   other batches (prefill chunks): importance_mass_kernel, block per (sequence, key tile, chunk
+//     of 64 counted rows x kv head), stages a tile of KT keys (as f32) and of query vectors in
+//     shared memory and sums, per key, exp(q.k * scale - lse) over the chunk's rows that see it and
+//     the kv head's query heads, reading the same q (rotated) and K rows (hot or warm, through
+//     row_src / row_elem) as attention; partials per chunk and kv head, which
+//     importance_reduce_kernel adds in order when the pass is collected.
 //
-// The attention kernels are not touched: importance costs these launches per layer, and only
-// passes that ask for it pay them. Deterministic: every sum has a fixed order (no atomics; the
-// layers run in stream order), so the same pass gives the same bits.
+// The first layer of a pass writes the sums (=), the next ones add (+=). Deterministic: every sum
+// has a fixed order (no atomics; the layers run in stream order), so the same pass gives the same
+// bits.
 // Thread-safety: launchers are called from the engine thread only.
 #include <cuda_runtime.h>
 
@@ -27,6 +28,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -34,20 +36,11 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerChunk = 64;  // mass kernel: counted rows per block (prefill splits its rows)
-constexpr int kSplitKeys = 256;    // lse kernel: keys per split (long contexts spread over blocks)
-constexpr int kMaxSplits = 64;
 
 // Keys per shared tile: KT * head_dim <= 8192 floats (~32 KB with padding); KT / kWarps <= 32.
 __host__ __device__ __forceinline__ int tile_keys(int32_t hd) { return hd <= 64 ? 128 : (hd <= 128 ? 64 : 32); }
 // Query vectors staged at once.
 __host__ __device__ __forceinline__ int tile_vecs(int32_t hd) { return hd <= 128 ? 16 : 8; }
-
-int32_t lse_splits(int32_t max_ctx) { return std::clamp((max_ctx + kSplitKeys - 1) / kSplitKeys, 1, kMaxSplits); }
-// Keys per split: a whole number of tiles.
-int32_t split_len(int32_t max_ctx, int32_t nsplit, int KT) {
-  const int32_t per = (max_ctx + nsplit - 1) / nsplit;
-  return (per + KT - 1) / KT * KT;
-}
 
 // Keys [k0, min(k0 + KT, k_end)) of kv head kvh (as f32, row stride hd + 1) into Ks. A warp per key
 // (its lanes over the channels, up to 8 each); each lane first fetches one table entry, so the
@@ -106,91 +99,6 @@ __device__ __forceinline__ float dot_shared(const float* a, const float* b, int3
   }
   for (; d < hd; ++d) acc0 = fmaf(a[d], b[d], acc0);
   return (acc0 + acc1) + (acc2 + acc3);
-}
-
-// One block per (sequence, kv head x split of the keys, tile of VT query vectors): vector v of the
-// tile is counted row from + (v0 + v) / group, head kvh * group + (v0 + v) % group. Thread t takes
-// key t % KT of every key tile of the split for vectors t / KT, + parts, ...; per vector an online
-// (max, sum), merged over the KT threads in key order at the end (deterministic) into the split's
-// partial lse_part[row][head][split] = {max, sum} (max = -INF: the split had no key for it).
-__global__ void __launch_bounds__(kThreads) importance_lse_kernel(const float* __restrict__ q, KvLayerView kv,
-                                                                  AttnBatch b, const ImpSeqDev* __restrict__ imp,
-                                                                  int32_t n_head, float scale, int32_t nsplit,
-                                                                  int32_t split_keys, float* lse_part) {
-  extern __shared__ float smem[];
-  const int32_t si = static_cast<int32_t>(blockIdx.x);
-  const int32_t kvh = static_cast<int32_t>(blockIdx.y) / nsplit, split = static_cast<int32_t>(blockIdx.y) % nsplit;
-  const AttnSeqDev sq = b.seqs[si];
-  const ImpSeqDev is = imp[si];
-  if (is.off < 0 || is.from >= sq.n_q) return;
-  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads;
-  const int KT = tile_keys(hd), VT = tile_vecs(hd), parts = kThreads / KT;
-  const int32_t n_vec = (sq.n_q - is.from) * group;
-  const int32_t v0 = static_cast<int32_t>(blockIdx.z) * VT;
-  if (v0 >= n_vec) return;
-  const int nv = min(VT, n_vec - v0);
-  float* Ks = smem;                      // [KT][hd + 1]
-  float* Qs = Ks + KT * (hd + 1);        // [VT][hd]
-  for (int e = static_cast<int>(threadIdx.x); e < nv * hd; e += kThreads) {
-    const int v = e / hd, d = e % hd;
-    const int32_t vv = v0 + v, row = sq.q_begin + is.from + vv / group, h = kvh * group + vv % group;
-    Qs[v * hd + d] = q[(int64_t{row} * n_head + h) * hd + d];
-  }
-  const int key = static_cast<int>(threadIdx.x) % KT, part = static_cast<int>(threadIdx.x) / KT;
-  float m[16], l[16];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    m[j] = -INFINITY;
-    l[j] = 0.0f;
-  }
-  // The keys the tile's last vector sees bound the split's range.
-  const int32_t last_row = is.from + (v0 + nv - 1) / group;
-  const int32_t k_begin = split * split_keys;
-  const int32_t k_end = min(sq.start_pos + last_row + 1, k_begin + split_keys);
-  const int32_t* table = b.tables + sq.table_offset;
-  for (int32_t k0 = k_begin; k0 < k_end; k0 += KT) {
-    __syncthreads();  // Qs written / the previous tile read
-    load_k_tile(kv, table, kvh, k0, k_end, KT, Ks);
-    __syncthreads();
-    const int32_t k = k0 + key;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int v = part + j * parts;
-      if (v >= nv) break;
-      const int32_t row = is.from + (v0 + v) / group;
-      if (k >= k_end || k > sq.start_pos + row) continue;  // causal, and past the split
-      const float sc = dot_shared(Qs + v * hd, Ks + key * (hd + 1), hd) * scale;
-      const float m2 = fmaxf(m[j], sc);
-      l[j] = l[j] * __expf(m[j] - m2) + __expf(sc - m2);
-      m[j] = m2;
-    }
-  }
-  __syncthreads();
-  float* rm = smem;                 // [VT][KT]
-  float* rl = smem + VT * KT;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const int v = part + j * parts;
-    if (v >= nv) break;
-    rm[v * KT + key] = m[j];
-    rl[v * KT + key] = l[j];
-  }
-  __syncthreads();
-  if (static_cast<int>(threadIdx.x) < nv) {
-    const int v = static_cast<int>(threadIdx.x);
-    float M = -INFINITY, L = 0.0f;
-    for (int t = 0; t < KT; ++t) {
-      const float mt = rm[v * KT + t], lt = rl[v * KT + t];
-      if (mt == -INFINITY) continue;
-      const float m2 = fmaxf(M, mt);
-      L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
-      M = m2;
-    }
-    const int32_t vv = v0 + v, row = sq.q_begin + is.from + vv / group, h = kvh * group + vv % group;
-    float* dst = lse_part + ((int64_t{row} * n_head + h) * nsplit + split) * 2;
-    dst[0] = M;
-    dst[1] = L;
-  }
 }
 
 // One block per (sequence, tile of KT keys, chunk of kRowsPerChunk counted rows x kv head): the kv
@@ -269,6 +177,45 @@ __global__ void __launch_bounds__(kThreads) importance_mass_kernel(const float* 
   *dst = accumulate ? *dst + total : total;
 }
 
+// Decode batches (importance_decode_mass): block per (sequence, tile of kDecKeys keys). The lse of
+// each of the sequence's n_head rows, merged from the decode kernel's per-split (max, sum) in split
+// order, into shared memory; then thread t sums, for key t of the tile, exp(score - lse) over the
+// heads in head order (score rows are contiguous in keys: the loads of a warp coalesce).
+constexpr int kDecKeys = 256;
+__global__ void __launch_bounds__(kDecKeys) importance_decode_mass_kernel(AttnBatch b, const ImpSeqDev* __restrict__ imp,
+                                                                          int32_t n_head, int32_t nsplit, float* part,
+                                                                          bool accumulate) {
+  pdl_wait();  // the attention kernel's scores (launch.cuh: before anything, in every block)
+  pdl_trigger();
+  extern __shared__ float lse[];  // [n_head]
+  const AttnSeqDev sq = b.seqs[blockIdx.x];
+  const ImpSeqDev is = imp[blockIdx.x];
+  const int32_t keys = sq.start_pos + sq.n_q;
+  const int32_t k0 = static_cast<int32_t>(blockIdx.y) * kDecKeys;
+  if (is.off < 0 || sq.n_q != 1 || is.from > 0 || k0 >= keys) return;  // block-uniform
+  const int64_t row0 = int64_t{sq.q_begin} * n_head;
+  for (int32_t h = static_cast<int32_t>(threadIdx.x); h < n_head; h += kDecKeys) {
+    const float* ml = b.imp_ml + (row0 + h) * nsplit * 2;
+    float M = -INFINITY, L = 0.0f;
+    for (int32_t sp = 0; sp < nsplit; ++sp) {
+      const float mt = ml[2 * sp], lt = ml[2 * sp + 1];
+      if (mt == -INFINITY) continue;
+      const float m2 = fmaxf(M, mt);
+      L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
+      M = m2;
+    }
+    lse[h] = M + __logf(L);
+  }
+  __syncthreads();
+  const int32_t k = k0 + static_cast<int32_t>(threadIdx.x);
+  if (k >= keys) return;
+  const float* sc = b.imp_scores + row0 * b.imp_stride + k;
+  float total = 0.0f;
+  for (int32_t h = 0; h < n_head; ++h) total += __expf(sc[h * b.imp_stride] - lse[h]);
+  float* dst = part + is.off + k;
+  *dst = accumulate ? *dst + total : total;
+}
+
 // mass[j] = Σ over partials p of part[p][j], in partial order, for j < n.
 __global__ void importance_reduce_kernel(const float* __restrict__ part, int64_t part_stride, int32_t n_parts,
                                          int64_t n, float* mass) {
@@ -281,27 +228,19 @@ __global__ void importance_reduce_kernel(const float* __restrict__ part, int64_t
 
 }  // namespace
 
-ImportanceScratch importance_scratch(int32_t n_tokens, int32_t n_head, int32_t n_kv_heads, int32_t max_n_q,
-                                     int32_t max_ctx, int64_t mass_floats) {
+ImportanceScratch importance_scratch(int32_t n_kv_heads, int32_t max_n_q, int64_t mass_floats) {
   ImportanceScratch sc;
-  sc.lse_floats = int64_t{std::max(n_tokens, 1)} * n_head * lse_splits(max_ctx) * 2;
   sc.parts = (max_n_q + kRowsPerChunk - 1) / kRowsPerChunk * n_kv_heads;
   sc.part_floats = int64_t{std::max(sc.parts, 1)} * mass_floats;
   return sc;
 }
 
 void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch& b, const ImpSeqDev* imp,
-                          int32_t n_head, float scale, float* lse_part, float* part, int64_t mass_floats,
-                          bool accumulate, cudaStream_t s) {
+                          int32_t n_head, float scale, const float* lse_part, int32_t nsplit, float* part,
+                          int64_t mass_floats, bool accumulate, cudaStream_t s) {
   if (b.n_seqs <= 0 || b.max_ctx <= 0) return;
-  const int32_t hd = kv.head_dim, group = n_head / kv.n_kv_heads;
+  const int32_t hd = kv.head_dim;
   const int KT = tile_keys(hd), VT = tile_vecs(hd);
-  const int32_t nsplit = lse_splits(b.max_ctx), skeys = split_len(b.max_ctx, nsplit, KT);
-  const size_t lse_smem = sizeof(float) * static_cast<size_t>(std::max(KT * (hd + 1) + VT * hd, 2 * VT * KT));
-  const dim3 lse_grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>(kv.n_kv_heads * nsplit),
-                      static_cast<unsigned>((b.max_n_q * group + VT - 1) / VT));
-  importance_lse_kernel<<<lse_grid, kThreads, lse_smem, s>>>(q, kv, b, imp, n_head, scale, nsplit, skeys, lse_part);
-  STRATA_CUDA_LAUNCH_CHECK();
   const int32_t chunks = (b.max_n_q + kRowsPerChunk - 1) / kRowsPerChunk;
   const size_t mass_smem = sizeof(float) * static_cast<size_t>(KT * (hd + 1) + VT * hd + VT);
   const dim3 mass_grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + KT - 1) / KT),
@@ -309,6 +248,14 @@ void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch
   importance_mass_kernel<<<mass_grid, kThreads, mass_smem, s>>>(q, kv, b, imp, n_head, scale, nsplit, lse_part, part,
                                                                 mass_floats, accumulate);
   STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit, float* part,
+                            bool accumulate, cudaStream_t s) {
+  if (b.n_seqs <= 0 || b.max_ctx <= 0) return;
+  const dim3 grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + kDecKeys - 1) / kDecKeys));
+  launch_pdl(importance_decode_mass_kernel, grid, dim3(kDecKeys), sizeof(float) * static_cast<size_t>(n_head), s, b, imp,
+             n_head, nsplit, part, accumulate);
 }
 
 void importance_reduce(const float* part, int32_t n_parts, int64_t part_stride, int64_t n, float* mass, cudaStream_t s) {
@@ -338,7 +285,33 @@ __global__ void move_rows_kernel(KvLayerView kv, const int32_t* __restrict__ src
   }
 }
 
+// One block per slot: its K row to out[slot index], its V row to out[n + slot index] (rows of
+// row_bytes), in 4-byte words when the row allows, else bytes.
+__global__ void read_rows_kernel(KvLayerView kv, const int32_t* __restrict__ slots, int64_t n, int64_t row_bytes,
+                                 uint8_t* __restrict__ out) {
+  const int64_t from = int64_t{slots[blockIdx.x]} * row_bytes;
+  uint8_t* k_to = out + int64_t{blockIdx.x} * row_bytes;
+  uint8_t* v_to = out + (n + blockIdx.x) * row_bytes;
+  if (row_bytes % 4 == 0) {
+    for (int64_t e = threadIdx.x; e < row_bytes / 4; e += blockDim.x) {
+      reinterpret_cast<uint32_t*>(k_to)[e] = reinterpret_cast<const uint32_t*>(kv.k + from)[e];
+      reinterpret_cast<uint32_t*>(v_to)[e] = reinterpret_cast<const uint32_t*>(kv.v + from)[e];
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < row_bytes; e += blockDim.x) {
+      k_to[e] = kv.k[from + e];
+      v_to[e] = kv.v[from + e];
+    }
+  }
+}
+
 }  // namespace
+
+void kv_read_rows(const KvLayerView& kv, const int32_t* slots, int64_t n, uint8_t* out, cudaStream_t s) {
+  if (n <= 0) return;
+  read_rows_kernel<<<static_cast<unsigned>(n), 128, 0, s>>>(kv, slots, n, kv.token_stride_bytes(), out);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
 
 void kv_move_rows(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t s) {
   if (n <= 0) return;

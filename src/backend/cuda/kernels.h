@@ -109,6 +109,14 @@ struct AttnBatch {
   int32_t max_n_q = 0;        // largest n_q
   int32_t max_ctx = 0;        // largest start_pos + n_q
   float* scratch = nullptr;   // attention_scratch_floats(...) floats for split-context partials
+  // Importance asked (null: off): every attention kernel writes each split's final (max, sum) of
+  // its keys, imp_ml[row][split][2] (row = token * n_head + head; max = -INF: no key), so that the
+  // mass needs no log-sum-exp pass; the decode kernel (max_n_q == 1) also writes every scaled
+  // score, imp_scores[row][key] (stride imp_stride >= max_ctx), and importance_decode_mass turns
+  // them into mass without a second pass over K.
+  float* imp_scores = nullptr;
+  int64_t imp_stride = 0;
+  float* imp_ml = nullptr;
 };
 
 // Floats of scratch that paged_attention needs for a batch of this shape.
@@ -118,6 +126,9 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
 // int8/fp8/int4 rows (decoded in the inner loop exactly as warm_decode_row).
 void paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
                      float* out, cudaStream_t s);
+// Splits of the keys paged_attention (and rope_kv_store_attention) use for a batch of this shape:
+// the second dimension of AttnBatch::imp_ml.
+int32_t attention_splits(const KvLayerView& kv, const AttnBatch& b, int32_t n_head);
 // Whether rope_kv_store_attention takes the batch: decode only (one new token per sequence),
 // head_dim <= 256, n_rot even and <= head_dim.
 bool rope_attention_fusable(const KvLayerView& kv, const AttnBatch& b, int32_t n_rot);
@@ -137,26 +148,33 @@ struct ImpSeqDev {
   int32_t off;
 };
 inline constexpr int32_t kImportanceMaxHeadDim = 256;
-// Scratch sizes (floats) of attention_importance for a batch shape: lse partials, and the partial
-// mass sums (`parts` of mass_floats each, mass_floats >= every sequence's off + keys).
+// Scratch sizes (floats) of attention_importance for a batch shape: the partial mass sums
+// (`parts` of mass_floats each, mass_floats >= every sequence's off + keys).
 struct ImportanceScratch {
-  int64_t lse_floats = 0;
   int32_t parts = 0;
   int64_t part_floats = 0;
 };
-ImportanceScratch importance_scratch(int32_t n_tokens, int32_t n_head, int32_t n_kv_heads, int32_t max_n_q,
-                                     int32_t max_ctx, int64_t mass_floats);
+ImportanceScratch importance_scratch(int32_t n_kv_heads, int32_t max_n_q, int64_t mass_floats);
 // Adds one layer's importance into the partials: part[p][off + k] (= when !accumulate, the pass's
 // first layer; += after) such that Σ_p part[p][off + k] = Σ over rows i >= from of the sequence
 // that see key k and over all query heads h of softmax_k(q[i][h] . K^T * scale), for every key
 // k < start_pos + n_q of every sequence that asked; q as paged_attention read it (rotated).
 // head_dim <= kImportanceMaxHeadDim. Deterministic (no atomics).
+// lse_part: the attention kernel's AttnBatch::imp_ml of this layer, with its `nsplit` splits.
 void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch& b, const ImpSeqDev* imp,
-                          int32_t n_head, float scale, float* lse_part, float* part, int64_t mass_floats,
-                          bool accumulate, cudaStream_t s);
+                          int32_t n_head, float scale, const float* lse_part, int32_t nsplit, float* part,
+                          int64_t mass_floats, bool accumulate, cudaStream_t s);
+// The same sums for a decode batch whose attention wrote AttnBatch::imp_scores / imp_ml (one
+// partial: part[off + k], = when !accumulate, += after): per key, Σ over all query heads of
+// exp(score - lse), lse merged from the splits' (max, sum) in split order. Deterministic.
+void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit, float* part,
+                            bool accumulate, cudaStream_t s);
 // mass[j] = Σ_p part[p][j] (in p order), j < n: the pass's sums, after its last layer.
 void importance_reduce(const float* part, int32_t n_parts, int64_t part_stride, int64_t n, float* mass, cudaStream_t s);
 // Token rows (K and V) of hot slot src[i] to hot slot dst[i], i < n (src, dst: device memory).
 void kv_move_rows(const KvLayerView& kv, const int32_t* src, const int32_t* dst, int64_t n, cudaStream_t s);
+// K rows of hot slots slots[i] to out + i * row, then their V rows to out + (n + i) * row, i < n
+// (row = kv.token_stride_bytes(); slots, out: device memory).
+void kv_read_rows(const KvLayerView& kv, const int32_t* slots, int64_t n, uint8_t* out, cudaStream_t s);
 
 }  // namespace strata::cuda
