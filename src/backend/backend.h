@@ -108,6 +108,43 @@ struct MatmulOut {
   ActView y;
 };
 
+// --- KV block transfers ------------------------------------------------------------------------
+
+// One KV block to move between the arenas and host memory: hot block `index` (warm == false) or
+// warm slot `index` of every layer; `mem` is where its bytes go (to the host) or come from.
+struct KvBlockTransfer {
+  bool warm = false;
+  int32_t index = 0;
+  uint8_t* mem = nullptr;
+};
+
+// A block's bytes, "its own bytes": for each layer in order, the block's K bytes then its V bytes
+// (block_stride_bytes each for a hot block; warm_k_slot_bytes, warm_v_slot_bytes for a warm slot)
+// — what KvStorage spills to its cold tier. Appends (arena address, bytes) per piece to `out`.
+struct KvBlockPiece {
+  uint8_t* at = nullptr;
+  int64_t bytes = 0;
+};
+void kv_block_pieces(std::span<const KvLayerView> layers, bool warm, int32_t index, std::vector<KvBlockPiece>& out);
+uint64_t kv_block_bytes(std::span<const KvLayerView> layers, bool warm);
+
+// A plain copy of `bytes` bytes (copy_to_device_async).
+struct TransferPiece {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  uint64_t bytes = 0;
+};
+
+// Totals of a backend's transfers (Backend::transfer_stats): bytes issued each way, seconds the
+// copies of finished transfers took on the copy stream, seconds the op stream waited for them.
+struct TransferStats {
+  uint64_t bytes_to_host = 0;
+  uint64_t bytes_to_device = 0;
+  double seconds_to_host = 0;
+  double seconds_to_device = 0;
+  double compute_wait_seconds = 0;
+};
+
 // --- The interface ---------------------------------------------------------------------------
 
 class Backend {
@@ -243,6 +280,38 @@ class Backend {
   // Decodes warm sub-block `id` (>= kv.n_hot_blocks) of one layer to f32 K and V rows:
   // k, v: [block_size][n_kv_heads * head_dim] (the values attention reads).
   virtual void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) = 0;
+
+  // --- KV block transfers between the KV arenas and host memory (the host tier below HBM) ---
+  //
+  // A block moves in its own bytes (kv_block_pieces): on a device backend the transfers run on a
+  // copy stream of their own, in call order among themselves, never on the stream of the ops, and
+  // each returns a ticket (increasing, > 0) to fence or wait on; on the CPU they are memcpy, done
+  // on return (ticket 0). They are issued between passes, never inside begin_replay/end_replay.
+
+  // Copies each block, as every op issued so far leaves it, to its `mem` (kv_block_bytes bytes,
+  // host memory; page-locked memory, MemoryUse::kPinnedHost, is copied fastest). Ops issued after
+  // this call may overwrite the blocks at once: the backend holds them back (on the device) until
+  // the copy has read the blocks, not until the bytes reach the host. `mem` must stay valid, and
+  // the host must not read it, until the ticket is done (transfer_wait).
+  virtual uint64_t kv_blocks_to_host(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) = 0;
+  // Copies each block's bytes from its `mem` (host memory, or memory of this backend: a read-ahead
+  // area) into the block, after every op issued so far is done with the block's old content. Ops
+  // issued later see the new bytes only after transfer_fence(ticket). `mem` must stay unchanged
+  // until the ticket is done. Preconditions (both directions): indices in range of `layers`.
+  virtual uint64_t kv_blocks_to_device(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) = 0;
+  // Copies host memory to memory of this backend on the copy stream (reads ahead). Ordered with
+  // the other transfers only: a later kv_blocks_to_device reading `dst` sees the bytes.
+  virtual uint64_t copy_to_device_async(std::span<const TransferPiece> pieces) = 0;
+  // Makes every op issued after this call wait, on the device (the host goes on), for transfer
+  // `ticket` and the ones before it. No-op on the CPU and for tickets done.
+  virtual void transfer_fence(uint64_t ticket) { (void)ticket; }
+  // Waits on the host for transfer `ticket` and the ones before it (the rare synchronous case).
+  virtual void transfer_wait(uint64_t ticket) { (void)ticket; }
+  // Totals of the transfers done so far (zero on the CPU, whose copies are not transfers).
+  virtual TransferStats transfer_stats() { return {}; }
+  // Host <-> device copy bandwidth in GB/s over page-locked host memory (the PCIe limit transfers
+  // are measured against), copies of `bytes`, best of `reps`; 0 where there is no device (CPU).
+  virtual double measure_transfer_bandwidth_gbs(bool to_device, uint64_t bytes, int reps) = 0;
 
   // --- Replayable steps (CUDA graphs on a GPU) ---
   //

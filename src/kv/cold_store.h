@@ -38,6 +38,15 @@ class ColdStore {
 
   // Waits until every queued operation is done (for tests and shutdown).
   virtual void drain() = 0;
+
+  // (-Wextra: the default ignores its argument; the declaration below is shared with h12b verbatim.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+  // Host memory of `slot` when this store keeps its slots in host memory that a device can copy
+  // to and from directly (pinned), else nullptr. KvStorage's device path then copies a block
+  // between the device and this memory itself, without write()/read().
+  virtual uint8_t* slot_memory(int64_t slot) { return nullptr; }
+#pragma GCC diagnostic pop
 };
 
 // The cold tier a configuration asks for, with slots of at least `slot_bytes`: the test hook's

@@ -20,7 +20,8 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
     : geo_(geo),
       warm_format_(cfg.warm_format),
       threads_(threads),
-      device_(backend != nullptr && !backend->host_visible() ? backend : nullptr) {
+      device_(backend != nullptr && !backend->host_visible() ? backend : nullptr),
+      transfers_(backend) {
   STRATA_CHECK(geo.n_layer > 0 && geo.block_size > 0 && geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
   const KvConfig::PoolSizes sizes = cfg.resolve_pools(geo);
   cap_.hot_blocks = sizes.hot_blocks;
@@ -86,7 +87,34 @@ KvStorage::~KvStorage() { drain_io(); }
 
 void KvStorage::drain_io() {
   while (!ahead_.empty()) drop_read_ahead(ahead_.begin()->first);
+  while (!device_ahead_.empty()) drop_device_read_ahead(device_ahead_.begin()->first);
+  if (transfers_ != nullptr && last_ticket_ != 0) transfers_->transfer_wait(last_ticket_);
   if (cold_store_) cold_store_->drain();
+}
+
+TransferStats KvStorage::device_transfer_stats() { return device_ != nullptr ? device_->transfer_stats() : TransferStats{}; }
+
+uint8_t* KvStorage::host_slot(int32_t cold_slot) {
+  return transfers_ != nullptr && cold_store_ ? cold_store_->slot_memory(cold_slot) : nullptr;
+}
+
+void KvStorage::drop_device_read_ahead(int32_t cold_slot) {
+  auto it = device_ahead_.find(cold_slot);
+  if (it == device_ahead_.end()) return;
+  ahead_free_.push_back(it->second.entry);
+  device_ahead_.erase(it);
+}
+
+void KvStorage::flush_transfers() {
+  if (!batch_.down.empty()) last_ticket_ = transfers_->kv_blocks_to_host(views_, batch_.down);
+  if (!batch_.up.empty()) {
+    last_ticket_ = transfers_->kv_blocks_to_device(views_, batch_.up);
+    transfers_->transfer_fence(last_ticket_);  // the next forward pass (or op) reads the fetched blocks
+  }
+  batch_.down.clear();
+  batch_.up.clear();
+  batch_.fetched_blocks.clear();
+  batch_.fetched_slots.clear();
 }
 
 void KvStorage::drop_read_ahead(int32_t cold_slot) {
@@ -102,9 +130,30 @@ void KvStorage::drop_read_ahead(int32_t cold_slot) {
 void KvStorage::prefetch(std::span<const std::pair<int32_t, KvTier>> cold) {
   if (!cold_store_) return;
   std::set<int32_t> wanted;
+  std::vector<TransferPiece> device_reads;
   for (const auto& [slot, content] : cold) {
     if (slot < 0 || slot >= cap_.cold_slots || content == KvTier::kCold || cold_bad_[static_cast<size_t>(slot)]) continue;
     wanted.insert(slot);
+    if (uint8_t* mem = host_slot(slot)) {  // host memory: into the device area, on the copy stream
+      if (device_ == nullptr) continue;  // on the host a fetch copies straight from the slot
+      auto it = device_ahead_.find(slot);
+      const uint32_t gen = cold_gen_[static_cast<size_t>(slot)];
+      if (it != device_ahead_.end() && it->second.gen == gen && it->second.content == content) continue;
+      drop_device_read_ahead(slot);
+      if (!ahead_area_) {
+        ahead_entry_bytes_ = (std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes) + 255) / 256 * 256;
+        const int32_t entries = static_cast<int32_t>(std::max<uint64_t>(1, kDeviceReadAheadBytes / ahead_entry_bytes_));
+        ahead_area_ = device_->allocate(ahead_entry_bytes_ * static_cast<uint64_t>(entries), MemoryUse::kActivations);
+        for (int32_t e = entries - 1; e >= 0; --e) ahead_free_.push_back(e);
+      }
+      if (ahead_free_.empty()) continue;  // the area is full: this one is fetched from host memory
+      const int32_t entry = ahead_free_.back();
+      ahead_free_.pop_back();
+      device_ahead_[slot] = DeviceReadAhead{entry, gen, content};
+      device_reads.push_back({ahead_area_->data() + static_cast<uint64_t>(entry) * ahead_entry_bytes_, mem, slot_bytes(content)});
+      bytes_to_device_ += slot_bytes(content);
+      continue;
+    }
     auto it = ahead_.find(slot);
     const uint32_t gen = cold_gen_[static_cast<size_t>(slot)];
     if (it != ahead_.end() && it->second.gen == gen && it->second.content == content) continue;  // in flight already
@@ -116,6 +165,12 @@ void KvStorage::prefetch(std::span<const std::pair<int32_t, KvTier>> cold) {
     if (!wanted.count(slot)) stale.push_back(slot);
   }
   for (int32_t slot : stale) drop_read_ahead(slot);
+  stale.clear();
+  for (const auto& [slot, r] : device_ahead_) {
+    if (!wanted.count(slot)) stale.push_back(slot);
+  }
+  for (int32_t slot : stale) drop_device_read_ahead(slot);
+  if (!device_reads.empty()) last_ticket_ = device_->copy_to_device_async(device_reads);
 }
 
 RemoteBlockFormat KvStorage::remote_format(uint64_t model_fingerprint) const {
@@ -287,7 +342,8 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const KvOp& op = ops[i];
       if (op.kind == KvOp::Kind::kSpill) written.insert(op.dst.slot);
-      if (op.kind == KvOp::Kind::kFetch && !written.count(op.src.slot) && !cold_bad_[static_cast<size_t>(op.src.slot)]) {
+      if (op.kind == KvOp::Kind::kFetch && !written.count(op.src.slot) && !cold_bad_[static_cast<size_t>(op.src.slot)] &&
+          host_slot(op.src.slot) == nullptr) {
         auto a = ahead_.find(op.src.slot);
         if (a != ahead_.end() && a->second.gen == cold_gen_[static_cast<size_t>(op.src.slot)] && a->second.content == op.dst.tier) {
           tickets[i] = a->second.ticket;  // read ahead in an earlier step
@@ -305,6 +361,14 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
   auto is_lost = [&](const KvSlot& l) { return !lost.empty() && lost.count({l.tier, l.slot}) > 0; };
   for (size_t i = 0; i < ops.size(); ++i) {
     const KvOp& op = ops[i];
+    // Device transfers of host-memory slots wait in batch_ until an op that may depend on them
+    // (every other kind, and a spill of what the batch fetches) or the end of the list.
+    const bool transfer = (op.kind == KvOp::Kind::kSpill && host_slot(op.dst.slot) != nullptr) ||
+                          (op.kind == KvOp::Kind::kFetch && host_slot(op.src.slot) != nullptr);
+    if (!batch_.empty() && (!transfer || (op.kind == KvOp::Kind::kSpill && (batch_.fetched_blocks.count({op.src.tier, op.src.slot}) ||
+                                                                              batch_.fetched_slots.count(op.dst.slot))))) {
+      flush_transfers();
+    }
     switch (op.kind) {
       case KvOp::Kind::kCopy:
         STRATA_CHECK(op.src.tier == KvTier::kHot && op.dst.tier == KvTier::kHot, "copy of non-hot blocks");
@@ -327,6 +391,14 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
           break;
         }
         drop_read_ahead(op.dst.slot);  // about to be overwritten
+        drop_device_read_ahead(op.dst.slot);
+        if (uint8_t* mem = host_slot(op.dst.slot)) {
+          batch_.down.push_back({op.src.tier == KvTier::kWarm, op.src.slot, mem});
+          cold_bad_[cold] = 0;
+          ++cold_gen_[cold];
+          if (device_ != nullptr) bytes_to_host_ += slot_bytes(op.src.tier);
+          break;
+        }
         std::vector<uint8_t> bytes(kColdHeaderBytes);
         capture(op.src, bytes);
         cold_bad_[cold] = 0;
@@ -346,6 +418,19 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
             }
           }
           status[i] = KvOpStatus::kSourceLost;
+        } else if (uint8_t* mem = host_slot(op.src.slot)) {
+          auto a = device_ahead_.find(op.src.slot);
+          if (a != device_ahead_.end() && a->second.gen == cold_gen_[static_cast<size_t>(op.src.slot)] &&
+              a->second.content == op.dst.tier) {
+            mem = ahead_area_->data() + static_cast<uint64_t>(a->second.entry) * ahead_entry_bytes_;  // read ahead
+            ++prefetch_hits_;
+          } else if (device_ != nullptr) {
+            bytes_to_device_ += slot_bytes(op.dst.tier);
+          }
+          drop_device_read_ahead(op.src.slot);  // the entry's next copy is ordered after this one's scatter
+          batch_.up.push_back({op.dst.tier == KvTier::kWarm, op.dst.slot, mem});
+          batch_.fetched_blocks.insert({op.dst.tier, op.dst.slot});
+          batch_.fetched_slots.insert(op.src.slot);
         } else {
           std::vector<uint8_t> bytes;
           if (read_cold(op.src.slot, op.dst.tier, tickets[i], bytes)) {
@@ -386,6 +471,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     }
     if (status[i] != KvOpStatus::kOk) lost.insert({op.dst.tier, op.dst.slot});
   }
+  if (!batch_.empty()) flush_transfers();
   return status;
 }
 

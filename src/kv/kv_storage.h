@@ -7,6 +7,17 @@
 // Cold slots are framed: an 8-byte checksum of the payload, seeded with the slot and its write
 // generation, so torn, garbage or stale content is detected when it is fetched back.
 //
+// Cold slots in host memory a device copies directly (ColdStore::slot_memory), given a backend:
+// spills and fetches are the backend's KV block transfers (Backend::kv_blocks_to_host /
+// kv_blocks_to_device: a copy stream of their own on a GPU, memcpy on the CPU), batched over each
+// execute() call, not capture()/write()/read(). Such a slot holds the payload alone, from its first byte: no checksum.
+// Its bytes only ever come from this process's own DMA into memory nothing else writes, so there
+// is no torn or foreign content to detect, stale content is ruled out by the write generations
+// kept here, and a checksum would cost a host pass over every byte (slower than PCIe) that must
+// wait for each copy: the transfers would be synchronous again. On a device backend, reads ahead
+// of such slots copy them into a bounded device area steps before the fetch, which is then a
+// device-side scatter (on the host the fetch copies from the slot, there is nothing to overlap).
+//
 // Thread-safety: engine thread only (the cold store does its I/O on its own thread; re-encoding is
 // spread over the thread pool's workers inside execute()).
 #pragma once
@@ -14,9 +25,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/anon_memory.h"
 #include "kv/cold_store.h"
 #include "kv/kv_arena.h"
@@ -70,6 +83,9 @@ class KvStorage {
   // call are dropped. Slots out of range or marked lost are ignored.
   void prefetch(std::span<const std::pair<int32_t, KvTier>> cold);
   int64_t prefetch_hits() const { return prefetch_hits_; }  // fetches served by a read ahead
+  // The device transfer engine's totals (bytes over the bus each way, copy-stream seconds, seconds
+  // the op stream waited for transfers; Backend::transfer_stats); zero on the host.
+  TransferStats device_transfer_stats();
   // KV bytes copied between device and host memory since start, on a backend whose memory is not
   // host-visible (spills and publishes copy down, fetches and remote imports copy up); 0 on the host.
   uint64_t bytes_to_host() const { return bytes_to_host_; }
@@ -93,10 +109,12 @@ class KvStorage {
   void reencode(const KvOp& op);
 
   static constexpr uint64_t kColdHeaderBytes = 8;
+  static constexpr uint64_t kDeviceReadAheadBytes = uint64_t{64} << 20;  // the device read-ahead area
   KvGeometry geo_;
   WarmFormat warm_format_;
   ThreadPool* threads_;
   Backend* device_;  // the backend when its memory is device memory, else null
+  Backend* transfers_;  // the backend (any): it moves blocks to and from host-memory cold slots
   KvCapacity cap_;
   int64_t warm_k_slot_bytes_ = 0, warm_v_slot_bytes_ = 0;  // one layer
 
@@ -119,6 +137,31 @@ class KvStorage {
   uint64_t bytes_to_device_ = 0;
   int64_t prefetch_hits_ = 0;
   void drop_read_ahead(int32_t cold_slot);  // waits for it and discards the bytes
+
+  // The device path of host-memory cold slots (see the top of this file).
+  uint8_t* host_slot(int32_t cold_slot);  // slot_memory on a device backend, else null
+  // Spills and fetches of one execute() waiting to be issued as one transfer each way (spills
+  // first); `pending_*` say what they touch, so that an op that depends on one flushes them first.
+  struct Batch {
+    std::vector<KvBlockTransfer> down, up;
+    std::set<std::pair<KvTier, int32_t>> fetched_blocks;  // RAM slots the up list writes
+    std::set<int32_t> fetched_slots;                     // cold slots the up list reads
+    bool empty() const { return down.empty() && up.empty(); }
+  };
+  Batch batch_;
+  void flush_transfers();  // issues batch_; the op stream then waits for the fetches (device side)
+  uint64_t last_ticket_ = 0;  // the last transfer issued (drain_io waits for it)
+  // Reads ahead of host-memory slots: entries of a device area, each a slot's payload.
+  struct DeviceReadAhead {
+    int32_t entry = 0;
+    uint32_t gen = 0;
+    KvTier content = KvTier::kHot;
+  };
+  std::unique_ptr<DeviceBuffer> ahead_area_;
+  uint64_t ahead_entry_bytes_ = 0;
+  std::vector<int32_t> ahead_free_;                 // free entries
+  std::map<int32_t, DeviceReadAhead> device_ahead_;  // by cold slot
+  void drop_device_read_ahead(int32_t cold_slot);   // the entry is free again (no wait: one copy stream)
 };
 
 }  // namespace strata

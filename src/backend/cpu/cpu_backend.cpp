@@ -221,6 +221,41 @@ void CpuBackend::kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, Ac
   }
 }
 
+uint64_t CpuBackend::kv_blocks_to_host(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) {
+  std::vector<KvBlockPiece> pieces;
+  for (const KvBlockTransfer& b : blocks) {
+    pieces.clear();
+    kv_block_pieces(layers, b.warm, b.index, pieces);
+    uint8_t* p = b.mem;
+    for (const KvBlockPiece& c : pieces) {
+      std::memcpy(p, c.at, static_cast<size_t>(c.bytes));
+      p += c.bytes;
+    }
+  }
+  return 0;
+}
+
+uint64_t CpuBackend::kv_blocks_to_device(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) {
+  std::vector<KvBlockPiece> pieces;
+  for (const KvBlockTransfer& b : blocks) {
+    pieces.clear();
+    kv_block_pieces(layers, b.warm, b.index, pieces);
+    const uint8_t* p = b.mem;
+    for (const KvBlockPiece& c : pieces) {
+      std::memcpy(c.at, p, static_cast<size_t>(c.bytes));
+      p += c.bytes;
+    }
+  }
+  return 0;
+}
+
+uint64_t CpuBackend::copy_to_device_async(std::span<const TransferPiece> pieces) {
+  for (const TransferPiece& c : pieces) {
+    if (c.dst != c.src) std::memcpy(c.dst, c.src, static_cast<size_t>(c.bytes));
+  }
+  return 0;
+}
+
 double CpuBackend::measure_read_bandwidth_gbs(uint64_t bytes, int reps) {
   return cpu::measure_read_bandwidth_gbs(*pool_, static_cast<size_t>(bytes), reps);
 }

@@ -58,6 +58,11 @@ class CpuBackend final : public Backend {
   void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;
 
   double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
+  // KV block transfers are memcpy, done on return (ticket 0); there is no device to measure.
+  uint64_t kv_blocks_to_host(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) override;
+  uint64_t kv_blocks_to_device(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) override;
+  uint64_t copy_to_device_async(std::span<const TransferPiece> pieces) override;
+  double measure_transfer_bandwidth_gbs(bool, uint64_t, int) override { return 0; }
 
  private:
   std::unique_ptr<ThreadPool> pool_;

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_transfer.h"
 #include "core/check.h"
 #include "core/error.h"
 
@@ -289,6 +290,7 @@ struct CudaBackend::Impl {
   uint64_t mem_epoch = 0, graphs_epoch = 0;
   cudaEvent_t replay_done = nullptr;
   bool replay_pending = false;
+  std::unique_ptr<cuda::KvTransfer> transfer;  // KV block transfers (their own copy stream)
 
   template <typename F>
   void timed(const std::string_view name, F&& launch) {
@@ -370,6 +372,11 @@ struct CudaBackend::Impl {
   }
 };
 
+namespace {
+// The device staging buffer of KV block transfers: 512 blocks of 256 KiB (llama-1b F16) per chunk.
+constexpr uint64_t kTransferStagingBytes = uint64_t{128} << 20;
+}  // namespace
+
 bool CudaBackend::usable(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -413,6 +420,10 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   m.arena_host = static_cast<uint8_t*>(h);
   m.arena_dev = std::make_unique<CudaBuffer>(m.arena_cap);
   STRATA_CUDA(cudaEventCreateWithFlags(&m.replay_done, cudaEventDisableTiming));
+  // STRATA_CUDA_TRANSFER_STAGING=<bytes>: a smaller staging buffer (tests of the chunked path).
+  uint64_t staging = kTransferStagingBytes;
+  if (const char* e = std::getenv("STRATA_CUDA_TRANSFER_STAGING")) staging = std::max<uint64_t>(std::strtoull(e, nullptr, 10), 1);
+  m.transfer = std::make_unique<cuda::KvTransfer>(m.stream, staging);
   const char* prof = std::getenv("STRATA_CUDA_PROFILE");
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
@@ -423,6 +434,7 @@ CudaBackend::~CudaBackend() {
   if (!impl_) return;
   (void)cudaStreamSynchronize(impl_->stream);
   if (impl_->profile) impl_->profile->print();
+  impl_->transfer.reset();
   impl_->drop_graphs();
   if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
   if (impl_->arena_host) (void)cudaFreeHost(impl_->arena_host);
@@ -1122,6 +1134,36 @@ double CudaBackend::measure_read_bandwidth_gbs(uint64_t bytes, int reps) {
   (void)cudaEventDestroy(start);
   (void)cudaEventDestroy(stop);
   return best;
+}
+
+// KV block transfers are issued between passes: a recording must not capture the events that
+// order them against the op stream.
+uint64_t CudaBackend::kv_blocks_to_host(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV transfers are not part of a recorded pass");
+  return impl_->transfer->to_host(layers, blocks);
+}
+
+uint64_t CudaBackend::kv_blocks_to_device(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV transfers are not part of a recorded pass");
+  return impl_->transfer->to_device(layers, blocks);
+}
+
+uint64_t CudaBackend::copy_to_device_async(std::span<const TransferPiece> pieces) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV transfers are not part of a recorded pass");
+  return impl_->transfer->copy_to_device(pieces);
+}
+
+void CudaBackend::transfer_fence(uint64_t ticket) {
+  STRATA_CHECK(impl_->mode == Mode::kEager, "KV transfers are not part of a recorded pass");
+  impl_->transfer->fence(ticket);
+}
+
+void CudaBackend::transfer_wait(uint64_t ticket) { impl_->transfer->wait(ticket); }
+
+TransferStats CudaBackend::transfer_stats() { return impl_->transfer->stats(); }
+
+double CudaBackend::measure_transfer_bandwidth_gbs(bool to_device, uint64_t bytes, int reps) {
+  return impl_->transfer->measure_bandwidth_gbs(to_device, bytes, reps);
 }
 
 }  // namespace strata

@@ -84,6 +84,14 @@ class CudaBackend final : public Backend {
   void kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) override;
 
   double measure_read_bandwidth_gbs(uint64_t bytes, int reps) override;
+  // KV block transfers: cuda::KvTransfer (backend/cuda/kv_transfer.h), a copy stream of their own.
+  uint64_t kv_blocks_to_host(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) override;
+  uint64_t kv_blocks_to_device(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) override;
+  uint64_t copy_to_device_async(std::span<const TransferPiece> pieces) override;
+  void transfer_fence(uint64_t ticket) override;
+  void transfer_wait(uint64_t ticket) override;
+  TransferStats transfer_stats() override;
+  double measure_transfer_bandwidth_gbs(bool to_device, uint64_t bytes, int reps) override;
   std::optional<uint64_t> free_memory_bytes() override;
   float* host_result_buffer(size_t n) override;
   bool begin_replay(const ReplayShape& shape) override;

@@ -88,6 +88,16 @@ void warm_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, in
 // Warm sub-block `id` (>= kv.n_hot_blocks) to f32 rows k, v [block_size][n_kv_heads * head_dim],
 // exactly warm_decode_row's values.
 void warm_decode(const KvLayerView& kv, BlockId id, float* k, float* v, cudaStream_t s);
+// Many small copies in one launch (KV block transfers: the gather into a staging buffer before a
+// device -> host copy, the scatter out of one after a host -> device copy): pieces[i].bytes bytes
+// from pieces[i].src to pieces[i].dst (device memory; pieces: device memory, [n]); no piece
+// overlaps another's destination. 16-byte moves where a piece's addresses and size allow.
+struct CopyPiece {
+  const uint8_t* src;
+  uint8_t* dst;
+  uint64_t bytes;
+};
+void batched_copy(const CopyPiece* pieces, int64_t n, cudaStream_t s);
 
 // One sequence of an attention batch as the kernels read it (device memory): rows [q_begin,
 // q_begin + n_q) of q/out at positions start_pos.., block table at tables + table_offset

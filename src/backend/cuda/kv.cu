@@ -243,6 +243,26 @@ __global__ void warm_decode_kernel(KvLayerView kv, BlockId id, float* __restrict
   v[i] = row_elem(row_src(kv, true, id, slot, h), d);
 }
 
+// One thread block per piece (grid-strided over the pieces): the widest moves the piece's
+// alignment allows.
+__global__ void batched_copy_kernel(const CopyPiece* __restrict__ pieces, int64_t n) {
+  for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
+    const CopyPiece c = pieces[p];
+    const uint64_t align = reinterpret_cast<uintptr_t>(c.src) | reinterpret_cast<uintptr_t>(c.dst) | c.bytes;
+    if (align % 16 == 0) {
+      const auto* s = reinterpret_cast<const uint4*>(c.src);
+      auto* d = reinterpret_cast<uint4*>(c.dst);
+      for (uint64_t i = threadIdx.x; i < c.bytes / 16; i += blockDim.x) d[i] = s[i];
+    } else if (align % 4 == 0) {
+      const auto* s = reinterpret_cast<const uint32_t*>(c.src);
+      auto* d = reinterpret_cast<uint32_t*>(c.dst);
+      for (uint64_t i = threadIdx.x; i < c.bytes / 4; i += blockDim.x) d[i] = s[i];
+    } else {
+      for (uint64_t i = threadIdx.x; i < c.bytes; i += blockDim.x) c.dst[i] = c.src[i];
+    }
+  }
+}
+
 #undef KVK_HD
 
 }  // namespace kvk
@@ -284,6 +304,13 @@ void warm_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, in
       break;
     }
   }
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void batched_copy(const CopyPiece* pieces, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  const unsigned blocks = static_cast<unsigned>(n < 65535 ? n : 65535);
+  kvk::batched_copy_kernel<<<blocks, 256, 0, s>>>(pieces, n);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
