@@ -385,6 +385,18 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   j["preemptions"] = st.preemptions;
   j["kv_peak_usage"] = st.kv_usage_peak;
   j["steps"] = st.steps;
+  const TransferStats& xfer = st.kv_device_transfer;
+  const bool transfers = xfer.bytes_to_host + xfer.bytes_to_device > 0;
+  if (transfers) {  // KV block transfers of a GPU (the host tier): the share of the run the compute stream waited
+    j["kv_transfer"] = {{"bytes_to_host", xfer.bytes_to_host},
+                        {"bytes_to_device", xfer.bytes_to_device},
+                        {"seconds_to_host", xfer.seconds_to_host},
+                        {"seconds_to_device", xfer.seconds_to_device},
+                        {"compute_wait_s", xfer.compute_wait_seconds},
+                        {"compute_wait_share", xfer.compute_wait_seconds / wall},
+                        {"pcie_to_host_gbs", st.kv_pcie_to_host_gbs},
+                        {"pcie_to_device_gbs", st.kv_pcie_to_device_gbs}};
+  }
   if (cfg.kv.evict.enabled()) {
     j["kv_evict"] = evict_kind_name(cfg.kv.evict.kind);
     j["kv_budget"] = cfg.kv.evict.auto_budget ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(cfg.kv.evict.budget);
@@ -406,6 +418,15 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   fmt::print("| E2E ms | {:.1f} | {:.1f} | {:.1f} |\n", d_e2e.mean, d_e2e.p50, d_e2e.p99);
   fmt::print("prefix-cache hit rate {:.1f}%, preemptions {}, KV peak usage {:.1f}%, {} steps\n", 100 * hit_rate,
              st.preemptions, 100 * st.kv_usage_peak, st.steps);
+  if (transfers) {
+    auto gbs = [](uint64_t b, double s) { return s > 0 ? static_cast<double>(b) / s / 1e9 : 0.0; };
+    fmt::print("KV transfers: {:.1f} MiB to host at {:.1f} GB/s, {:.1f} MiB to device at {:.1f} GB/s (pinned limit {:.1f} / "
+               "{:.1f}); compute stream waited {:.3f} s ({:.1f}% of the run)\n",
+               static_cast<double>(xfer.bytes_to_host) / (1 << 20), gbs(xfer.bytes_to_host, xfer.seconds_to_host),
+               static_cast<double>(xfer.bytes_to_device) / (1 << 20), gbs(xfer.bytes_to_device, xfer.seconds_to_device),
+               st.kv_pcie_to_host_gbs, st.kv_pcie_to_device_gbs, xfer.compute_wait_seconds,
+               100 * xfer.compute_wait_seconds / wall);
+  }
   if (cfg.kv.evict.enabled()) {
     fmt::print("eviction {}: budget {}{}, {} tokens evicted, {} recalled\n", evict_kind_name(cfg.kv.evict.kind),
                cfg.kv.evict.auto_budget ? std::string("auto") : std::to_string(cfg.kv.evict.budget),

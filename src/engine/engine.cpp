@@ -85,6 +85,14 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
     }
   }
   storage_ = std::make_unique<KvStorage>(geo, cfg_.kv, model.backend().thread_pool(), &model.backend());
+  // The bus KV blocks cross to and from the cold tier on a GPU: its pinned bandwidth each way, the
+  // limit transfers are reported against (/metrics strata_kv_pcie_bandwidth_gbs).
+  if (!model.backend().host_visible() && storage_->has_cold_tier()) {
+    stats_.kv_pcie_to_device_gbs = model.backend().measure_transfer_bandwidth_gbs(true, uint64_t{64} << 20, 3);
+    stats_.kv_pcie_to_host_gbs = model.backend().measure_transfer_bandwidth_gbs(false, uint64_t{64} << 20, 3);
+    fmt::print(stderr, "KV transfers: pinned host memory {:.1f} GB/s to the device, {:.1f} GB/s to the host\n",
+               stats_.kv_pcie_to_device_gbs, stats_.kv_pcie_to_host_gbs);
+  }
   kv_ = std::make_unique<KvManager>(geo, cfg_.kv, storage_->capacity(), model.fingerprint());
   capacity_tokens_ = kv_->max_sequence_tokens();
   if (kv_->has_warm_tier() && kv_->hot_tokens() < cfg_.kv.hot_tokens) {
@@ -505,6 +513,7 @@ bool Engine::step() {
 void Engine::publish_stats() {
   const SchedulerCounts c = sched_->counts();
   const KvStats kv = kv_->stats();
+  const TransferStats kv_device_transfer = storage_->device_transfer_stats();
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.counts = c;
   stats_.kv = kv;
@@ -524,6 +533,7 @@ void Engine::publish_stats() {
   stats_.max_batch_seqs = max_batch_seqs_;
   stats_.batched_steps = batched_steps_;
   stats_.cold_prefetch_hits = storage_->prefetch_hits();
+  stats_.kv_device_transfer = kv_device_transfer;
   if (remote_) {
     stats_.remote = remote_->stats();
     stats_.remote_waiting = static_cast<int64_t>(remote_waits_.size());

@@ -95,6 +95,12 @@ struct EngineStats {
   int32_t max_batch_seqs = 0;
   int64_t batched_steps = 0;
   int64_t cold_prefetch_hits = 0;  // cold-tier fetches served by a read issued steps ahead
+  // KV block transfers of a GPU backend (Backend::transfer_stats: bytes over the bus each way,
+  // copy-stream seconds, seconds the compute stream waited for them) and the pinned host <-> device
+  // bandwidth measured at start-up (GB/s; 0 on the CPU or without a cold tier).
+  TransferStats kv_device_transfer;
+  double kv_pcie_to_device_gbs = 0;
+  double kv_pcie_to_host_gbs = 0;
   // The remote KV tier (--kv-remote), when there is one: its own counters (the prompt tokens whose
   // KV came from it are kv.remote_imported_blocks * kv.block_size).
   bool has_remote = false;

@@ -95,7 +95,8 @@ void KvStorage::drain_io() {
 TransferStats KvStorage::device_transfer_stats() { return device_ != nullptr ? device_->transfer_stats() : TransferStats{}; }
 
 uint8_t* KvStorage::host_slot(int32_t cold_slot) {
-  return transfers_ != nullptr && cold_store_ ? cold_store_->slot_memory(cold_slot) : nullptr;
+  return transfers_ != nullptr && (device_ != nullptr || host_transfers_) && cold_store_ ? cold_store_->slot_memory(cold_slot)
+                                                                                       : nullptr;
 }
 
 void KvStorage::drop_device_read_ahead(int32_t cold_slot) {

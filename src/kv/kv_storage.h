@@ -7,10 +7,11 @@
 // Cold slots are framed: an 8-byte checksum of the payload, seeded with the slot and its write
 // generation, so torn, garbage or stale content is detected when it is fetched back.
 //
-// Cold slots in host memory a device copies directly (ColdStore::slot_memory), given a backend:
+// Cold slots in host memory a device copies directly (ColdStore::slot_memory), on a device backend:
 // spills and fetches are the backend's KV block transfers (Backend::kv_blocks_to_host /
-// kv_blocks_to_device: a copy stream of their own on a GPU, memcpy on the CPU), batched over each
-// execute() call, not capture()/write()/read(). Such a slot holds the payload alone, from its first byte: no checksum.
+// kv_blocks_to_device, a copy stream of their own on a GPU), batched over each execute() call,
+// not capture()/write()/read(). (On a host backend the store's own write()/read() serve them,
+// unless a test routes them through the CPU backend's memcpy transfers: use_host_transfers.) Such a slot holds the payload alone, from its first byte: no checksum.
 // Its bytes only ever come from this process's own DMA into memory nothing else writes, so there
 // is no torn or foreign content to detect, stale content is ruled out by the write generations
 // kept here, and a checksum would cost a host pass over every byte (slower than PCIe) that must
@@ -91,6 +92,10 @@ class KvStorage {
   uint64_t bytes_to_host() const { return bytes_to_host_; }
   uint64_t bytes_to_device() const { return bytes_to_device_; }
 
+  // Test hook: on a host backend too, host-memory cold slots go through the backend's transfers
+  // (the device path's logic, on memcpy). Call before the first execute().
+  void use_host_transfers() { host_transfers_ = true; }
+
   // Where kPublish ops send their blocks (kv/remote_pool.h); null (the default) drops them.
   // The pool must outlive this storage's execute() calls.
   void attach_remote(RemoteKvPool* remote) { remote_ = remote; }
@@ -115,6 +120,7 @@ class KvStorage {
   ThreadPool* threads_;
   Backend* device_;  // the backend when its memory is device memory, else null
   Backend* transfers_;  // the backend (any): it moves blocks to and from host-memory cold slots
+  bool host_transfers_ = false;  // use_host_transfers
   KvCapacity cap_;
   int64_t warm_k_slot_bytes_ = 0, warm_v_slot_bytes_ = 0;  // one layer
 

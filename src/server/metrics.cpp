@@ -287,6 +287,31 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   single(out, "strata_kv_cold_prefetch_hits_total", "counter",
          "Cold-tier fetches whose read was issued steps ahead (sequences about to resume or admit a cold prefix hit).",
          st.cold_prefetch_hits);
+  {  // KV block transfers of a GPU backend (its copy stream): 0 on the CPU
+    const TransferStats& t = st.kv_device_transfer;
+    header(out, "strata_kv_transfer_bytes_total", "counter",
+           "KV bytes copied between device memory and pinned host memory by the transfer engine (spills, fetches, reads ahead).");
+    out += fmt::format("strata_kv_transfer_bytes_total{{dir=\"to_host\"}} {}\n", t.bytes_to_host);
+    out += fmt::format("strata_kv_transfer_bytes_total{{dir=\"to_device\"}} {}\n", t.bytes_to_device);
+    header(out, "strata_kv_transfer_seconds_total", "counter",
+           "Seconds the transfer engine's copies took on their copy stream (finished transfers; events around each).");
+    out += fmt::format("strata_kv_transfer_seconds_total{{dir=\"to_host\"}} {}\n", t.seconds_to_host);
+    out += fmt::format("strata_kv_transfer_seconds_total{{dir=\"to_device\"}} {}\n", t.seconds_to_device);
+    header(out, "strata_kv_transfer_gbs", "gauge",
+           "Bandwidth the transfers achieved since start: bytes over copy-stream seconds (compare strata_kv_pcie_bandwidth_gbs).");
+    auto gbs = [](uint64_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0; };
+    out += fmt::format("strata_kv_transfer_gbs{{dir=\"to_host\"}} {}\n", gbs(t.bytes_to_host, t.seconds_to_host));
+    out += fmt::format("strata_kv_transfer_gbs{{dir=\"to_device\"}} {}\n", gbs(t.bytes_to_device, t.seconds_to_device));
+    single(out, "strata_kv_compute_wait_seconds_total", "counter",
+           "Seconds the compute stream waited for KV transfers it needed (a spill's gather, a fetch's scatter).",
+           t.compute_wait_seconds);
+    if (st.kv_pcie_to_device_gbs > 0 || st.kv_pcie_to_host_gbs > 0) {
+      header(out, "strata_kv_pcie_bandwidth_gbs", "gauge",
+             "Host <-> device copy bandwidth over pinned memory, measured at start-up (the limit of KV transfers).");
+      out += fmt::format("strata_kv_pcie_bandwidth_gbs{{dir=\"to_host\"}} {}\n", st.kv_pcie_to_host_gbs);
+      out += fmt::format("strata_kv_pcie_bandwidth_gbs{{dir=\"to_device\"}} {}\n", st.kv_pcie_to_device_gbs);
+    }
+  }
   if (st.has_remote) {
     const RemoteKvStats& r = st.remote;
     single(out, "strata_kv_remote_hit_tokens_total", "counter",

@@ -1,8 +1,8 @@
 // KV block transfers (Backend::kv_blocks_to_host / kv_blocks_to_device / copy_to_device_async,
 // transfer_fence / transfer_wait) and KvStorage's path for cold slots in host memory
-// (ColdStore::slot_memory), on the CPU backend here and on the CUDA backend in
-// tests/cuda/cuda_kv_transfer_test.cpp (this file compiled with STRATA_KV_TRANSFER_TEST_CUDA, label
-// `cuda`, SKIPPED with the reason where no GPU is usable).
+// (ColdStore::slot_memory; on the CPU through KvStorage::use_host_transfers), on the CPU backend
+// here and on the CUDA backend in tests/cuda/cuda_kv_transfer_test.cpp (this file compiled with
+// STRATA_KV_TRANSFER_TEST_CUDA, label `cuda`, SKIPPED with the reason where no GPU is usable).
 //
 // Every expectation is computed here from the test's own host copy of the arenas: a block's host
 // bytes are, layer by layer, its K bytes then its V bytes (a hot block's block_size x kv_heads x
@@ -419,6 +419,7 @@ TEST_P(KvStorageHostSlots, SpillOverwriteFetch) {
     return s;
   };
   KvStorage s(geo, cfg, nullptr, &be());
+  s.use_host_transfers();  // the CPU backend's memcpy transfers; a device backend's anyway
   ASSERT_NE(store, nullptr);
   ASSERT_GE(s.capacity().hot_blocks, 8);
   ASSERT_GE(s.capacity().warm_slots, 4);
@@ -474,6 +475,7 @@ TEST_P(KvStorageHostSlots, DependentOpsInOneList) {
     return s;
   };
   KvStorage s(geo, cfg, nullptr, &be());
+  s.use_host_transfers();  // the CPU backend's memcpy transfers; a device backend's anyway
   std::mt19937 rng(12);
   randomize(be(), s, rng);
   const uint64_t n = s.capacity().hot_block_bytes;

@@ -182,7 +182,7 @@ uint64_t KvTransfer::to_host(std::span<const KvLayerView> layers, std::span<cons
       add_run(runs, b.mem, stage + off, n);
       off += n;
     }
-    batched_copy(upload(pieces), static_cast<int64_t>(pieces.size()), copy_);
+    if (!pieces.empty()) batched_copy(upload(pieces), static_cast<int64_t>(pieces.size()), copy_);
     if (j == blocks.size()) {  // every block read: the op stream may overwrite them from here on
       cudaEvent_t gathered = event();
       STRATA_CUDA(cudaEventRecord(gathered, copy_));
@@ -240,7 +240,7 @@ uint64_t KvTransfer::to_device(std::span<const KvLayerView> layers, std::span<co
       STRATA_CUDA(cudaStreamWaitEvent(copy_, ready, 0));
       waited = true;
     }
-    batched_copy(upload(pieces), static_cast<int64_t>(pieces.size()), copy_);
+    if (!pieces.empty()) batched_copy(upload(pieces), static_cast<int64_t>(pieces.size()), copy_);
     op.pcie_bytes += off;
     i = j;
   }
