@@ -107,15 +107,13 @@ void KvStorage::drop_device_read_ahead(int32_t cold_slot) {
 }
 
 void KvStorage::flush_transfers() {
-  if (!batch_.down.empty()) last_ticket_ = transfers_->kv_blocks_to_host(views_, batch_.down);
-  if (!batch_.up.empty()) {
-    last_ticket_ = transfers_->kv_blocks_to_device(views_, batch_.up);
+  Batch b = std::move(batch_);
+  batch_ = Batch{};
+  if (!b.down.empty()) last_ticket_ = transfers_->kv_blocks_to_host(views_, b.down);
+  if (!b.up.empty()) {
+    last_ticket_ = transfers_->kv_blocks_to_device(views_, b.up);
     transfers_->transfer_fence(last_ticket_);  // the next forward pass (or op) reads the fetched blocks
   }
-  batch_.down.clear();
-  batch_.up.clear();
-  batch_.fetched_blocks.clear();
-  batch_.fetched_slots.clear();
 }
 
 void KvStorage::drop_read_ahead(int32_t cold_slot) {
@@ -363,11 +361,15 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
     const KvOp& op = ops[i];
     // Device transfers of host-memory slots wait in batch_ until an op that may depend on them
-    // (every other kind, and a spill of what the batch fetches) or the end of the list.
-    const bool transfer = (op.kind == KvOp::Kind::kSpill && host_slot(op.dst.slot) != nullptr) ||
-                          (op.kind == KvOp::Kind::kFetch && host_slot(op.src.slot) != nullptr);
-    if (!batch_.empty() && (!transfer || (op.kind == KvOp::Kind::kSpill && (batch_.fetched_blocks.count({op.src.tier, op.src.slot}) ||
-                                                                              batch_.fetched_slots.count(op.dst.slot))))) {
+    // (every other kind; a spill of a block the batch fetches, or into a slot it fetches from; a
+    // second fetch into one block) or the end of the list. Spills go first: a fetch may follow a
+    // spill of its block or of its slot in the same batch.
+    const bool spill = op.kind == KvOp::Kind::kSpill && host_slot(op.dst.slot) != nullptr;
+    const bool fetch = op.kind == KvOp::Kind::kFetch && host_slot(op.src.slot) != nullptr;
+    if (!batch_.empty() &&
+        ((!spill && !fetch) ||
+         (spill && (batch_.fetched_blocks.count({op.src.tier, op.src.slot}) || batch_.fetched_slots.count(op.dst.slot))) ||
+         (fetch && batch_.fetched_blocks.count({op.dst.tier, op.dst.slot})))) {
       flush_transfers();
     }
     switch (op.kind) {
