@@ -297,7 +297,8 @@ class Backend {
   // Copies each block's bytes from its `mem` (host memory, or memory of this backend: a read-ahead
   // area) into the block, after every op issued so far is done with the block's old content. Ops
   // issued later see the new bytes only after transfer_fence(ticket). `mem` must stay unchanged
-  // until the ticket is done. Preconditions (both directions): indices in range of `layers`.
+  // until the ticket is done. Preconditions (both directions): indices in range of `layers`; to
+  // the device, no block twice in one call (its pieces are copied in no particular order).
   virtual uint64_t kv_blocks_to_device(std::span<const KvLayerView> layers, std::span<const KvBlockTransfer> blocks) = 0;
   // Copies host memory to memory of this backend on the copy stream (reads ahead). Ordered with
   // the other transfers only: a later kv_blocks_to_device reading `dst` sees the bytes.

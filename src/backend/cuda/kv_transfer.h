@@ -15,8 +15,9 @@
 // stream).
 //
 // Counters: bytes of PCIe copies issued each way; seconds between events around each transfer on
-// the copy stream (after its wait for the op stream); seconds the op stream spent in its waits
-// (events before and after each cudaStreamWaitEvent). Finished transfers are retired, and their
+// the copy stream (a spill's from after its wait for the op stream; a fetch's include that wait,
+// which its host copies overlap); seconds the op stream spent in its waits (events before and
+// after each cudaStreamWaitEvent). Finished transfers are retired, and their
 // events reused, whenever the object is called.
 //
 // Thread-safety: as the backend: one thread at a time.
