@@ -33,10 +33,13 @@
 namespace strata {
 namespace {
 
+// The instantiation prefix names the device, so the two executables' tests have their own names.
 #ifdef STRATA_KV_TRANSFER_TEST_CUDA
 constexpr DeviceKind kDevice = DeviceKind::kCuda;
+#define KV_TRANSFER_DEVICE Cuda
 #else
 constexpr DeviceKind kDevice = DeviceKind::kCpu;
+#define KV_TRANSFER_DEVICE Cpu
 #endif
 
 // Host memory for transfers: page-locked (cudaHostAlloc) when asked for and this is the CUDA
@@ -335,7 +338,7 @@ TEST_P(KvTransfer, ManyBlocksInChunks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HostMemory, KvTransfer, ::testing::Values(false, true),
+INSTANTIATE_TEST_SUITE_P(KV_TRANSFER_DEVICE, KvTransfer, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return std::string(p.param ? "pinned" : "pageable"); });
 
 // --- KvStorage with a cold store in host memory ---------------------------------------------------
@@ -493,7 +496,7 @@ TEST_P(KvStorageHostSlots, DependentOpsInOneList) {
   EXPECT_EQ(store->store_calls, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(HostMemory, KvStorageHostSlots, ::testing::Values(false, true),
+INSTANTIATE_TEST_SUITE_P(KV_TRANSFER_DEVICE, KvStorageHostSlots, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return std::string(p.param ? "pinned" : "pageable"); });
 
 }  // namespace
