@@ -125,8 +125,27 @@ struct KvBlockPiece {
   uint8_t* at = nullptr;
   int64_t bytes = 0;
 };
-void kv_block_pieces(std::span<const KvLayerView> layers, bool warm, int32_t index, std::vector<KvBlockPiece>& out);
-uint64_t kv_block_bytes(std::span<const KvLayerView> layers, bool warm);
+// (Inline: the backends, which strata_backend depends on, use them.)
+inline void kv_block_pieces(std::span<const KvLayerView> layers, bool warm, int32_t index, std::vector<KvBlockPiece>& out) {
+  for (const KvLayerView& v : layers) {
+    if (warm) {
+      out.push_back({v.warm_k + int64_t{index} * v.warm_k_slot_bytes, v.warm_k_slot_bytes});
+      out.push_back({v.warm_v + int64_t{index} * v.warm_v_slot_bytes, v.warm_v_slot_bytes});
+    } else {
+      const int64_t bs = v.block_stride_bytes();
+      out.push_back({v.k + int64_t{index} * bs, bs});
+      out.push_back({v.v + int64_t{index} * bs, bs});
+    }
+  }
+}
+
+inline uint64_t kv_block_bytes(std::span<const KvLayerView> layers, bool warm) {
+  uint64_t n = 0;
+  for (const KvLayerView& v : layers) {
+    n += static_cast<uint64_t>(warm ? v.warm_k_slot_bytes + v.warm_v_slot_bytes : 2 * v.block_stride_bytes());
+  }
+  return n;
+}
 
 // A plain copy of `bytes` bytes (copy_to_device_async).
 struct TransferPiece {
