@@ -79,10 +79,15 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o);
 enum class MemoryUse : uint8_t {
   kActivations,  // scratch of the forward pass: contents undefined on allocation
   kKvCache,      // KV arenas: zeroed; may be committed lazily (pages on first touch on CPU)
+  // Host memory a device copies to and from at full speed (page-locked on a GPU: cudaHostAlloc,
+  // portable and mapped; ordinary anonymous memory on CPU), for the host KV tier
+  // (kv/host_cold_store.h). Its data() is a HOST pointer on every backend, whatever
+  // host_visible() says. Contents undefined on allocation (zero on CPU).
+  kPinnedHost,
 };
 
 // Memory owned by a backend; freed when the object is destroyed. data() is a device address (see
-// the memory model above), 64-byte aligned.
+// the memory model above; a host address for MemoryUse::kPinnedHost), 64-byte aligned.
 class DeviceBuffer {
  public:
   virtual ~DeviceBuffer() = default;

@@ -468,6 +468,24 @@ TEST_P(BackendOps, HostDeviceTransfersRoundTrip) {
   }
 }
 
+// MemoryUse::kPinnedHost (the host KV tier's memory): a host address on every backend, written and
+// read in place by the host, and a source and destination of host<->device copies.
+TEST_P(BackendOps, PinnedHostMemoryIsHostMemoryThatCopiesBothWays) {
+  std::mt19937 rng(23);
+  std::vector<uint8_t> bytes(70000);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  auto pinned = be().allocate(bytes.size(), MemoryUse::kPinnedHost);
+  ASSERT_EQ(pinned->bytes(), bytes.size());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pinned->data()) % 64, 0u);
+  std::memcpy(pinned->data(), bytes.data(), bytes.size());  // the host writes it directly
+  auto device = be().allocate(bytes.size(), MemoryUse::kKvCache);
+  be().copy_to_device(device->data(), pinned->data(), bytes.size());
+  auto back = be().allocate(bytes.size(), MemoryUse::kPinnedHost);
+  std::memset(back->data(), 0, bytes.size());
+  be().copy_to_host(back->data(), device->data(), bytes.size());
+  EXPECT_EQ(std::memcmp(back->data(), bytes.data(), bytes.size()), 0);
+}
+
 // Random K/V for `n_pos` positions of every block in `ids`, written by the reference kv_store
 // into the host arenas.
 void fill_blocks(KvLayer& kv, const std::vector<BlockId>& ids, std::mt19937& rng) {

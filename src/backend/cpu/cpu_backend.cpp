@@ -66,7 +66,7 @@ std::string CpuBackend::description() const {
 }
 
 std::unique_ptr<DeviceBuffer> CpuBackend::allocate(uint64_t bytes, MemoryUse use) {
-  if (use == MemoryUse::kKvCache) return std::make_unique<AnonBuffer>(bytes);
+  if (use == MemoryUse::kKvCache || use == MemoryUse::kPinnedHost) return std::make_unique<AnonBuffer>(bytes);
   try {
     return std::make_unique<HeapBuffer>(bytes);
   } catch (const std::bad_alloc&) {

@@ -109,6 +109,29 @@ class CudaBuffer final : public DeviceBuffer {
   uint64_t bytes_;
 };
 
+// Page-locked host memory (MemoryUse::kPinnedHost): the GPU's copy engines reach it at full PCIe
+// speed, and a copy from or to it can be asynchronous. Portable (every context), mapped (a device
+// pointer exists for kernels that read it in place).
+class PinnedHostBuffer final : public DeviceBuffer {
+ public:
+  PinnedHostBuffer(uint64_t bytes) : bytes_(bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, std::max<uint64_t>(bytes, 256), cudaHostAllocPortable | cudaHostAllocMapped);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail("cannot allocate {:.1f} MiB of pinned host memory: {}", static_cast<double>(bytes) / (1 << 20), cudaGetErrorString(e));
+    }
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~PinnedHostBuffer() override { (void)cudaFreeHost(data_); }
+  uint8_t* data() const override { return data_; }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  uint64_t bytes_;
+};
+
 // Small host arrays on their way to the device: a pinned ring mirrored by a device ring, copied
 // asynchronously with the ops that read them. Stream order makes reusing the device ring safe;
 // the host ring is reused only after the stream has drained once per wrap.
@@ -483,6 +506,7 @@ float* CudaBackend::host_result_buffer(size_t n) {
 }
 
 std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse use) {
+  if (use == MemoryUse::kPinnedHost) return std::make_unique<PinnedHostBuffer>(bytes);
   impl_->forget_x16();  // the new buffer may reuse the memory of the array x16 was made from
   auto buf = std::make_unique<CudaBuffer>(bytes);
   if (use == MemoryUse::kKvCache) {
