@@ -1,24 +1,48 @@
 #include "kv/block_pool.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "core/check.h"
 
 namespace strata {
 
-BlockPool::BlockPool(int32_t num_blocks) : blocks_(static_cast<size_t>(num_blocks)) {
-  STRATA_CHECK(num_blocks >= 0);
+BlockPool::BlockPool(int32_t num_blocks, int32_t preferred) : blocks_(static_cast<size_t>(num_blocks)), preferred_(preferred) {
+  STRATA_CHECK(num_blocks >= 0 && preferred >= 0 && preferred <= num_blocks);
   free_.reserve(static_cast<size_t>(num_blocks));
+  // Highest id first, so that the LIFO list hands out 0 first; a preferred range makes it a heap.
   for (BlockId id = num_blocks - 1; id >= 0; --id) {
     free_.push_back(id);
     blocks_[idx(id)].in_free = true;
   }
+  if (preferred_ > 0) {
+    std::make_heap(free_.begin(), free_.end(), std::greater<BlockId>());
+    free_preferred_ = preferred_;
+  }
+}
+
+void BlockPool::free_push(BlockId id) {
+  blocks_[idx(id)].in_free = true;
+  free_.push_back(id);
+  if (preferred_ > 0) {
+    std::push_heap(free_.begin(), free_.end(), std::greater<BlockId>());
+    if (id < preferred_) ++free_preferred_;
+  }
+}
+
+BlockId BlockPool::free_pop() {
+  if (preferred_ > 0) std::pop_heap(free_.begin(), free_.end(), std::greater<BlockId>());
+  const BlockId id = free_.back();
+  free_.pop_back();
+  blocks_[idx(id)].in_free = false;
+  if (preferred_ > 0 && id < preferred_) --free_preferred_;
+  return id;
 }
 
 std::optional<BlockPool::Allocation> BlockPool::allocate() {
   Allocation a{kNoBlock, {}};
   if (!free_.empty()) {
-    a.id = free_.back();
-    free_.pop_back();
-    blocks_[idx(a.id)].in_free = false;
+    a.id = free_pop();
   } else if (lru_head_ >= 0) {
     a.id = lru_head_;
     lru_remove(a.id);
@@ -56,8 +80,7 @@ bool BlockPool::decref(BlockId id) {
   if (!m.hash.empty()) {
     lru_push_back(id);
   } else {
-    m.in_free = true;
-    free_.push_back(id);
+    free_push(id);
   }
   return true;
 }
@@ -73,8 +96,7 @@ void BlockPool::clear_hash(BlockId id) {
   m.hash = {};
   if (m.in_lru) {
     lru_remove(id);
-    m.in_free = true;
-    free_.push_back(id);
+    free_push(id);
   }
 }
 
@@ -88,6 +110,7 @@ void BlockPool::lru_push_back(BlockId id) {
   lru_tail_ = id;
   m.in_lru = true;
   ++num_cached_;
+  if (id < preferred_) ++cached_preferred_;
 }
 
 void BlockPool::lru_remove(BlockId id) {
@@ -100,12 +123,17 @@ void BlockPool::lru_remove(BlockId id) {
   m.prev = m.next = -1;
   m.in_lru = false;
   --num_cached_;
+  if (id < preferred_) --cached_preferred_;
 }
 
 void BlockPool::check_invariants() const {
-  int32_t free_count = 0, lru_count = 0, used = 0;
+  int32_t free_count = 0, lru_count = 0, used = 0, free_pref = 0, cached_pref = 0;
   for (BlockId id = 0; id < num_blocks(); ++id) {
     const Meta& m = blocks_[idx(id)];
+    if (id < preferred_) {
+      free_pref += m.in_free;
+      cached_pref += m.in_lru;
+    }
     STRATA_CHECK(!(m.in_free && m.in_lru), "block {} is both free and cached", id);
     if (m.in_free) {
       ++free_count;
@@ -129,6 +157,10 @@ void BlockPool::check_invariants() const {
   }
   STRATA_CHECK(walked == num_cached_ && prev == lru_tail_, "LRU walk found {} of {}", walked, num_cached_);
   STRATA_CHECK(free_count + lru_count + used == num_blocks());
+  STRATA_CHECK(free_pref == free_preferred_ && cached_pref == cached_preferred_,
+               "preferred range: {} free and {} cached counted, {} and {} marked", free_preferred_, cached_preferred_,
+               free_pref, cached_pref);
+  if (preferred_ > 0) STRATA_CHECK(std::is_heap(free_.begin(), free_.end(), std::greater<BlockId>()), "free heap broken");
 }
 
 }  // namespace strata

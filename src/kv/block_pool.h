@@ -2,8 +2,9 @@
 // vLLM's block pool: each block has a reference count and an optional content hash. A block whose
 // count drops to zero goes to the free list when it has no hash, or to the tail of an LRU queue of
 // cached blocks when it has one, so that a later request with the same prefix can revive it.
-// Allocation takes from the free list first and evicts the least recently used cached block only
-// when the free list is empty. Running out is normal: allocate() returns nullopt.
+// Allocation takes from the free list first (most recently freed first, or lowest id first with a
+// preferred range) and evicts the least recently used cached block only when the free list is
+// empty. Running out is normal: allocate() returns nullopt.
 // Block metadata holds no pointers (indices only); the bytes live in a separate arena.
 // Thread-safety: not thread-safe; owned and used by the engine thread.
 #pragma once
@@ -19,7 +20,10 @@ namespace strata {
 
 class BlockPool {
  public:
-  explicit BlockPool(int32_t num_blocks);
+  // With preferred > 0, ids [0, preferred) form a preferred range (the cold pool's host-memory
+  // slots before its file slots): the free list then hands out the lowest free id first (a heap)
+  // instead of the most recently freed one, and the range's counts are kept (preferred_counts()).
+  explicit BlockPool(int32_t num_blocks, int32_t preferred = 0);
 
   int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
   int32_t num_free() const { return static_cast<int32_t>(free_.size()); }  // no hash, count 0
@@ -47,6 +51,16 @@ class BlockPool {
   void clear_hash(BlockId id);
   const BlockHash& hash(BlockId id) const { return blocks_[idx(id)].hash; }
 
+  struct RangeCounts {
+    int32_t used = 0;
+    int32_t cached = 0;
+    int32_t free = 0;
+  };
+  // Counts of the preferred range (all zero without one).
+  RangeCounts preferred_counts() const {
+    return {preferred_ - free_preferred_ - cached_preferred_, cached_preferred_, free_preferred_};
+  }
+
   int32_t ref_count(BlockId id) const { return blocks_[idx(id)].ref_count; }
   bool is_cached(BlockId id) const { return blocks_[idx(id)].in_lru; }
 
@@ -67,7 +81,13 @@ class BlockPool {
   void lru_remove(BlockId id);
 
   std::vector<Meta> blocks_;
-  std::vector<BlockId> free_;  // LIFO
+  void free_push(BlockId id);
+  BlockId free_pop();
+
+  std::vector<BlockId> free_;  // LIFO, or a min-heap with a preferred range
+  int32_t preferred_ = 0;
+  int32_t free_preferred_ = 0;    // free ids below preferred_
+  int32_t cached_preferred_ = 0;  // cached ids below preferred_
   int32_t lru_head_ = -1;
   int32_t lru_tail_ = -1;
   int32_t num_cached_ = 0;

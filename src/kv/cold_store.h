@@ -1,11 +1,13 @@
-// The cold tier: fixed-size slots below the RAM pools (a file on disk today; host RAM for a GPU
-// backend and a shared Redis tier later implement the same interface). The KV manager decides
-// what goes there; the store only moves bytes, asynchronously, in submission order.
+// The cold tier: fixed-size slots below the RAM pools: host memory (HostColdStore, pinned on a
+// GPU: --kv-host-memory), a file on disk (FileColdStore: --kv-spill-dir), or both, the host slots
+// first (TieredColdStore). The KV manager decides what goes there; the store only moves bytes,
+// asynchronously or not, in submission order.
 // Thread-safety: all methods are called by the engine thread; implementations do their I/O on
 // their own background thread(s) and must keep submission order per slot.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,9 +51,24 @@ class ColdStore {
 #pragma GCC diagnostic pop
 };
 
+// Host memory for a store's slots: the bytes and whatever keeps them alive (a backend's
+// DeviceBuffer of MemoryUse::kPinnedHost, say).
+struct HostMemory {
+  uint8_t* data = nullptr;
+  std::shared_ptr<void> owner;
+};
+using HostAllocator = std::function<HostMemory(uint64_t bytes)>;
+
 // The cold tier a configuration asks for, with slots of at least `slot_bytes`: the test hook's
-// store when cfg.cold_store_factory is set, else a FileColdStore in cfg.spill_dir, else none
-// (nullptr). The one place that names a concrete store. Throws strata::Error as the store does.
-std::unique_ptr<ColdStore> make_cold_store(const KvConfig& cfg, uint64_t slot_bytes);
+// store when cfg.cold_store_factory is set; else with cfg.host_bytes a HostColdStore (its memory
+// from `host_alloc` when given — pinned memory of the backend — else anonymous memory), and below
+// it, with cfg.spill_dir, a FileColdStore: both in one TieredColdStore whose host slots come
+// first; else the FileColdStore alone; else none (nullptr). The one place that names a concrete
+// store. Throws strata::Error as the stores do.
+std::unique_ptr<ColdStore> make_cold_store(const KvConfig& cfg, uint64_t slot_bytes, const HostAllocator& host_alloc = {});
+
+// How many of `store`'s first slots are in host memory (slot_memory() != nullptr): the host tier of
+// a TieredColdStore, every slot of a HostColdStore, 0 for a file. Host slots come first.
+int64_t count_host_slots(ColdStore& store);
 
 }  // namespace strata

@@ -32,10 +32,14 @@ struct KvConfig {
   int32_t hot_tokens = 256;              // most recent tokens of each sequence kept hot
   WarmFormat warm_format = WarmFormat::kNone;  // --kv-warm-dtype
   double warm_fraction = 0.75;           // share of the KV memory given to the warm pool when on
-  std::string spill_dir;                 // cold tier directory; empty = no cold tier
-  uint64_t spill_bytes = 0;              // cold tier size
+  // The cold tier: host memory (--kv-host-memory; pinned on a GPU) and/or a file below it
+  // (--kv-spill-dir, --kv-spill-size). With both, host slots are taken first; a block never moves
+  // from the host part to the file part (no migration: the file takes what the host tier cannot).
+  uint64_t host_bytes = 0;               // host tier size; 0 = none
+  std::string spill_dir;                 // file tier directory; empty = none
+  uint64_t spill_bytes = 0;              // file tier size
   // Test hook: when set, the cold tier is the store this returns (given the bytes one slot must
-  // hold) instead of a FileColdStore in spill_dir; spill_dir and spill_bytes are then unused.
+  // hold) instead of the stores above; host_bytes, spill_dir and spill_bytes are then unused.
   // Tests inject stores that fail on demand through it (tests/engine/engine_cold_failure_test.cpp).
   std::function<std::unique_ptr<ColdStore>(uint64_t slot_bytes)> cold_store_factory;
 

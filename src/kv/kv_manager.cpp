@@ -22,7 +22,7 @@ KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, const KvCapacit
       warm_span_(cap.warm_span),
       hot_pool_(cap.hot_blocks),
       warm_pool_(cap.warm_slots),
-      cold_pool_(cap.cold_slots) {
+      cold_pool_(cap.cold_slots, std::min(cap.cold_host_slots, cap.cold_slots)) {
   STRATA_CHECK(geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
   STRATA_CHECK(cap.warm_slots == 0 || cfg.warm_format != WarmFormat::kNone, "warm slots without a warm format");
   if (cfg.hot_tokens < 0) fail("--kv-hot-tokens must be >= 0, got {}", cfg.hot_tokens);
@@ -704,6 +704,18 @@ bool KvManager::swap_out(SeqId s) {
   return true;
 }
 
+uint64_t KvManager::swap_out_bytes(SeqId s) const {
+  const Seq& q = seqs_.at(s);
+  if (q.swapped) return 0;
+  std::map<std::pair<Tier, int32_t>, int32_t> refs;
+  for (const Loc& l : q.table) ++refs[{l.tier, l.slot}];
+  uint64_t bytes = 0;
+  for (const auto& [key, n] : refs) {
+    if (pool(key.first).ref_count(key.second) == n) bytes += slot_bytes(key.first);
+  }
+  return bytes;
+}
+
 int32_t KvManager::blocks_to_swap_in(SeqId s, int32_t n_tokens) const {
   const Seq& q = seqs_.at(s);
   std::map<int32_t, bool> seen;
@@ -775,11 +787,18 @@ void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> 
       case KvOp::Kind::kCopy: ++counters_.cow_copies; break;
       case KvOp::Kind::kReencode: counters_.reencoded_blocks += static_cast<int64_t>(op.hot.size()); break;
       case KvOp::Kind::kSpill:
-        if (ok) counters_.spill_bytes_out += slot_bytes(op.src.tier);
+        if (ok) {
+          counters_.spill_bytes_out += slot_bytes(op.src.tier);
+          ++(op.dst.slot < cap_.cold_host_slots ? counters_.host_spills : counters_.file_spills);
+        }
         break;
       case KvOp::Kind::kFetch:
-        if (ok) counters_.spill_bytes_in += slot_bytes(op.dst.tier);
-        else ++counters_.cold_read_failures;
+        if (ok) {
+          counters_.spill_bytes_in += slot_bytes(op.dst.tier);
+          ++(op.src.slot < cap_.cold_host_slots ? counters_.host_fetches : counters_.file_fetches);
+        } else {
+          ++counters_.cold_read_failures;
+        }
         break;
       case KvOp::Kind::kLoad:
         if (!ok) ++counters_.remote_load_failures;
@@ -829,7 +848,24 @@ KvStats KvManager::stats() const {
   };
   st.hot = tier(hot_pool_, slot_bytes(Tier::kHot));
   if (cfg_.warm_format != WarmFormat::kNone) st.warm = tier(warm_pool_, slot_bytes(Tier::kWarm));
-  if (has_cold_tier()) st.cold = tier(cold_pool_, cap_.cold_slot_bytes);
+  if (has_cold_tier()) {
+    st.cold = tier(cold_pool_, cap_.cold_slot_bytes);
+    // Host slots are the cold pool's preferred range, file slots the rest.
+    const BlockPool::RangeCounts h = cold_pool_.preferred_counts();
+    const int32_t n_host = std::min(cap_.cold_host_slots, cap_.cold_slots);
+    st.host.slots = n_host;
+    st.host.used = h.used;
+    st.host.cached = h.cached;
+    st.host.free = h.free;
+    st.host.bytes_total = static_cast<uint64_t>(n_host) * cap_.cold_slot_bytes;
+    st.host.bytes_used = static_cast<uint64_t>(h.used + h.cached) * cap_.cold_slot_bytes;
+    st.file.slots = st.cold.slots - st.host.slots;
+    st.file.used = st.cold.used - st.host.used;
+    st.file.cached = st.cold.cached - st.host.cached;
+    st.file.free = st.cold.free - st.host.free;
+    st.file.bytes_total = st.cold.bytes_total - st.host.bytes_total;
+    st.file.bytes_used = st.cold.bytes_used - st.host.bytes_used;
+  }
   for (const auto& [id, q] : seqs_) {
     ++st.sequences;
     if (q.swapped) {

@@ -124,6 +124,9 @@ class KvManager {
   // RAM. False (nothing changed) without a cold tier, when it is full, or when the sequence holds
   // no block alone (all shared with forks or prefix sharers: swapping would free nothing).
   bool swap_out(SeqId s);
+  // The bytes swap_out(s) would move to the cold tier (the RAM slots only s holds), and that
+  // bringing it back would read: the transfer half of --preempt auto's choice. 0 when swapped.
+  uint64_t swap_out_bytes(SeqId s) const;
   // Hot blocks swap_in(s) needs, plus those allocating n_tokens right after it would take (new
   // blocks, a copy of a shared partial block; nothing for n_tokens within its slots).
   int32_t blocks_to_swap_in(SeqId s, int32_t n_tokens = 0) const;

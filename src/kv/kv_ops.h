@@ -71,6 +71,7 @@ struct KvCapacity {
   int32_t warm_slots = 0;  // 0 without a warm tier
   int32_t warm_span = 1;   // blocks per warm slot
   int32_t cold_slots = 0;  // 0 without a cold tier
+  int32_t cold_host_slots = 0;  // the first cold slots, in host memory (taken first); the rest are in a file
   uint64_t hot_block_bytes = 0;  // one hot block, all layers, K and V
   uint64_t warm_slot_bytes = 0;  // one warm slot, all layers, K and V
   uint64_t cold_slot_bytes = 0;  // one cold slot as the store sizes it (frame header included)

@@ -16,10 +16,28 @@ struct KvTierStats {
   uint64_t bytes_used = 0;   // bytes of used + cached slots
 };
 
+// Device <-> host traffic of KV blocks (spills, fetches, read-aheads of the cold tier; publishes
+// and remote imports), filled by KvStorage (KvStorage::transfer_stats()). The hook for the
+// transfer engine of a GPU backend: what it does not measure stays 0.
+struct KvTransferStats {
+  uint64_t bytes_to_host = 0;       // device -> host (0 on a host backend: nothing crosses a bus)
+  uint64_t bytes_to_device = 0;     // host -> device
+  double transfer_seconds = 0;      // time the copies took (copy-engine time on a GPU)
+  double compute_wait_seconds = 0;  // time the compute stream waited for copies it needed
+  // Cold-tier moves as the engine thread saw them, for the swap-or-recompute choice
+  // (sched/preempt_cost.h): payload bytes spilled plus fetched, and the seconds execute() spent
+  // on those ops (queueing a write, waiting for a read, the device copies of the block).
+  uint64_t cold_bytes = 0;
+  double cold_seconds = 0;
+};
+
 struct KvStats {
   KvTierStats hot;
   KvTierStats warm;
-  KvTierStats cold;
+  KvTierStats cold;  // the whole cold tier: host + file
+  KvTierStats host;  // its slots in host memory (--kv-host-memory), taken first
+  KvTierStats file;  // its slots in the spill file (--kv-spill-dir)
+  KvTransferStats transfer;  // KvManager leaves it empty: the engine copies KvStorage's in
   int32_t block_size = 0;
   int64_t tokens_stored = 0;         // tokens held by all sequences' tables
   int64_t fragmented_slots = 0;      // unused token slots in partially filled last blocks
@@ -34,6 +52,11 @@ struct KvStats {
   int64_t evicted_blocks = 0;        // cached blocks dropped or spilled to make room
   uint64_t spill_bytes_out = 0;
   uint64_t spill_bytes_in = 0;
+  // Blocks (slots) spilled to and fetched from each part of the cold tier.
+  int64_t host_spills = 0;
+  int64_t file_spills = 0;
+  int64_t host_fetches = 0;
+  int64_t file_fetches = 0;
   int64_t swap_outs = 0;             // sequences swapped out
   int64_t swap_ins = 0;
   // Cold-tier reads that failed (I/O error, short read, checksum mismatch): the blocks were

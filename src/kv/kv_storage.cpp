@@ -73,10 +73,18 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
   }
 
   const uint64_t frame = kColdHeaderBytes + std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes);
-  cold_store_ = make_cold_store(cfg, frame);
+  HostAllocator host_alloc;  // the host tier in the backend's pinned memory (plain memory on CPU)
+  if (backend != nullptr) {
+    host_alloc = [backend](uint64_t bytes) {
+      std::shared_ptr<DeviceBuffer> buffer = backend->allocate(bytes, MemoryUse::kPinnedHost);
+      return HostMemory{buffer->data(), buffer};
+    };
+  }
+  cold_store_ = make_cold_store(cfg, frame, host_alloc);
   if (cold_store_) {
     STRATA_CHECK(cold_store_->slot_bytes() >= frame, "cold store slots too small");
     cap_.cold_slots = static_cast<int32_t>(std::min<int64_t>(cold_store_->num_slots(), int64_t{1} << 30));
+    cap_.cold_host_slots = static_cast<int32_t>(std::min<int64_t>(count_host_slots(*cold_store_), cap_.cold_slots));
     cap_.cold_slot_bytes = cold_store_->slot_bytes();
     cold_gen_.assign(static_cast<size_t>(cap_.cold_slots), 0);
     cold_bad_.assign(static_cast<size_t>(cap_.cold_slots), 0);
@@ -84,6 +92,19 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
 }
 
 KvStorage::~KvStorage() { drain_io(); }
+
+KvTransferStats KvStorage::transfer_stats() const {
+  KvTransferStats t = transfer_;
+  t.bytes_to_host = bytes_to_host_;
+  t.bytes_to_device = bytes_to_device_;
+  return t;
+}
+
+KvStorage::ColdTimer::ColdTimer(KvStorage& s, uint64_t bytes) : s_(s), bytes_(bytes), t0_(std::chrono::steady_clock::now()) {}
+KvStorage::ColdTimer::~ColdTimer() {
+  s_.transfer_.cold_bytes += bytes_;
+  s_.transfer_.cold_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
 
 void KvStorage::drain_io() {
   while (!ahead_.empty()) drop_read_ahead(ahead_.begin()->first);
@@ -387,6 +408,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
       }
       case KvOp::Kind::kSpill: {
         STRATA_CHECK(cold_store_ && op.dst.tier == KvTier::kCold && op.src.tier != KvTier::kCold, "bad spill");
+        const ColdTimer timer(*this, slot_bytes(op.src.tier));
         const size_t cold = static_cast<size_t>(op.dst.slot);
         if (is_lost(op.src)) {
           cold_bad_[cold] = 1;  // nothing worth writing: the cold copy is lost too
@@ -413,6 +435,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
       }
       case KvOp::Kind::kFetch: {
         STRATA_CHECK(cold_store_ && op.src.tier == KvTier::kCold && op.dst.tier != KvTier::kCold, "bad fetch");
+        const ColdTimer timer(*this, slot_bytes(op.dst.tier));
         if (cold_bad_[static_cast<size_t>(op.src.slot)]) {
           if (tickets[i] != 0) {
             try {

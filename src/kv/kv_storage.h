@@ -23,11 +23,13 @@
 // spread over the thread pool's workers inside execute()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,6 +38,7 @@
 #include "kv/kv_arena.h"
 #include "kv/kv_config.h"
 #include "kv/kv_ops.h"
+#include "kv/kv_stats.h"
 #include "kv/kv_types.h"
 #include "kv/remote_block.h"
 
@@ -53,7 +56,9 @@ class KvStorage {
   // Memory comes from `backend` (MemoryUse::kKvCache) when given, else from anonymous memory. On a
   // backend whose memory is not host-visible (a GPU), block copies and re-encodes run as its ops
   // (kv_copy_block, kv_warm_encode) and cold-tier traffic goes through copy_to_host/copy_to_device;
-  // on the host they are memcpy and warm_encode, spread over `threads` (may be null).
+  // on the host they are memcpy and warm_encode, spread over `threads` (may be null). The host
+  // part of the cold tier (--kv-host-memory) is the backend's MemoryUse::kPinnedHost memory when
+  // given a backend, else anonymous memory.
   // Throws strata::Error for impossible sizes or an unusable spill directory.
   KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads = nullptr, Backend* backend = nullptr);
   ~KvStorage();  // waits for the cold tier's queued I/O
@@ -63,6 +68,7 @@ class KvStorage {
   const KvGeometry& geometry() const { return geo_; }
   const KvCapacity& capacity() const { return cap_; }
   bool has_cold_tier() const { return cold_store_ != nullptr; }
+  std::string cold_tier_description() const { return cold_store_ ? cold_store_->describe() : "none"; }
 
   // What attention reads, one per layer: hot blocks by id, warm sub-blocks by id >= hot_blocks.
   std::span<const KvLayerView> views() const { return views_; }
@@ -91,6 +97,9 @@ class KvStorage {
   // host-visible (spills and publishes copy down, fetches and remote imports copy up); 0 on the host.
   uint64_t bytes_to_host() const { return bytes_to_host_; }
   uint64_t bytes_to_device() const { return bytes_to_device_; }
+  // Those two and the timings of the cold-tier moves (KvStats::transfer, the hook of the device
+  // transfer engine).
+  KvTransferStats transfer_stats() const;
 
   // Test hook: on a host backend too, host-memory cold slots go through the backend's transfers
   // (the device path's logic, on memcpy). Call before the first execute().
@@ -142,6 +151,18 @@ class KvStorage {
   mutable uint64_t bytes_to_host_ = 0;  // capture() is const: it only reads the KV
   uint64_t bytes_to_device_ = 0;
   int64_t prefetch_hits_ = 0;
+  KvTransferStats transfer_;  // the timed fields; the byte counts are the members above
+  // Adds one cold-tier op's payload bytes and wall time (its scope) to transfer_.
+  class ColdTimer {
+   public:
+    ColdTimer(KvStorage& s, uint64_t bytes);
+    ~ColdTimer();
+
+   private:
+    KvStorage& s_;
+    uint64_t bytes_;
+    std::chrono::steady_clock::time_point t0_;
+  };
   void drop_read_ahead(int32_t cold_slot);  // waits for it and discards the bytes
 
   // The device path of host-memory cold slots (see the top of this file).
