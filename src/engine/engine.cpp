@@ -102,6 +102,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
                kv_->hot_tokens(), cfg_.kv.hot_tokens, kv_->num_hot_blocks());
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
+  if (storage_->has_cold_tier()) {
+    fmt::print(stderr, "KV cold tier: {} ({} cold slots, {} in host memory); preemption: {}\n", storage_->cold_tier_description(),
+               storage_->capacity().cold_slots, storage_->capacity().cold_host_slots,
+               cfg.sched.preempt == PreemptMode::kAuto ? "auto (swap or recompute per victim by measured costs)"
+                                                       : std::string(preempt_mode_name(cfg.sched.preempt)));
+  }
   if (cfg_.kv.evict.enabled()) {
     if (!model.backend().reports_attention_importance()) {
       fail("--kv-evict {} needs attention kernels that report token importance (--device cpu or cuda); the {} backend's do not",
@@ -468,6 +474,12 @@ bool Engine::step() {
   const Clock::time_point t0 = Clock::now();
   StepRunner::Prepared p = runner_->prepare();
   SchedulerOutput& out = p.out;
+  {
+    const KvTransferStats t = storage_->transfer_stats();  // the cold-tier moves of this step's ops
+    sched_->preempt_costs().observe_transfer(t.cold_bytes - fed_cold_bytes_, t.cold_seconds - fed_cold_seconds_);
+    fed_cold_bytes_ = t.cold_bytes;
+    fed_cold_seconds_ = t.cold_seconds;
+  }
   handle_lost_kv(out, p.lost);
   if (out.empty()) return !out.preempted.empty() || !out.resumed.empty() || !out.kv_ops.empty() || !p.lost.empty();
   max_batch_seqs_ = std::max(max_batch_seqs_, static_cast<int32_t>(out.seqs.size()));
@@ -477,6 +489,7 @@ bool Engine::step() {
   runner_->done(out);
   const Clock::time_point t2 = Clock::now();
   using Seconds = std::chrono::duration<double>;
+  sched_->preempt_costs().observe_forward(out.n_tokens, Seconds(t2 - t1).count());
   monitor_.on_step(t2, Seconds(t1 - t0).count(), Seconds(t2 - t1).count(),
                    last_step_end_ == Clock::time_point{} ? 0.0 : Seconds(t0 - last_step_end_).count());
   last_step_end_ = t2;
@@ -534,6 +547,7 @@ void Engine::publish_stats() {
   stats_.batched_steps = batched_steps_;
   stats_.cold_prefetch_hits = storage_->prefetch_hits();
   stats_.kv_device_transfer = kv_device_transfer;
+  stats_.kv.transfer = storage_->transfer_stats();
   if (remote_) {
     stats_.remote = remote_->stats();
     stats_.remote_waiting = static_cast<int64_t>(remote_waits_.size());

@@ -222,6 +222,10 @@ class Engine {
   Monitor monitor_;
   std::unique_ptr<MemoryController> controller_;  // null with --controller off
   Clock::time_point last_step_end_{};
+  // Cold-tier moves timed by the storage so far (cold_bytes, cold_seconds) as last fed to the
+  // scheduler's preempt costs (--preempt auto).
+  uint64_t fed_cold_bytes_ = 0;
+  double fed_cold_seconds_ = 0;
   Clock::time_point last_control_{};
 
   // Shared with other threads.

@@ -155,7 +155,10 @@ bool Scheduler::preempt(SeqId id, SchedulerOutput& out) {
   ++s.preemptions;
   ++total_preemptions_;
   out.preempted.push_back(id);
-  const bool want_swap = cfg_.preempt == PreemptMode::kSwap || (cfg_.preempt == PreemptMode::kAuto && kv_.has_cold_tier());
+  const bool want_swap =
+      cfg_.preempt == PreemptMode::kSwap ||
+      (cfg_.preempt == PreemptMode::kAuto && kv_.has_cold_tier() &&
+       costs_.choose(kv_.swap_out_bytes(id), s.num_computed) == PreemptMode::kSwap);
   if (want_swap && kv_.swap_out(id)) {
     s.status = SeqStatus::kSwapped;
     return true;

@@ -6,7 +6,8 @@
 //  2. running sequences, in queue order, get their next tokens (decodes and prompt continuations);
 //     when the KV pool cannot grow one, the victim is the lowest-priority, latest-arriving running
 //     sequence that has made progress since it was last resumed (no thrashing), preempted by swap
-//     (to the cold tier) or recompute (KV freed, recomputed later);
+//     (to the cold tier) or recompute (KV freed, recomputed later); --preempt auto picks per victim
+//     whichever its measured costs make cheaper (preempt_costs(), sched/preempt_cost.h);
 //  3. if nothing was preempted, waiting sequences are admitted in policy order (fcfs; priority; fair
 //     = virtual token counter; drf = weighted dominant resource fairness, sched/drf.h) while their
 //     blocks fit with a watermark of free blocks left for the running ones. Long prompts are split
@@ -52,6 +53,7 @@
 #include "sched/drf.h"
 #include "sched/fairness.h"
 #include "sched/kv_demand.h"
+#include "sched/preempt_cost.h"
 #include "sched/scheduler_config.h"
 #include "sched/sequence.h"
 
@@ -105,6 +107,10 @@ class Scheduler {
   // sequence over its budget (Sequence::kv_budget lowers it). Null (the default): none.
   // `e` outlives the scheduler.
   void set_evictor(KvEvictor* e) { evictor_ = e; }
+  // The measured costs behind --preempt auto's per-victim choice (sched/preempt_cost.h); the
+  // engine feeds them after every step. Unused by swap and recompute.
+  PreemptCostModel& preempt_costs() { return costs_; }
+  const PreemptCostModel& preempt_costs() const { return costs_; }
   KvEvictor* evictor() const { return evictor_; }
   // Batch admission by projected demand (the controller's, sched/controller.h; off until set): a
   // batch sequence is admitted or swapped in only while the projected demand with it stays within
@@ -242,6 +248,7 @@ class Scheduler {
   std::map<SeqId, int32_t> charged_;  // highest token index already charged to the tenant
   int64_t total_preemptions_ = 0;
   KvEvictor* evictor_ = nullptr;
+  PreemptCostModel costs_;
   int32_t batch_horizon_tokens_ = 0;  // 0: batch admission by projected demand is off
   double batch_reserve_ = 0;
 };

@@ -14,7 +14,7 @@
 namespace strata {
 
 enum class SchedulingPolicy : uint8_t { kFcfs, kPriority, kFair, kDrf };
-enum class PreemptMode : uint8_t { kAuto, kSwap, kRecompute };  // auto: swap when a cold tier exists
+enum class PreemptMode : uint8_t { kAuto, kSwap, kRecompute };  // auto: by measured costs (sched/preempt_cost.h)
 
 std::optional<SchedulingPolicy> scheduling_policy_from_name(std::string_view s);
 std::optional<PreemptMode> preempt_mode_from_name(std::string_view s);
