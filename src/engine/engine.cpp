@@ -102,6 +102,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
                kv_->hot_tokens(), cfg_.kv.hot_tokens, kv_->num_hot_blocks());
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
+  // --preempt auto assumes kDefaultColdBytesPerS until a cold-tier move is timed; on a GPU the
+  // backend's measured pinned host<->device bandwidth is the better first guess
+  // (preempt_costs().set_default_bandwidth, once the backend measures it).
   if (storage_->has_cold_tier()) {
     fmt::print(stderr, "KV cold tier: {} ({} cold slots, {} in host memory); preemption: {}\n", storage_->cold_tier_description(),
                storage_->capacity().cold_slots, storage_->capacity().cold_host_slots,

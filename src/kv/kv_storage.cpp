@@ -73,8 +73,8 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
   }
 
   const uint64_t frame = kColdHeaderBytes + std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes);
-  HostAllocator host_alloc;  // the host tier in the backend's pinned memory (plain memory on CPU)
-  if (backend != nullptr) {
+  HostAllocator host_alloc;  // the host tier in a device backend's pinned memory, else anonymous memory
+  if (device_ != nullptr) {
     host_alloc = [backend](uint64_t bytes) {
       std::shared_ptr<DeviceBuffer> buffer = backend->allocate(bytes, MemoryUse::kPinnedHost);
       return HostMemory{buffer->data(), buffer};

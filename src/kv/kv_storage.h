@@ -57,8 +57,8 @@ class KvStorage {
   // backend whose memory is not host-visible (a GPU), block copies and re-encodes run as its ops
   // (kv_copy_block, kv_warm_encode) and cold-tier traffic goes through copy_to_host/copy_to_device;
   // on the host they are memcpy and warm_encode, spread over `threads` (may be null). The host
-  // part of the cold tier (--kv-host-memory) is the backend's MemoryUse::kPinnedHost memory when
-  // given a backend, else anonymous memory.
+  // part of the cold tier (--kv-host-memory) is the backend's MemoryUse::kPinnedHost memory on a
+  // device backend, else anonymous memory (what the CPU backend's kPinnedHost is too).
   // Throws strata::Error for impossible sizes or an unusable spill directory.
   KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads = nullptr, Backend* backend = nullptr);
   ~KvStorage();  // waits for the cold tier's queued I/O
