@@ -93,6 +93,7 @@ class BenchKv {
     c.memory_bytes.reset();
     c.warm_format = WarmFormat::kNone;
     c.spill_dir.clear();
+    c.host_bytes = 0;
     return c;
   }
   KvStorage storage_;

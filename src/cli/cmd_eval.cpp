@@ -203,6 +203,7 @@ int run_eval_ppl(const EvalOptions& o) {
   KvConfig ref_cfg = kvc;  // full precision: every block stays hot, no sharing
   ref_cfg.warm_format = WarmFormat::kNone;
   ref_cfg.spill_dir.clear();
+  ref_cfg.host_bytes = 0;
   ref_cfg.evict = EvictConfig{};  // and none evicted
   if (o.prompt >= ctx) fail("--prompt ({}) must be shorter than the window (--ctx {})", o.prompt, ctx);
   std::vector<float> ref_logp;

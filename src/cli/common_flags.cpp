@@ -99,8 +99,11 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
       ->capture_default_str();
   cmd->add_option("--kv-warm-fraction", f.warm_fraction, "Share of the KV memory given to warm blocks when on")
       ->capture_default_str();
-  cmd->add_option("--kv-spill-dir", f.spill_dir, "Directory for the cold KV tier (a file there, deleted on exit)");
-  cmd->add_option("--kv-spill-size", f.spill_size, "Size of the cold KV tier, e.g. 8GiB (needs --kv-spill-dir)");
+  cmd->add_option("--kv-host-memory", f.host_memory,
+                  "Size of the host-memory part of the cold KV tier, e.g. 16GiB (pinned on a GPU): blocks of swapped-out "
+                  "sequences and prefix-cached blocks evicted from the KV pool go there first, then to --kv-spill-dir");
+  cmd->add_option("--kv-spill-dir", f.spill_dir, "Directory for the file part of the cold KV tier (a file there, deleted on exit)");
+  cmd->add_option("--kv-spill-size", f.spill_size, "Size of the file part of the cold KV tier, e.g. 8GiB (needs --kv-spill-dir)");
   cmd->add_option("--kv-remote", f.remote,
                   "Share prefix KV blocks with other replicas through Redis: redis://[user:password@]host:port[/db] or "
                   "redis-cluster://host:port,host:port,...");
@@ -169,6 +172,11 @@ KvConfig KvFlags::to_config() const {
   c.warm_format = *wf;
   if (!(warm_fraction > 0 && warm_fraction < 1)) fail("--kv-warm-fraction must be in (0, 1), got {}", warm_fraction);
   c.warm_fraction = warm_fraction;
+  if (!host_memory.empty()) {
+    auto bytes = parse_bytes(host_memory);
+    if (!bytes || *bytes == 0) fail("--kv-host-memory '{}' is not a size (examples: 16GiB, 512M)", host_memory);
+    c.host_bytes = *bytes;
+  }
   if (spill_dir.empty() != spill_size.empty()) fail("--kv-spill-dir and --kv-spill-size go together");
   if (!spill_dir.empty()) {
     auto bytes = parse_bytes(spill_size);
@@ -239,7 +247,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
                   fmt::format("Sequences per step (default {} on cpu, {} on cuda)", kCpuMaxSeqs, kCudaMaxSeqs))
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--preempt", f.preempt,
-                  "When KV blocks run out: swap (to the cold tier), recompute, or auto (swap when --kv-spill-dir is set)")
+                  "When KV blocks run out: swap (to the cold tier), recompute, or auto (per victim, whichever costs less by "
+                  "measurement: moving its blocks to the cold tier and back, or recomputing its tokens; recompute "
+                  "without a cold tier)")
       ->capture_default_str();
   cmd->add_option("--scheduling", f.scheduling,
                   "Queue order: fcfs, priority, fair (virtual token counter per tenant), drf (weighted dominant "
@@ -292,7 +302,9 @@ EngineConfig EngineFlags::to_config(const KvFlags& kv, DeviceKind device) const 
   auto p = preempt_mode_from_name(preempt);
   if (!p) fail("--preempt '{}' is not one of auto, swap, recompute", preempt);
   c.sched.preempt = *p;
-  if (*p == PreemptMode::kSwap && c.kv.spill_dir.empty()) fail("--preempt swap needs a cold tier (--kv-spill-dir)");
+  if (*p == PreemptMode::kSwap && c.kv.spill_dir.empty() && c.kv.host_bytes == 0) {
+    fail("--preempt swap needs a cold tier (--kv-host-memory or --kv-spill-dir)");
+  }
   auto s = scheduling_policy_from_name(scheduling);
   if (!s) fail("--scheduling '{}' is not one of fcfs, priority, fair, drf", scheduling);
   c.sched.policy = *s;

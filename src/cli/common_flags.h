@@ -35,6 +35,7 @@ struct KvFlags {
   int32_t hot_tokens = 256;
   std::string warm_dtype = "none";
   double warm_fraction = 0.75;
+  std::string host_memory;
   std::string spill_dir;
   std::string spill_size;
   std::string remote;

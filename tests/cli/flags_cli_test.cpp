@@ -72,7 +72,11 @@ std::vector<BadFlag> bad_flags() {
       {{"--kv-spill-dir", "FILE", "--kv-spill-size", "4MiB"}, "--kv-spill-dir 'FILE'"},
       {{"--kv-spill-dir", "/proc", "--kv-spill-size", "4MiB"}, "--kv-spill-dir '/proc'"},
       {{"--preempt", "sometimes"}, "--preempt 'sometimes' is not one of auto, swap, recompute"},
-      {{"--preempt", "swap"}, "--preempt swap needs a cold tier (--kv-spill-dir)"},
+      {{"--kv-host-memory", "2XB"}, "--kv-host-memory '2XB' is not a size"},
+      {{"--kv-host-memory", "0"}, "--kv-host-memory '0' is not a size"},
+      {{"--kv-host-memory", "-1GiB"}, "--kv-host-memory '-1GiB' is not a size"},
+      {{"--kv-host-memory", "100"}, "--kv-host-memory 100 B is smaller than one KV block"},
+      {{"--preempt", "swap"}, "--preempt swap needs a cold tier (--kv-host-memory or --kv-spill-dir)"},
       {{"--scheduling", "lottery"}, "--scheduling 'lottery' is not one of fcfs, priority, fair, drf"},
       {{"--scheduling", "FAIR"}, "--scheduling 'FAIR'"},
       {{"--qos-window-ms", "-1"}, "--qos-window-ms must be in [0, 10000]"},
@@ -159,6 +163,7 @@ TEST_F(FlagsCli, OtherCommandsReportBadFlagsBeforeLoadingTheModel) {
       {{"--kv-memory", "2XB"}, "--kv-memory '2XB' is not a size"},
       {{"--kv-spill-dir", "/nonexistent/strata-spill", "--kv-spill-size", "4MiB"}, "--kv-spill-dir '/nonexistent/strata-spill'"},
       {{"--kv-spill-dir", "DIR"}, "--kv-spill-dir and --kv-spill-size go together"},
+      {{"--kv-host-memory", "lots"}, "--kv-host-memory 'lots' is not a size"},
       {{"--kv-warm-dtype", "int3"}, "--kv-warm-dtype 'int3'"},
       {{"--scheduling", "lottery"}, "--scheduling 'lottery'"},
       {{"--tenant-weight", "alice=2x"}, "--tenant-weight 'alice=2x'"},
@@ -246,6 +251,9 @@ TEST_F(FlagsCli, EveryGoodValueIsAcceptedAndGenerates) {
       {{"--kv-warm-fraction", "0.5", "--kv-warm-dtype", "int8"}, false},
       {{"--kv-spill-dir", "DIR", "--kv-spill-size", "4MiB"}},
       {{"--kv-spill-dir", "DIR", "--kv-spill-size", "4MiB", "--preempt", "swap"}},
+      {{"--kv-host-memory", "4MiB"}},
+      {{"--kv-host-memory", "4MiB", "--preempt", "swap"}},
+      {{"--kv-host-memory", "1MiB", "--kv-spill-dir", "DIR", "--kv-spill-size", "4MiB", "--preempt", "swap", "--kv-blocks", "4"}},
       {{"--preempt", "auto"}},
       {{"--preempt", "recompute"}},
       {{"--scheduling", "fcfs"}},
@@ -293,7 +301,7 @@ TEST_F(FlagsCli, HelpListsEverySharedFlag) {
     auto r = run_command(argv);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     for (const char* flag : {"--kv-block-size", "--kv-dtype", "--kv-memory", "--kv-blocks", "--no-prefix-cache", "--kv-hot-tokens",
-                             "--kv-warm-dtype", "--kv-warm-fraction", "--kv-spill-dir", "--kv-spill-size", "--preempt",
+                             "--kv-warm-dtype", "--kv-warm-fraction", "--kv-host-memory", "--kv-spill-dir", "--kv-spill-size", "--preempt",
                              "--scheduling", "--tenant-weight", "--max-seqs", "--max-batched-tokens", "--batch-wait-ms",
                              "--kv-watermark", "--ctx"}) {
       EXPECT_NE(r.out.find(flag), std::string::npos) << cmd[0] << " --help lacks " << flag;
