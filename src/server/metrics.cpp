@@ -247,6 +247,36 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
   header(out, "strata_kv_blocks_free", "gauge", "Empty KV blocks (slots) per tier.");
   for (const auto& [name, t] : tiers) out += fmt::format("strata_kv_blocks_free{{tier=\"{}\"}} {}\n", name, t->free);
 
+  // The tiers a block can live in, the cold tier split into its host-memory and file parts (a tier
+  // that is not configured shows 0 of 0).
+  const std::pair<const char*, const KvTierStats*> all_tiers[] = {
+      {"hot", &st.kv.hot}, {"warm", &st.kv.warm}, {"host", &st.kv.host}, {"file", &st.kv.file}};
+  header(out, "strata_kv_tier_blocks", "gauge",
+         "KV blocks (slots) per tier (hot, warm: HBM or RAM; host: --kv-host-memory; file: --kv-spill-dir) and state: used "
+         "(referenced by sequences), cached (reusable prefix-cache content), total (capacity).");
+  for (const auto& [name, t] : all_tiers) {
+    for (const auto& [state, v] : {std::pair{"used", t->used}, {"cached", t->cached}, {"total", t->slots}})
+      out += fmt::format("strata_kv_tier_blocks{{tier=\"{}\",state=\"{}\"}} {}\n", name, state, v);
+  }
+  header(out, "strata_kv_tier_bytes", "gauge",
+         "KV bytes per tier and state: used (blocks held by sequences or the prefix cache), total (capacity).");
+  for (const auto& [name, t] : all_tiers) {
+    for (const auto& [state, v] : {std::pair{"used", t->bytes_used}, {"total", t->bytes_total}})
+      out += fmt::format("strata_kv_tier_bytes{{tier=\"{}\",state=\"{}\"}} {}\n", name, state, v);
+  }
+  header(out, "strata_kv_tier_moves_total", "counter",
+         "KV blocks (slots) moved into (spill) or out of (fetch) each part of the cold tier: host (--kv-host-memory), file.");
+  for (const auto& [tier, dir, v] : {std::tuple{"host", "spill", st.kv.host_spills}, {"host", "fetch", st.kv.host_fetches},
+                                     {"file", "spill", st.kv.file_spills}, {"file", "fetch", st.kv.file_fetches}})
+    out += fmt::format("strata_kv_tier_moves_total{{tier=\"{}\",op=\"{}\"}} {}\n", tier, dir, v);
+  // What the storage measured of its transfers (KvTransferStats; the device transfer engine adds
+  // its own counters).
+  single(out, "strata_kv_cold_transfer_bytes_total", "counter",
+         "KV payload bytes spilled to or fetched from the cold tier, as timed by the KV storage.", st.kv.transfer.cold_bytes);
+  single(out, "strata_kv_cold_transfer_seconds_total", "counter",
+         "Seconds the engine thread spent on cold-tier spills and fetches (queueing writes, waiting for reads, device copies).",
+         st.kv.transfer.cold_seconds);
+
   single(out, "strata_prefix_cache_queried_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
          st.kv.prefix_queried_tokens);
   single(out, "strata_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.", st.kv.prefix_hit_tokens);

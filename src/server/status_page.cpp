@@ -86,6 +86,8 @@ footer a { color: inherit; }
   <div class="chart panel"><h2>Monitor <span class="note">(engine, last 30 s)</span></h2>
     <table>
       <tr><td>KV usage hot / warm / cold</td><td id="m-tier-hot">–</td><td id="m-tier-warm">–</td><td id="m-tier-cold">–</td></tr>
+      <tr><td>KV blocks used / total: hot · warm</td><td id="m-blocks-hot">–</td><td id="m-blocks-warm">–</td><td></td></tr>
+      <tr><td>KV blocks used / total: host · file</td><td id="m-blocks-host">–</td><td id="m-blocks-file">–</td><td></td></tr>
       <tr><td>Fragmentation (hot)</td><td id="m-frag" colspan="3">–</td></tr>
       <tr><td>Prefix-cache hit rate</td><td id="m-hit" colspan="3">–</td></tr>
       <tr><td>Preemptions per second</td><td id="m-pre" colspan="3">–</td></tr>
@@ -393,6 +395,13 @@ footer a { color: inherit; }
   function renderMonitor(m) {
     const set = (id, text) => { $(id).textContent = text; };
     for (const tier of ['hot', 'warm', 'cold']) set('m-tier-' + tier, fmtPct(get(m, 'strata_kv_tier_usage_ratio', { tier })));
+    for (const tier of ['hot', 'warm', 'host', 'file']) {
+      const used = get(m, 'strata_kv_tier_blocks', { tier, state: 'used' });
+      const total = get(m, 'strata_kv_tier_blocks', { tier, state: 'total' });
+      const bytes = get(m, 'strata_kv_tier_bytes', { tier, state: 'used' });
+      set('m-blocks-' + tier, total === null || total === undefined || total === 0 ? '–'
+          : fmtNum(used, 0) + ' / ' + fmtNum(total, 0) + ' (' + fmtBytes(bytes) + ')');
+    }
     set('m-frag', fmtPct(get(m, 'strata_kv_fragmentation_ratio')));
     set('m-hit', fmtPct(get(m, 'strata_prefix_cache_hit_rate')));
     set('m-pre', fmtNum(get(m, 'strata_preemptions_per_second'), 2));

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -112,6 +113,46 @@ TEST(ServerColdTier, SwappedSequencesAreReadAheadOfTheirResumeAndStayExact) {
   ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
   EXPECT_GT(m["strata_kv_spill_in_bytes_total"], 0);
   EXPECT_GT(m["strata_kv_cold_prefetch_hits_total"], 0);
+  EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
+  std::filesystem::remove_all(spill);
+}
+
+// The host tier (--kv-host-memory) above a spill file: the same swap load, exact; /metrics shows
+// each tier's blocks and bytes (strata_kv_tier_blocks / strata_kv_tier_bytes, with the configured
+// capacities) and the moves into and out of host memory.
+TEST(ServerColdTier, AHostTierAboveTheFileServesSwapsExactlyAndShowsOnMetrics) {
+  constexpr int kRequests = 6, kTokens = 120;
+  std::vector<std::string> reference(kRequests);
+  {
+    ServerProcess roomy;
+    for (int i = 0; i < kRequests; ++i) reference[static_cast<size_t>(i)] = complete(roomy, "Once upon a time " + std::to_string(i), kTokens);
+  }
+  const std::string spill = test::make_temp_dir("strata-cold-host");
+  ServerProcess::Options o;
+  o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-host-memory", "8MiB", "--kv-spill-dir", spill,
+            "--kv-spill-size", "16MiB", "--preempt", "swap"};
+  ServerProcess s(o);
+  std::vector<std::string> got(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, "Once upon a time " + std::to_string(i), kTokens); });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], reference[static_cast<size_t>(i)]) << i;
+  auto m = metrics(s);
+  ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+  EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"hot\",state=\"total\"}"], 24);
+  // Slots are whole frames (a block and its 8-byte checksum) of the sizes asked for.
+  const double block = m["strata_kv_capacity_bytes{tier=\"hot\"}"] / 24;
+  EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"total\"}"], std::floor((8 << 20) / (block + 8)));
+  EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"file\",state=\"total\"}"], std::floor((16 << 20) / (block + 8)));
+  EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"warm\",state=\"total\"}"], 0);
+  EXPECT_EQ(m["strata_kv_tier_bytes{tier=\"host\",state=\"total\"}"],
+            m["strata_kv_tier_blocks{tier=\"host\",state=\"total\"}"] * (block + 8));
+  EXPECT_GT(m["strata_kv_tier_moves_total{tier=\"host\",op=\"spill\"}"], 0);
+  EXPECT_GT(m["strata_kv_tier_moves_total{tier=\"host\",op=\"fetch\"}"], 0);
+  EXPECT_EQ(m["strata_kv_tier_moves_total{tier=\"file\",op=\"spill\"}"], 0) << "8 MiB of host memory holds this load";
+  EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"used\"}"], 0) << "nothing is swapped at the end";
   EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
   std::filesystem::remove_all(spill);
 }

@@ -194,6 +194,9 @@ TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
           "strata_requests_swapped 0\nstrata_generation_tokens_total " + std::to_string(100 * call) + "\n"
           "strata_kv_tier_usage_ratio{tier=\"hot\"} 0.8\nstrata_kv_tier_usage_ratio{tier=\"warm\"} 0.25\n"
           "strata_kv_fragmentation_ratio 0.0625\nstrata_fairness_jain_index 0.875\n"
+          "strata_kv_tier_blocks{tier=\"host\",state=\"used\"} 3\nstrata_kv_tier_blocks{tier=\"host\",state=\"total\"} 10\n"
+          "strata_kv_tier_bytes{tier=\"host\",state=\"used\"} 30720\n"
+          "strata_kv_tier_blocks{tier=\"file\",state=\"used\"} 0\nstrata_kv_tier_blocks{tier=\"file\",state=\"total\"} 0\n"
           "strata_kv_transfer_bytes_per_second{link=\"cold\",direction=\"write\"} 3145728\n"
           "strata_kv_transfer_bytes_per_second{link=\"device\",direction=\"to_device\"} 512\n"
           "strata_controller_kv_demand_ratio 0.9375\n"
@@ -230,6 +233,10 @@ TEST_F(StatusPage, KeepsPollingThroughAMetricsOutageAndRecovers) {
   EXPECT_NE(r.dom.find("id=\"m-xfer-cold-write\">3.00 MiB/s<"), std::string::npos) << r.dom;
   EXPECT_NE(r.dom.find("id=\"m-xfer-device-to_device\">512 B/s<"), std::string::npos) << r.dom;
   EXPECT_NE(r.dom.find("id=\"m-xfer-remote-read\">–<"), std::string::npos) << r.dom;
+  // Blocks used / total per tier with the bytes used; a tier of no blocks (or not sent) is a dash.
+  EXPECT_NE(r.dom.find("id=\"m-blocks-host\">3 / 10 (30.0 KiB)<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-blocks-file\">–<"), std::string::npos) << r.dom;
+  EXPECT_NE(r.dom.find("id=\"m-blocks-warm\">–<"), std::string::npos) << r.dom;
 }
 
 TEST_F(StatusPage, ShowsUnreachableWhenMetricsCannotBeFetchedAtAll) {
