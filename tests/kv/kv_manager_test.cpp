@@ -4,6 +4,7 @@
 // warm blocks), the invariants must hold, and after draining every block must be unreferenced.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -307,6 +308,70 @@ TEST(KvManager, SwapOutAndInThroughTheColdTier) {
   ASSERT_TRUE(extend(hz, 1, a, 1));
   hz.verify(1, a, 0);
   kv.free_sequence(1);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, TheColdTiersHostSlotsAreTakenBeforeTheFilesAndReadBackExactly) {
+  // Two slots of host memory above a spill file: swap-outs fill host memory first, and host slots
+  // freed later are taken again before file slots freed after them (a LIFO free list would hand
+  // out the file's).
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = small_cfg(4, 16);
+  cfg.host_bytes = 2 * (small_geo(4).bytes_per_block() + 8);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ASSERT_EQ(hz.storage().capacity().cold_host_slots, 2);
+  // Executes the planned ops; returns the cold slots spilled to.
+  auto spilled_to = [&] {
+    const std::vector<KvOp> ops = kv.take_ops();
+    std::vector<int32_t> slots;
+    for (const KvOp& op : ops) {
+      if (op.kind == KvOp::Kind::kSpill) slots.push_back(op.dst.slot);
+    }
+    const std::vector<KvOpStatus> st = hz.storage().execute(ops);
+    kv.complete(ops, st);
+    for (KvOpStatus x : st) EXPECT_EQ(x, KvOpStatus::kOk);
+    std::sort(slots.begin(), slots.end());
+    return slots;
+  };
+  std::vector<ModelSeq> m(4);
+  for (SeqId s = 1; s <= 3; ++s) {
+    for (int i = 0; i < 8; ++i) m[static_cast<size_t>(s)].push(100 * static_cast<int>(s) + i);
+    kv.add_sequence(s);
+    ASSERT_TRUE(extend(hz, s, m[static_cast<size_t>(s)], 8));
+  }
+  ASSERT_TRUE(kv.swap_out(1));
+  EXPECT_EQ(spilled_to(), (std::vector<int32_t>{0, 1})) << "host memory first";
+  ASSERT_TRUE(kv.swap_out(2));
+  EXPECT_EQ(spilled_to(), (std::vector<int32_t>{2, 3})) << "then the file";
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.host.slots, 2);
+  EXPECT_EQ(st.host.used, 2);
+  EXPECT_EQ(st.file.used, 2);
+  EXPECT_EQ(st.file.slots, st.cold.slots - 2);
+  EXPECT_EQ(st.host.bytes_total, 2 * hz.storage().capacity().cold_slot_bytes);
+  EXPECT_EQ(st.host_spills, 2);
+  EXPECT_EQ(st.file_spills, 2);
+  // Back in: host slots freed first, then file slots; the next swap-out takes the host slots.
+  ASSERT_TRUE(kv.swap_in(1));
+  hz.apply();
+  ASSERT_TRUE(kv.swap_in(2));
+  hz.apply();
+  hz.verify(1, m[1], 0);
+  hz.verify(2, m[2], 0);
+  st = kv.stats();
+  EXPECT_EQ(st.host_fetches, 2);
+  EXPECT_EQ(st.file_fetches, 2);
+  EXPECT_EQ(st.host.used, 0);
+  ASSERT_TRUE(kv.swap_out(3));
+  EXPECT_EQ(spilled_to(), (std::vector<int32_t>{0, 1}));
+  ASSERT_TRUE(kv.swap_in(3));
+  hz.apply();
+  hz.verify(3, m[3], 0);
+  for (SeqId s = 1; s <= 3; ++s) kv.free_sequence(s);
   kv.check_invariants();
   std::filesystem::remove_all(dir);
 }
