@@ -102,9 +102,11 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
                kv_->hot_tokens(), cfg_.kv.hot_tokens, kv_->num_hot_blocks());
   }
   sched_ = std::make_unique<Scheduler>(cfg.sched, *kv_);
-  // --preempt auto assumes kDefaultColdBytesPerS until a cold-tier move is timed; on a GPU the
-  // backend's measured pinned host<->device bandwidth is the better first guess
-  // (preempt_costs().set_default_bandwidth, once the backend measures it).
+  // --preempt auto assumes, until a cold-tier move is timed, the pinned bandwidth measured above on
+  // a GPU (the slower direction), else kDefaultColdBytesPerS.
+  if (const double gbs = std::min(stats_.kv_pcie_to_device_gbs, stats_.kv_pcie_to_host_gbs); gbs > 0) {
+    sched_->preempt_costs().set_default_bandwidth(gbs * 1e9);
+  }
   if (storage_->has_cold_tier()) {
     fmt::print(stderr, "KV cold tier: {} ({} cold slots, {} in host memory); preemption: {}\n", storage_->cold_tier_description(),
                storage_->capacity().cold_slots, storage_->capacity().cold_host_slots,
@@ -478,10 +480,24 @@ bool Engine::step() {
   StepRunner::Prepared p = runner_->prepare();
   SchedulerOutput& out = p.out;
   {
-    const KvTransferStats t = storage_->transfer_stats();  // the cold-tier moves of this step's ops
-    sched_->preempt_costs().observe_transfer(t.cold_bytes - fed_cold_bytes_, t.cold_seconds - fed_cold_seconds_);
+    // The cold-tier moves of this step's ops: those the storage timed, and the device engine's.
+    PreemptCostModel& costs = sched_->preempt_costs();
+    const KvTransferStats t = storage_->transfer_stats();
+    costs.observe_transfer(t.cold_bytes - fed_cold_bytes_, t.cold_seconds - fed_cold_seconds_);
     fed_cold_bytes_ = t.cold_bytes;
     fed_cold_seconds_ = t.cold_seconds;
+    const TransferStats d = storage_->device_transfer_stats();
+    const uint64_t dev_bytes = d.bytes_to_host + d.bytes_to_device;
+    const double dev_seconds = d.seconds_to_host + d.seconds_to_device;
+    pending_dev_bytes_ += dev_bytes - seen_dev_bytes_;
+    pending_dev_seconds_ += dev_seconds - seen_dev_seconds_;
+    seen_dev_bytes_ = dev_bytes;
+    seen_dev_seconds_ = dev_seconds;
+    if (pending_dev_bytes_ > 0 && pending_dev_seconds_ > 0) {
+      costs.observe_transfer(pending_dev_bytes_, pending_dev_seconds_);
+      pending_dev_bytes_ = 0;
+      pending_dev_seconds_ = 0;
+    }
   }
   handle_lost_kv(out, p.lost);
   if (out.empty()) return !out.preempted.empty() || !out.resumed.empty() || !out.kv_ops.empty() || !p.lost.empty();

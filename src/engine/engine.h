@@ -226,6 +226,12 @@ class Engine {
   // scheduler's preempt costs (--preempt auto).
   uint64_t fed_cold_bytes_ = 0;
   double fed_cold_seconds_ = 0;
+  // The same for the device transfer engine (host-memory slots on a GPU): totals last seen, and
+  // bytes and seconds not yet fed (bytes count when issued, seconds when the copy has finished).
+  uint64_t seen_dev_bytes_ = 0;
+  double seen_dev_seconds_ = 0;
+  uint64_t pending_dev_bytes_ = 0;
+  double pending_dev_seconds_ = 0;
   Clock::time_point last_control_{};
 
   // Shared with other threads.

@@ -16,17 +16,13 @@ struct KvTierStats {
   uint64_t bytes_used = 0;   // bytes of used + cached slots
 };
 
-// Device <-> host traffic of KV blocks (spills, fetches, read-aheads of the cold tier; publishes
-// and remote imports), filled by KvStorage (KvStorage::transfer_stats()). The hook for the
-// transfer engine of a GPU backend: what it does not measure stays 0.
+// Cold-tier moves that KvStorage does itself, as the engine thread sees them (KvStorage::
+// transfer_stats()), for the swap-or-recompute choice (sched/preempt_cost.h): payload bytes spilled
+// plus fetched through the store's write/read (file slots; every slot on the host), and the seconds
+// execute() spent on those ops (capture and queueing a write, waiting for a read and restoring).
+// Host-memory slots on a device backend move through the backend's batched transfers instead,
+// whose bytes and copy-stream seconds are KvStorage::device_transfer_stats() (TransferStats).
 struct KvTransferStats {
-  uint64_t bytes_to_host = 0;       // device -> host (0 on a host backend: nothing crosses a bus)
-  uint64_t bytes_to_device = 0;     // host -> device
-  double transfer_seconds = 0;      // time the copies took (copy-engine time on a GPU)
-  double compute_wait_seconds = 0;  // time the compute stream waited for copies it needed
-  // Cold-tier moves as the engine thread saw them, for the swap-or-recompute choice
-  // (sched/preempt_cost.h): payload bytes spilled plus fetched, and the seconds execute() spent
-  // on those ops (queueing a write, waiting for a read, the device copies of the block).
   uint64_t cold_bytes = 0;
   double cold_seconds = 0;
 };

@@ -93,15 +93,9 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
 
 KvStorage::~KvStorage() { drain_io(); }
 
-KvTransferStats KvStorage::transfer_stats() const {
-  KvTransferStats t = transfer_;
-  t.bytes_to_host = bytes_to_host_;
-  t.bytes_to_device = bytes_to_device_;
-  return t;
-}
-
 KvStorage::ColdTimer::ColdTimer(KvStorage& s, uint64_t bytes) : s_(s), bytes_(bytes), t0_(std::chrono::steady_clock::now()) {}
 KvStorage::ColdTimer::~ColdTimer() {
+  if (bytes_ == 0) return;
   s_.transfer_.cold_bytes += bytes_;
   s_.transfer_.cold_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
 }
@@ -408,7 +402,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
       }
       case KvOp::Kind::kSpill: {
         STRATA_CHECK(cold_store_ && op.dst.tier == KvTier::kCold && op.src.tier != KvTier::kCold, "bad spill");
-        const ColdTimer timer(*this, slot_bytes(op.src.tier));
+        ColdTimer timer(*this, slot_bytes(op.src.tier));
         const size_t cold = static_cast<size_t>(op.dst.slot);
         if (is_lost(op.src)) {
           cold_bad_[cold] = 1;  // nothing worth writing: the cold copy is lost too
@@ -418,6 +412,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         drop_read_ahead(op.dst.slot);  // about to be overwritten
         drop_device_read_ahead(op.dst.slot);
         if (uint8_t* mem = host_slot(op.dst.slot)) {
+          timer.cancel();
           batch_.down.push_back({op.src.tier == KvTier::kWarm, op.src.slot, mem});
           cold_bad_[cold] = 0;
           ++cold_gen_[cold];
@@ -435,7 +430,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
       }
       case KvOp::Kind::kFetch: {
         STRATA_CHECK(cold_store_ && op.src.tier == KvTier::kCold && op.dst.tier != KvTier::kCold, "bad fetch");
-        const ColdTimer timer(*this, slot_bytes(op.dst.tier));
+        ColdTimer timer(*this, slot_bytes(op.dst.tier));
         if (cold_bad_[static_cast<size_t>(op.src.slot)]) {
           if (tickets[i] != 0) {
             try {
@@ -445,6 +440,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
           }
           status[i] = KvOpStatus::kSourceLost;
         } else if (uint8_t* mem = host_slot(op.src.slot)) {
+          timer.cancel();
           auto a = device_ahead_.find(op.src.slot);
           if (a != device_ahead_.end() && a->second.gen == cold_gen_[static_cast<size_t>(op.src.slot)] &&
               a->second.content == op.dst.tier) {

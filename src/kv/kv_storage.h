@@ -97,9 +97,8 @@ class KvStorage {
   // host-visible (spills and publishes copy down, fetches and remote imports copy up); 0 on the host.
   uint64_t bytes_to_host() const { return bytes_to_host_; }
   uint64_t bytes_to_device() const { return bytes_to_device_; }
-  // Those two and the timings of the cold-tier moves (KvStats::transfer, the hook of the device
-  // transfer engine).
-  KvTransferStats transfer_stats() const;
+  // The cold-tier moves this storage did itself, timed (KvStats::transfer).
+  KvTransferStats transfer_stats() const { return transfer_; }
 
   // Test hook: on a host backend too, host-memory cold slots go through the backend's transfers
   // (the device path's logic, on memcpy). Call before the first execute().
@@ -151,12 +150,14 @@ class KvStorage {
   mutable uint64_t bytes_to_host_ = 0;  // capture() is const: it only reads the KV
   uint64_t bytes_to_device_ = 0;
   int64_t prefetch_hits_ = 0;
-  KvTransferStats transfer_;  // the timed fields; the byte counts are the members above
-  // Adds one cold-tier op's payload bytes and wall time (its scope) to transfer_.
+  KvTransferStats transfer_;
+  // Adds one cold-tier op's payload bytes and wall time (its scope) to transfer_, unless
+  // cancelled (a host-memory slot on a device: the backend times that transfer).
   class ColdTimer {
    public:
     ColdTimer(KvStorage& s, uint64_t bytes);
     ~ColdTimer();
+    void cancel() { bytes_ = 0; }
 
    private:
     KvStorage& s_;

@@ -3,11 +3,12 @@
 // 2 x bytes / the cold tier's bandwidth; recomputing costs its computed tokens / the prefill rate.
 // Both rates are exponential moving averages (weight kEmaWeight for each new sample) of what the
 // engine measured: the cold-tier moves KvStorage timed (KvTransferStats::cold_bytes/cold_seconds)
-// and the forward passes of steps of at least kMinRateTokens tokens (smaller ones, decode steps of
-// a few sequences, say nothing about prefill throughput). Before any cold-tier measurement the
-// bandwidth is the default (set_default_bandwidth: the backend's measured host<->device bandwidth
-// on a GPU, else kDefaultColdBytesPerS); before any prefill measurement the choice is swap (the
-// behaviour of auto before costs were measured: swap when there is a cold tier).
+// — and, on a GPU, the device transfer engine's bytes over its copy-stream seconds (TransferStats)
+// — and the forward passes of steps of at least kMinRateTokens tokens (smaller ones, decode steps
+// of a few sequences, say nothing about prefill throughput). Before any cold-tier measurement the
+// bandwidth is the default (set_default_bandwidth: the pinned bandwidth the backend measured at
+// start-up on a GPU, else kDefaultColdBytesPerS); before any prefill measurement the choice is
+// swap (the behaviour of auto before costs were measured: swap when there is a cold tier).
 // Thread-safety: a plain value (the engine thread feeds it; the scheduler reads it).
 #pragma once
 

@@ -180,7 +180,7 @@ TEST(EngineHostTier, SwapIntoHostMemoryUnderPressureKeepsEveryRequestsTokens) {
   EXPECT_EQ(s.final_kv.file_spills, 0) << "there is no file tier";
   EXPECT_EQ(s.final_kv.cold_read_failures, 0);
   EXPECT_GT(s.final_kv.host.slots, 0);
-  EXPECT_GT(s.engine.kv.transfer.cold_bytes, 0u);
+  EXPECT_GT(s.engine.kv.transfer.cold_bytes + s.engine.kv_device_transfer.bytes_to_host, 0u) << "spills were timed";
 }
 
 TEST(EngineHostTier, RecomputeUnderPressureWithAHostTierKeepsEveryRequestsTokens) {
