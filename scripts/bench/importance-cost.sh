@@ -4,9 +4,12 @@
 # against --kv-evict none, alternating, ROUNDS rounds, one sequence (B=1) and B sequences at once
 # (--prompts-file, B copies of the prompt with a distinct first word so none shares a prefix).
 #   scripts/bench/importance-cost.sh MODEL DEVICE [ROUNDS] [B] [PROMPT_BYTES]
+# (GEN=N tokens generated, default 128; FLAGS="...": more generate flags, e.g. --max-batched-tokens
+# 32768 so that all B prompts are prefilled in one step and the generation phase is decode alone.)
 # Prints one line per run: variant, batch, gen tok/s (mean over the requests), prompt tok/s.
 set -euo pipefail
-model=$1 device=$2 rounds=${3:-3} batch=${4:-16} bytes=${5:-6000}
+model=$1 device=$2 rounds=${3:-3} batch=${4:-16} bytes=${5:-6000} gen=${GEN:-128}
+read -r -a flags <<<"${FLAGS:-}"
 strata=${STRATA:-$(command -v strata || echo build/bin/strata)}
 text=$(dirname "$0")/../../tests/data/stories260K-t1.txt
 prompt=$(head -c "$bytes" "$text" | tr '\n' ' ')
@@ -19,7 +22,7 @@ run() {  # variant batch args...
   local v=$1 b=$2; shift 2
   local src=(-p "$prompt")
   [[ $b -gt 1 ]] && src=(--prompts-file "$tmp/prompts.jsonl")
-  "$strata" generate -m "$model" --device "$device" "${src[@]}" -n 128 --temperature 0 --ignore-eos --json "$@" 2>/dev/null |
+  "$strata" generate -m "$model" --device "$device" "${src[@]}" -n "$gen" --temperature 0 --ignore-eos --json "${flags[@]}" "$@" 2>/dev/null |
     awk -v v="$v" -v b="$b" '/^\{/ {
       match($0, /"gen_tok_s": *[0-9.e+-]+/); g += substr($0, RSTART + 12, RLENGTH - 12) + 0
       match($0, /"prompt_tok_s": *[0-9.e+-]+/); p += substr($0, RSTART + 15, RLENGTH - 15) + 0; n++ }

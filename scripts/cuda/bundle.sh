@@ -6,13 +6,15 @@
 # tests read. Writes DEST (default .peers/cuda, which .git/info/exclude keeps out of git).
 #   scripts/cuda/bundle.sh [BUILD_DIR] [DEST]      (NO_TESTS=1: strata alone, for benchmark calls
 #                                                   that carry a peer's source beside it; EXTRA="a b":
-#                                                   more programs, e.g. a server test and redis-server)
+#                                                   more programs, e.g. a server test and redis-server;
+#                                                   NO_STRATA=1: without strata itself)
 # Then, on the GPU machine, from the checkout: scripts/cuda/device-run.sh DEST COMMAND...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build} dest=${2:-.peers/cuda}
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib" "$dest/shared/models" "$dest/shared/tokenizer" "$dest/shared/reference"
-bins=("$build/bin/strata")
+bins=()
+[[ ${NO_STRATA:-0} == 1 ]] || bins+=("$build/bin/strata")  # NO_STRATA=1: test programs only (the carry limit)
 if [[ ${NO_TESTS:-0} != 1 ]]; then
   for t in "$build"/tests/cuda_* "$build"/tests/server_server_{api,errors,batching,limits,lifecycle}_test; do
     [[ -x $t ]] && bins+=("$t")

@@ -33,17 +33,35 @@ bool event_done(cudaEvent_t e) {
   return true;
 }
 
-// Consecutive copies whose both sides continue the previous one's become one.
+// Consecutive copies whose both sides continue the previous one's become one (the slots of one
+// host tier buffer). Adjacent addresses may still belong to two allocations, over which the
+// runtime refuses one copy of page-locked memory (cudaErrorInvalidValue): such a run is then
+// copied part by part (copy_run).
 struct Run {
   uint8_t* dst;
   const uint8_t* src;
   uint64_t bytes;
+  std::vector<uint64_t> parts;  // the sizes of the copies it joins
 };
 void add_run(std::vector<Run>& runs, uint8_t* dst, const uint8_t* src, uint64_t bytes) {
   if (!runs.empty() && runs.back().dst + runs.back().bytes == dst && runs.back().src + runs.back().bytes == src) {
     runs.back().bytes += bytes;
+    runs.back().parts.push_back(bytes);
   } else {
-    runs.push_back({dst, src, bytes});
+    runs.push_back({dst, src, bytes, {bytes}});
+  }
+}
+void copy_run(const Run& r, cudaMemcpyKind kind, cudaStream_t s) {
+  const cudaError_t e = cudaMemcpyAsync(r.dst, r.src, r.bytes, kind, s);
+  if (e != cudaErrorInvalidValue || r.parts.size() == 1) {
+    STRATA_CUDA(e);
+    return;
+  }
+  (void)cudaGetLastError();  // not sticky: clear it, then one copy per part
+  uint64_t at = 0;
+  for (uint64_t n : r.parts) {
+    STRATA_CUDA(cudaMemcpyAsync(r.dst + at, r.src + at, n, kind, s));
+    at += n;
   }
 }
 
@@ -189,7 +207,7 @@ uint64_t KvTransfer::to_host(std::span<const KvLayerView> layers, std::span<cons
       ops_wait_for(gathered);
       release(gathered);
     }
-    for (const Run& r : runs) STRATA_CUDA(cudaMemcpyAsync(r.dst, r.src, r.bytes, cudaMemcpyDeviceToHost, copy_));
+    for (const Run& r : runs) copy_run(r, cudaMemcpyDeviceToHost, copy_);
     op.pcie_bytes += off;
     i = j;
   }
@@ -235,7 +253,7 @@ uint64_t KvTransfer::to_device(std::span<const KvLayerView> layers, std::span<co
         src += p.bytes;
       }
     }
-    for (const Run& r : runs) STRATA_CUDA(cudaMemcpyAsync(r.dst, r.src, r.bytes, cudaMemcpyHostToDevice, copy_));
+    for (const Run& r : runs) copy_run(r, cudaMemcpyHostToDevice, copy_);
     if (!waited) {
       STRATA_CUDA(cudaStreamWaitEvent(copy_, ready, 0));
       waited = true;
@@ -257,7 +275,7 @@ uint64_t KvTransfer::copy_to_device(std::span<const TransferPiece> pieces) {
     add_run(runs, static_cast<uint8_t*>(p.dst), static_cast<const uint8_t*>(p.src), p.bytes);
     op.pcie_bytes += p.bytes;
   }
-  for (const Run& r : runs) STRATA_CUDA(cudaMemcpyAsync(r.dst, r.src, r.bytes, cudaMemcpyHostToDevice, copy_));
+  for (const Run& r : runs) copy_run(r, cudaMemcpyHostToDevice, copy_);
   return finish(op);
 }
 
