@@ -115,6 +115,31 @@ TEST(EngineRecall, ASmallBudgetRecallsAndChangesTheGenerationValidly) {
   EXPECT_GT(differ, 0) << "recalled blocks are attended: the generation is not h2o's";
 }
 
+// --kv-recall-memory: with the demoted blocks past a small cap spilled to a file in --kv-spill-dir,
+// the generation is the one with unbounded memory (the same blocks are chosen and loaded, from the
+// file); without the file the oldest are dropped, never chosen again, and the run still finishes.
+TEST(EngineRecall, AMemoryCapSpillsToTheFileWithoutChangingTokensOrDrops) {
+  const std::vector<std::string> prompts(test::story_prompts().begin(), test::story_prompts().begin() + 3);
+  const int32_t n = 240, budget = 48;
+  const Outcome unbounded = run(config(256, EvictKind::kH2o, budget, true), prompts, n);
+  EngineConfig capped = config(256, EvictKind::kH2o, budget, true);
+  capped.kv.evict.recall_memory_bytes = 16 * 1024;  // a few blocks of stories260K's (10 KiB each)
+  const std::string dir = test::make_temp_dir("strata-recall-spill");
+  EngineConfig spilled = capped;
+  spilled.kv.spill_dir = dir;
+  spilled.kv.spill_bytes = 8 << 20;
+  spilled.sched.preempt = PreemptMode::kRecompute;  // the KV tier's file is not what is tested here
+  const Outcome sp = run(spilled, prompts, n);
+  EXPECT_EQ(sp.tokens, unbounded.tokens);
+  EXPECT_GT(sp.kv.recall_spilled_blocks, 0);
+  EXPECT_EQ(sp.kv.recall_dropped_blocks, 0);
+  EXPECT_EQ(sp.kv.recalled_tokens, unbounded.kv.recalled_tokens);
+  const Outcome dropped = run(capped, prompts, n);
+  EXPECT_GT(dropped.kv.recall_dropped_blocks, 0);
+  EXPECT_EQ(dropped.kv.recall_spilled_blocks, 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(EngineRecall, SwapsAndForksUnderATightPoolFinishAndReturnEveryBlock) {
   const std::string dir = test::make_temp_dir("strata-recall-engine");
   EngineConfig cfg = config(14, EvictKind::kH2o, 48, true);
