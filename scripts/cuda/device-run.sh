@@ -11,6 +11,6 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bundle/bin:$PATH"
 mkdir -p /work
-[[ -e /work/main ]] || ln -s "$repo" /work/main
-[[ -e /work/shared ]] || ln -s "$bundle/shared" /work/shared
+[[ -e /work/main ]] || ln -sfn "$repo" /work/main  # -e is false for a link left dangling by an earlier call
+[[ -e /work/shared ]] || ln -sfn "$bundle/shared" /work/shared
 "$@"
