@@ -386,6 +386,7 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   j["preemptions"] = st.preemptions;
   j["kv_peak_usage"] = st.kv_usage_peak;
   j["steps"] = st.steps;
+  j["max_batch_seqs"] = st.max_batch_seqs;  // the most sequences one step ran: the concurrency KV memory allowed
   const TransferStats& xfer = st.kv_device_transfer;
   const bool transfers = xfer.bytes_to_host + xfer.bytes_to_device > 0;
   if (transfers) {  // KV block transfers of a GPU (the host tier): the share of the run the compute stream waited
@@ -417,8 +418,8 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   fmt::print("| TTFT ms | {:.1f} | {:.1f} | {:.1f} |\n", d_ttft.mean, d_ttft.p50, d_ttft.p99);
   fmt::print("| TPOT ms | {:.2f} | {:.2f} | {:.2f} |\n", d_tpot.mean, d_tpot.p50, d_tpot.p99);
   fmt::print("| E2E ms | {:.1f} | {:.1f} | {:.1f} |\n", d_e2e.mean, d_e2e.p50, d_e2e.p99);
-  fmt::print("prefix-cache hit rate {:.1f}%, preemptions {}, KV peak usage {:.1f}%, {} steps\n", 100 * hit_rate,
-             st.preemptions, 100 * st.kv_usage_peak, st.steps);
+  fmt::print("prefix-cache hit rate {:.1f}%, preemptions {}, KV peak usage {:.1f}%, {} steps, at most {} sequences in one\n",
+             100 * hit_rate, st.preemptions, 100 * st.kv_usage_peak, st.steps, st.max_batch_seqs);
   if (transfers) {
     auto gbs = [](uint64_t b, double s) { return s > 0 ? static_cast<double>(b) / s / 1e9 : 0.0; };
     fmt::print("KV transfers: {:.1f} MiB to host at {:.1f} GB/s, {:.1f} MiB to device at {:.1f} GB/s (pinned limit {:.1f} / "

@@ -120,6 +120,10 @@ TEST(BenchCli, OfflineCountsEveryTokenAndBatchesTheRequests) {
   // The report may be read before the step that finished the last request is counted.
   EXPECT_GE(j["steps"].get<int>(), 9);
   EXPECT_LE(j["steps"].get<int>(), 30);
+  // Six requests at once in a pool that holds them all: some step ran at least two together, none
+  // more than six.
+  EXPECT_GE(j["max_batch_seqs"].get<int>(), 2);
+  EXPECT_LE(j["max_batch_seqs"].get<int>(), 6);
 
   // The batch limits when no flag sets them: the CPU's (a GPU takes more, common_flags.h); a flag wins.
   {
