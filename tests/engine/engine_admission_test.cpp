@@ -14,6 +14,8 @@
 namespace strata {
 namespace {
 
+using test::expect_drained;
+
 test::StoriesModel& shared() { return test::stories(); }
 
 struct Result {
@@ -59,14 +61,6 @@ EngineConfig config(int32_t kv_blocks) {
   c.kv.dtype = KvDtype::kF32;
   c.kv.num_blocks = kv_blocks;
   return c;
-}
-
-void expect_drained(Engine& e) {
-  e.shutdown(true, std::chrono::seconds(60));
-  const KvManager& kv = e.kv_after_shutdown();
-  kv.check_invariants();
-  EXPECT_EQ(kv.stats().hot.used, 0);
-  EXPECT_EQ(kv.stats().sequences, 0);
 }
 
 TEST(EngineAdmission, TheSame1020TokenPromptTwiceInA64BlockPoolIsServedBothTimes) {

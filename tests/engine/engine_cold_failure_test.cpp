@@ -207,7 +207,6 @@ TEST(ColdFailure, PrefixHitsThatCannotBeReadBecomeMisses) {
   EXPECT_EQ(st.spill_bytes_in, 0u);
 }
 
-
 TEST(ColdFailure, AHostileSpillFileIsACountedMissNeverAWrongToken) {
   const std::string dir = test::make_temp_dir("strata-engine-hostile");
   EngineConfig cfg = small_pool(6);

@@ -22,6 +22,8 @@
 namespace strata {
 namespace {
 
+using test::expect_drained;
+
 struct Loaded {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok;
@@ -105,21 +107,6 @@ EngineConfig config(int32_t kv_blocks, PreemptMode mode) {
   c.sched.batch_wait_ms = 50;  // the first step sees every submitted request
   c.controller.enabled = false;
   return c;
-}
-
-// The final KV state: invariants, nothing held by anyone. Returns the final stats.
-KvStats expect_drained(Engine& e) {
-  e.shutdown(true, std::chrono::seconds(120));
-  const KvManager& kv = e.kv_after_shutdown();
-  kv.check_invariants();
-  const KvStats st = kv.stats();
-  EXPECT_EQ(st.hot.used, 0);
-  EXPECT_EQ(st.warm.used, 0);
-  EXPECT_EQ(st.cold.used, 0);
-  EXPECT_EQ(st.host.used, 0);
-  EXPECT_EQ(st.file.used, 0);
-  EXPECT_EQ(st.sequences, 0);
-  return st;
 }
 
 constexpr int32_t kMaxTokens = 24;

@@ -19,6 +19,8 @@
 namespace strata {
 namespace {
 
+using test::expect_drained;
+
 test::StoriesModel& shared() { return test::stories(); }
 
 const std::vector<std::string>& kPrompts = test::story_prompts();
@@ -78,17 +80,6 @@ EngineConfig config(int32_t kv_blocks, PreemptMode mode, const std::string& spil
     c.kv.spill_bytes = 64 << 20;
   }
   return c;
-}
-
-void expect_drained(Engine& e) {
-  e.shutdown(true, std::chrono::seconds(60));
-  const KvManager& kv = e.kv_after_shutdown();
-  kv.check_invariants();
-  const KvStats st = kv.stats();
-  EXPECT_EQ(st.hot.used, 0);
-  EXPECT_EQ(st.warm.used, 0);
-  EXPECT_EQ(st.cold.used, 0);
-  EXPECT_EQ(st.sequences, 0);
 }
 
 // Each prompt alone, on its own engine with plenty of memory.

@@ -19,6 +19,8 @@
 namespace strata {
 namespace {
 
+using test::expect_drained;
+
 test::StoriesModel& shared() { return test::stories(); }
 
 struct RefCase {
@@ -54,17 +56,6 @@ Request greedy(std::vector<TokenId> prompt, int32_t max_tokens) {
   r.params.temperature = 0;
   r.params.max_tokens = max_tokens;
   return r;
-}
-
-void expect_drained(Engine& e) {
-  e.shutdown(true, std::chrono::seconds(60));
-  const KvManager& kv = e.kv_after_shutdown();
-  kv.check_invariants();
-  const KvStats st = kv.stats();
-  EXPECT_EQ(st.hot.used, 0);
-  EXPECT_EQ(st.warm.used, 0);
-  EXPECT_EQ(st.cold.used, 0);
-  EXPECT_EQ(st.sequences, 0);
 }
 
 size_t common_prefix(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {

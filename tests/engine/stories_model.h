@@ -1,5 +1,5 @@
 // What the engine tests share: stories260K (../shared/models) and its tokenizer, loaded once per
-// test program, and the prompts they run.
+// test program, the prompts they run, and the check of an engine's final KV state.
 // Thread-safety: stories() may be called from any thread (a function-local static).
 #pragma once
 
@@ -7,6 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "engine/engine.h"
 #include "model/model.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +45,22 @@ inline const std::vector<std::string>& story_prompts() {
       "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day,",
   };
   return p;
+}
+
+// Shuts the engine down (draining its requests) and checks its final KV state: invariants hold and
+// nobody holds a block in any tier or a sequence. Returns the final stats.
+inline KvStats expect_drained(Engine& e, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  e.shutdown(true, timeout);
+  const KvManager& kv = e.kv_after_shutdown();
+  kv.check_invariants();
+  const KvStats st = kv.stats();
+  EXPECT_EQ(st.hot.used, 0);
+  EXPECT_EQ(st.warm.used, 0);
+  EXPECT_EQ(st.cold.used, 0);
+  EXPECT_EQ(st.host.used, 0);
+  EXPECT_EQ(st.file.used, 0);
+  EXPECT_EQ(st.sequences, 0);
+  return st;
 }
 
 }  // namespace strata::test

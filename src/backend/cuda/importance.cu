@@ -88,6 +88,20 @@ __device__ __forceinline__ void load_k_tile(const KvLayerView& kv, const int32_t
   }
 }
 
+// The log-sum-exp of a row from the attention kernel's per-split {max, sum} (AttnBatch::imp_ml),
+// merged in split order; splits that got no key (max = -INF) are skipped.
+__device__ __forceinline__ float merged_lse(const float* __restrict__ ml, int32_t nsplit) {
+  float M = -INFINITY, L = 0.0f;
+  for (int32_t sp = 0; sp < nsplit; ++sp) {
+    const float mt = ml[2 * sp], lt = ml[2 * sp + 1];
+    if (mt == -INFINITY) continue;
+    const float m2 = fmaxf(M, mt);
+    L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
+    M = m2;
+  }
+  return M + __logf(L);
+}
+
 __device__ __forceinline__ float dot_shared(const float* a, const float* b, int32_t hd) {
   float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
   int32_t d = 0;
@@ -145,16 +159,7 @@ __global__ void __launch_bounds__(kThreads) importance_mass_kernel(const float* 
     if (static_cast<int>(threadIdx.x) < nv) {
       const int32_t vv = v0 + static_cast<int32_t>(threadIdx.x), row = sq.q_begin + r0 + vv / group,
                     h = kvh * group + vv % group;
-      const float* lp = lse_part + (int64_t{row} * n_head + h) * nsplit * 2;
-      float M = -INFINITY, L = 0.0f;
-      for (int32_t sp = 0; sp < nsplit; ++sp) {
-        const float mt = lp[2 * sp], lt = lp[2 * sp + 1];
-        if (mt == -INFINITY) continue;
-        const float m2 = fmaxf(M, mt);
-        L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
-        M = m2;
-      }
-      Ls[threadIdx.x] = M + __logf(L);
+      Ls[threadIdx.x] = merged_lse(lse_part + (int64_t{row} * n_head + h) * nsplit * 2, nsplit);
     }
     __syncthreads();
     if (k < keys) {
@@ -195,16 +200,7 @@ __global__ void __launch_bounds__(kDecKeys) importance_decode_mass_kernel(AttnBa
   if (is.off < 0 || sq.n_q != 1 || is.from > 0 || k0 >= keys) return;  // block-uniform
   const int64_t row0 = int64_t{sq.q_begin} * n_head;
   for (int32_t h = static_cast<int32_t>(threadIdx.x); h < n_head; h += kDecKeys) {
-    const float* ml = b.imp_ml + (row0 + h) * nsplit * 2;
-    float M = -INFINITY, L = 0.0f;
-    for (int32_t sp = 0; sp < nsplit; ++sp) {
-      const float mt = ml[2 * sp], lt = ml[2 * sp + 1];
-      if (mt == -INFINITY) continue;
-      const float m2 = fmaxf(M, mt);
-      L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
-      M = m2;
-    }
-    lse[h] = M + __logf(L);
+    lse[h] = merged_lse(b.imp_ml + (row0 + h) * nsplit * 2, nsplit);
   }
   __syncthreads();
   const int32_t k = k0 + static_cast<int32_t>(threadIdx.x);
