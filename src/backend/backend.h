@@ -281,11 +281,16 @@ class Backend {
   // keys may sit in slots other than their positions (eviction policies, --kv-evict). Backends
   // that return false ignore the buffer; the engine and the CLI refuse a policy on them.
   virtual bool reports_attention_importance() const { return false; }
-  // Makes the attention mass of the last forward pass visible in the host buffers of the sequences
-  // that asked for it (AttentionSeq::importance): the model calls it once after each pass, before
-  // anyone reads the buffers. The CPU kernels add into the host buffers directly (nothing to do);
-  // a device backend accumulates in its own memory and adds its sums into the buffers here.
+  // The attention mass of the last forward pass into the host buffers of the sequences that asked
+  // for it (AttentionSeq::importance), in two calls: the model calls collect_importance once after
+  // each pass (it may only enqueue work: a device backend sums in its own memory and starts the
+  // copy of its sums to the host), then finish_importance (it waits for that copy and adds the sums
+  // into the buffers; after the logits' copy_to_host, which waited on the same stream, it costs no
+  // second wait). The buffers hold the pass's mass once finish_importance returns, not before:
+  // nothing reads them in between. The CPU kernels add into the host buffers directly (nothing to
+  // do in either).
   virtual void collect_importance() {}
+  virtual void finish_importance() {}
   // Copies token rows (K and V of every kv head, one layer) from hot slot src[i] to hot slot dst[i]
   // (slot = block * block_size + offset; host spans of one length), in any order: no source is the
   // destination of another (the compaction of a sequence after eviction within it).

@@ -292,10 +292,14 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   }
 
   // Logits only for the rows that are sampled.
+  // collect_importance enqueues the importance's copy to the host; finish_importance adds it into
+  // the sequences' buffers after the last wait of the pass (the logits' copy), so the pass waits
+  // for the device once.
   if (n_logits == 0) {
     if (replay) be.end_replay();
     be.collect_importance();
     copy_queries(batch);
+    be.finish_importance();
     return {};
   }
   STRATA_CHECK(static_cast<int64_t>(logit_rows_.size()) == n_logits);
@@ -307,13 +311,17 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   be.collect_importance();
   copy_queries(batch);
   const auto n_floats = static_cast<size_t>(logits.size());
-  if (be.host_visible()) return {logits.data, n_floats};
+  if (be.host_visible()) {
+    be.finish_importance();
+    return {logits.data, n_floats};
+  }
   float* dst = be.host_result_buffer(n_floats);  // pinned on a GPU: the copy runs at PCIe speed
   if (dst == nullptr) {
     logits_host_.resize(n_floats);
     dst = logits_host_.data();
   }
   be.copy_to_host(dst, logits.data, n_floats * sizeof(float));
+  be.finish_importance();
   return {dst, n_floats};
 }
 

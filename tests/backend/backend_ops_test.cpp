@@ -586,9 +586,12 @@ struct SeqSpec {
 // warm format, each sequence's oldest whole groups of warm_span blocks (never the one holding its
 // last position) are re-encoded into warm slots and its table points at them.
 // imp_from (optional): per sequence, the first counted row of its attention importance (-1: the
-// sequence does not ask). Then paged_attention runs again with the buffers, twice (two layers of a
-// pass), collect_importance makes the sums visible, and each buffer must hold twice the reference
-// mass (within 1e-4 + 1e-4 relative) while the outputs keep their bits.
+// sequence does not ask). Then paged_attention runs again with the buffers in four passes of 1, 3,
+// 3 and 2 layers (calls), each followed by collect_importance and finish_importance (the sums
+// visible after the second), and each buffer must hold 9 times the reference mass (within 1e-4 +
+// 1e-4 relative) while the outputs keep their bits. (On CUDA a decode pass gathers the scores of as
+// many layers per mass launch as the last pass had: these passes take one launch per layer, one
+// launch after the pass's last layer, and one launch in collect_importance for the layers left.)
 void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int32_t n_kv, int32_t head_dim,
                     const std::vector<SeqSpec>& specs, WarmFormat warm, std::mt19937& rng,
                     const std::vector<int32_t>* imp_from = nullptr) {
@@ -646,9 +649,12 @@ void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int3
     with[i].importance_from = (*imp_from)[i];
   }
   const DevArray dout2 = alloc(be, q_rows, n_head * head_dim);
-  be.paged_attention(dq.view, kv.dev, with, n_head, scale, dout2.view);
-  be.paged_attention(dq.view, kv.dev, with, n_head, scale, dout2.view);
-  be.collect_importance();
+  int32_t layers = 0;
+  for (const int32_t pass_layers : {1, 3, 3, 2}) {
+    for (int32_t l = 0; l < pass_layers; ++l, ++layers) be.paged_attention(dq.view, kv.dev, with, n_head, scale, dout2.view);
+    be.collect_importance();
+    be.finish_importance();
+  }
   const std::vector<float> got2 = download(be, dout2.view);
   EXPECT_EQ(0, std::memcmp(got.data(), got2.data(), got.size() * sizeof(float))) << "importance changed the outputs";
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -657,7 +663,7 @@ void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int3
     const std::vector<double> m = reference_mass(q.data(), kv.host, seqs[i], n_head, scale, (*imp_from)[i]);
     double worst = 0;
     for (size_t k = 0; k < m.size(); ++k) {
-      worst = std::max(worst, std::abs(buffers[i][k] - 2 * m[k]) / (1e-4 + 1e-4 * 2 * m[k]));
+      worst = std::max(worst, std::abs(buffers[i][k] - layers * m[k]) / (1e-4 + 1e-4 * layers * m[k]));
     }
     EXPECT_LE(worst, 1.0) << "mass off by more than the tolerance";
   }
@@ -678,6 +684,9 @@ TEST_P(BackendOps, PagedAttentionImportance) {
   const std::vector<SeqSpec> decodes = {{700, 1}, {37, 1}, {0, 1}, {255, 1}};
   const std::vector<int32_t> dfrom = {0, 0, -1, 0};
   attention_case(be(), KvDtype::kF16, 16, 32, 8, 128, decodes, WarmFormat::kNone, rng, &dfrom);
+  // A decode row before importance_from (counted from row 1): its keys get no mass, 0.
+  const std::vector<int32_t> dfrom1 = {0, 1, -1, 0};
+  attention_case(be(), KvDtype::kF16, 16, 32, 8, 128, decodes, WarmFormat::kNone, rng, &dfrom1);
   const std::vector<SeqSpec> warm_mixed = {{0, 40}, {70, 1}, {200, 3}, {33, 16}};
   const std::vector<int32_t> wfrom = {10, 0, 0, -1};
   for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
@@ -895,9 +904,11 @@ TEST_P(BackendOps, RopeKvStoreAttentionEqualsTheOpsOneByOne) {
     be().rope_kv_store(q3.view, k3.view, v3.view, pos, c.n_head, c.n_kv, c.head_dim, rp, a.dev, slots);
     be().paged_attention(q3.view, a.dev, s1, c.n_head, scale, o1.view);
     be().collect_importance();
+    be().finish_importance();
     be().rope_kv_store_attention(q4.view, k4.view, v4.view, pos, c.n_head, c.n_kv, c.head_dim, rp, b.dev, slots, s2,
                                  scale, o2.view);
     be().collect_importance();
+    be().finish_importance();
     const auto out3 = download(be(), o1.view), out4 = download(be(), o2.view);
     EXPECT_EQ(0, std::memcmp(out3.data(), out4.data(), out3.size() * sizeof(float))) << "attention output with importance";
     EXPECT_EQ(0, std::memcmp(out1.data(), out3.data(), out1.size() * sizeof(float))) << "importance changed the output";

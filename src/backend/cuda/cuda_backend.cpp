@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -196,13 +197,14 @@ struct StagedMemo {
 enum class Mode { kEager, kWarm, kCapture, kReplay };
 
 // A device scratch buffer that only grows. A growth moves it, which invalidates every recorded
-// graph (they hold its address): *epoch counts growths.
+// graph (they hold its address): *epoch counts growths. It grows to twice its size (at most
+// `limit`) or to `bytes`, whichever is more.
 struct Scratch {
   std::unique_ptr<CudaBuffer> buf;
-  void* get(uint64_t bytes, uint64_t* epoch, bool capturing) {
+  void* get(uint64_t bytes, uint64_t* epoch, bool capturing, uint64_t limit = UINT64_MAX) {
     if (!buf || buf->bytes() < bytes) {
       STRATA_CHECK(!capturing, "scratch growth while recording a graph");
-      const uint64_t grown = std::max<uint64_t>(bytes, buf ? 2 * buf->bytes() : 0);
+      const uint64_t grown = std::max<uint64_t>(bytes, buf ? std::min(2 * buf->bytes(), limit) : 0);
       buf.reset();  // the old buffer may still be read by queued kernels: cudaFree waits for them
       buf = std::make_unique<CudaBuffer>(grown);
       ++*epoch;
@@ -284,6 +286,24 @@ struct CudaBackend::Impl {
   int64_t imp_stride = 0;  // floats per partial
   float* imp_pinned = nullptr;  // collect_importance's landing buffer
   size_t imp_pinned_floats = 0;
+  cudaEvent_t imp_copied = nullptr;  // collect_importance's copy into imp_pinned
+  bool imp_unfinished = false;       // collected, finish_importance not yet run
+  int32_t imp_layers = 0;            // layers of the pass in flight that asked
+  int32_t imp_layers_last = 0;       // ... of the last collected pass (how many slices a pass wants)
+  // Decode passes: each layer's attention writes its scores and its splits' (max, sum) into a
+  // slice of imp_scores / imp_ml of its own (`slots` of them); one importance_decode_mass launch
+  // sums the gathered layers when every slice is written (after a layer's attention, in the pass)
+  // and, for what is left, in collect_importance.
+  struct ImpDecode {
+    int32_t slots = 1;     // slices per buffer in this pass
+    int32_t pending = 0;   // layers gathered and not summed yet
+    bool written = false;  // a launch wrote the partial sums in this pass: the next ones add
+    int32_t n_head = 0, nsplit = 0, n_seqs = 0, max_ctx = 0;
+    int64_t score_floats = 0, ml_floats = 0;  // one slice
+  } imp_dec;
+  std::vector<int32_t> imp_seq_host;  // the pass's attention descriptors (restaged for collect's launch)
+  StagedMemo memo_imp_seqs;
+  std::unordered_map<uint64_t, int32_t> imp_graph_slots;  // a recorded pass (key) -> its imp_dec.slots
   // What x16 holds: the IEEE-half rounding of the f32 array [x16_of, x16_of + x16_n), written by
   // the last conversion or by an op that wrote an f32 result and its half copy together (rms_norm,
   // add_rms_norm, silu_mul: their prefill-sized results feed a cuBLAS GEMM next), so that GEMM
@@ -358,7 +378,9 @@ struct CudaBackend::Impl {
     return reinterpret_cast<const double*>(buf->data());
   }
   bool capturing() const { return mode == Mode::kCapture; }
-  void* scratch(Scratch& s, uint64_t bytes) { return s.get(bytes, &mem_epoch, capturing()); }
+  void* scratch(Scratch& s, uint64_t bytes, uint64_t limit = UINT64_MAX) {
+    return s.get(bytes, &mem_epoch, capturing(), limit);
+  }
 
   const void* stage(StagedMemo& m, const void* src, size_t n) {
     const uint64_t gen = mode == Mode::kEager ? stager->generation() : 0;
@@ -388,6 +410,7 @@ struct CudaBackend::Impl {
     for (auto& [k, g] : graphs) (void)cudaGraphExecDestroy(g);
     graphs.clear();
     seen.clear();
+    imp_graph_slots.clear();
   }
   template <typename T>
   const T* stage(StagedMemo& m, std::span<const T> v) {
@@ -443,6 +466,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   m.arena_host = static_cast<uint8_t*>(h);
   m.arena_dev = std::make_unique<CudaBuffer>(m.arena_cap);
   STRATA_CUDA(cudaEventCreateWithFlags(&m.replay_done, cudaEventDisableTiming));
+  STRATA_CUDA(cudaEventCreateWithFlags(&m.imp_copied, cudaEventDisableTiming));
   // STRATA_CUDA_TRANSFER_STAGING=<bytes>: a smaller staging buffer (tests of the chunked path).
   uint64_t staging = kTransferStagingBytes;
   if (const char* e = std::getenv("STRATA_CUDA_TRANSFER_STAGING")) staging = std::max<uint64_t>(std::strtoull(e, nullptr, 10), 1);
@@ -460,6 +484,7 @@ CudaBackend::~CudaBackend() {
   impl_->transfer.reset();
   impl_->drop_graphs();
   if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
+  if (impl_->imp_copied) (void)cudaEventDestroy(impl_->imp_copied);
   if (impl_->arena_host) (void)cudaFreeHost(impl_->arena_host);
   if (impl_->pinned_results) (void)cudaFreeHost(impl_->pinned_results);
   if (impl_->imp_pinned) (void)cudaFreeHost(impl_->imp_pinned);
@@ -842,7 +867,14 @@ struct CudaBackend::ImpLayer {
   const cuda::ImpSeqDev* dimp = nullptr;
   bool first = false;
   bool decode = false;
-  int32_t nsplit = 0;  // decode: the kernel's splits (imp_ml's second dimension)
+  int32_t nsplit = 0;  // the attention kernel's splits (imp_ml's second dimension)
+  // Decode: after this layer's attention, sum the `gathered` layers of the slices at scores0 /
+  // ml0 (flush), adding to the partial sums (accumulate) or not.
+  bool flush = false;
+  bool accumulate = false;
+  int32_t gathered = 0;
+  float* scores0 = nullptr;
+  float* ml0 = nullptr;
 };
 
 void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
@@ -862,13 +894,28 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
 }
 
 // The importance of the sequences that asked (AttentionSeq::importance). Sequence i's keys sit at
-// a packed offset of the partial sums (imp_part); the first layer of a pass writes them, the next
-// ones add, and collect_importance sums the partials (imp_mass) and copies them out after the pass.
+// a packed offset of the partial sums (imp_part); the pass's first launch writes them, the next
+// ones add; collect_importance sums the partials if there are several (imp_mass), else copies the
+// one as it is, into a page-locked buffer, and finish_importance adds it into the host buffers.
 // Every attention kernel writes its splits' (max, sum) per row (AttnBatch::imp_ml). Decode
-// batches (every n_q = 1): the decode kernel also writes its scores (imp_scores) and one light
-// kernel turns them into mass, one partial; other batches: attention_importance's mass kernel (a
-// second pass over K with the lse known), a partial per chunk of rows and kv head. The arrays are staged in every mode (a replayed pass
-// finds them where the recording put them); kernels launch unless replaying.
+// batches (every n_q <= 1): the decode kernel also writes its scores (imp_scores), each layer into
+// a slice of its own, and one light kernel turns the gathered layers into mass (one partial) when
+// the slices are full and at collect (Impl::ImpDecode); other batches: attention_importance's mass
+// kernel per layer (a second pass over K with the lse known), a partial per chunk of rows and kv
+// head. The arrays are staged in every mode (a replayed pass finds them where the recording put
+// them); kernels launch unless replaying.
+
+namespace {
+// STRATA_CUDA_IMP_GATHER_MIB (default 256): the most device memory the gathered decode scores
+// (and splits' max, sum) of a pass take, in MiB; 0: one layer at a time (a mass launch per layer).
+uint64_t imp_gather_cap_bytes() {
+  static const uint64_t cap = [] {
+    const char* e = std::getenv("STRATA_CUDA_IMP_GATHER_MIB");
+    return (e != nullptr ? std::strtoull(e, nullptr, 10) : uint64_t{256}) << 20;
+  }();
+  return cap;
+}
+}  // namespace
 
 bool CudaBackend::importance_begin(const KvLayerView& kv, std::span<const AttentionSeq> seqs, cuda::AttnBatch& b,
                                    int32_t n_head, ImpLayer& il) {
@@ -878,6 +925,10 @@ bool CudaBackend::importance_begin(const KvLayerView& kv, std::span<const Attent
   if (!any) return false;
   STRATA_CHECK(kv.head_dim <= cuda::kImportanceMaxHeadDim, "attention importance: head_dim {} > {}", kv.head_dim,
                cuda::kImportanceMaxHeadDim);
+  il.first = !m.imp_open;
+  // A collected pass nobody finished (the model finishes every pass it collects: one that threw
+  // between the two): its sums are dropped, its buffers may be gone.
+  if (il.first) m.imp_unfinished = false;
   std::vector<int32_t>& h = m.imp_host;
   h.assign(2 * seqs.size(), 0);
   std::vector<Impl::ImpTarget> targets;
@@ -896,26 +947,75 @@ bool CudaBackend::importance_begin(const KvLayerView& kv, std::span<const Attent
   const int64_t floats = std::max<int64_t>(off, int64_t{b.n_seqs} * b.max_ctx);
   const cuda::ImportanceScratch sz =
       il.decode ? cuda::ImportanceScratch{1, floats} : cuda::importance_scratch(kv.n_kv_heads, b.max_n_q, floats);
-  il.first = !m.imp_open;
   if (il.first) {
     m.imp_targets = std::move(targets);
     m.imp_floats = off;
     m.imp_open = true;
     m.imp_parts = sz.parts;
     m.imp_stride = floats;
+    m.imp_layers = 0;
+    m.imp_dec = {};
   }
   STRATA_CHECK(sz.parts == m.imp_parts && floats == m.imp_stride, "attention importance: batch shape changed within a pass");
+  ++m.imp_layers;
   static_assert(sizeof(cuda::ImpSeqDev) == 2 * sizeof(int32_t));
   il.dimp = reinterpret_cast<const cuda::ImpSeqDev*>(m.stage(m.memo_imp, std::span<const int32_t>(h)));
-  if (m.replaying()) return true;
   // Every attention kernel writes its splits' (max, sum) per row; decode also its scores.
   il.nsplit = cuda::attention_splits(kv, b, n_head);
   const int64_t rows = int64_t{b.n_tokens} * n_head;
-  b.imp_ml = static_cast<float*>(m.scratch(m.imp_ml, static_cast<uint64_t>(rows * il.nsplit * 2) * sizeof(float)));
-  if (il.decode) {
-    b.imp_stride = b.max_ctx;
-    b.imp_scores = static_cast<float*>(m.scratch(m.imp_scores, static_cast<uint64_t>(rows * b.max_ctx) * sizeof(float)));
+  if (!il.decode) {
+    if (m.replaying()) return true;
+    b.imp_ml = static_cast<float*>(m.scratch(m.imp_ml, static_cast<uint64_t>(rows * il.nsplit * 2) * sizeof(float)));
+    return true;
   }
+  // Decode: this layer's slice, and whether the slices are full after it.
+  Impl::ImpDecode& d = m.imp_dec;
+  const int64_t score_floats = rows * b.max_ctx, ml_floats = rows * il.nsplit * 2;
+  if (il.first) {
+    d.n_head = n_head;
+    d.nsplit = il.nsplit;
+    d.n_seqs = b.n_seqs;
+    d.max_ctx = b.max_ctx;
+    d.score_floats = score_floats;
+    d.ml_floats = ml_floats;
+    constexpr size_t kFields = sizeof(cuda::AttnSeqDev) / sizeof(int32_t);
+    m.imp_seq_host.assign(m.attn_host.begin(), m.attn_host.begin() + static_cast<int64_t>(seqs.size() * kFields));
+    // Slices: as many as the last pass had layers, within the cap and the kernel's limit; a
+    // recording takes what the buffers hold (they cannot grow while it records), a replay what
+    // its recording took.
+    if (m.mode == Mode::kReplay) {
+      const auto it = m.imp_graph_slots.find(m.key);
+      STRATA_CHECK(it != m.imp_graph_slots.end(), "attention importance: a replayed pass without its recording's slices");
+      d.slots = it->second;
+    } else {
+      const uint64_t slice_bytes = std::max<uint64_t>(static_cast<uint64_t>(score_floats + ml_floats) * sizeof(float), 1);
+      int64_t n = std::min<int64_t>({std::max(m.imp_layers_last, 1), static_cast<int64_t>(imp_gather_cap_bytes() / slice_bytes),
+                                     cuda::importance_decode_layers_max(n_head)});
+      if (m.capturing()) {
+        const auto held = [](const Scratch& sc, int64_t slice) {
+          return sc.buf ? static_cast<int64_t>(sc.buf->bytes() / (static_cast<uint64_t>(slice) * sizeof(float))) : 0;
+        };
+        n = std::min({n, held(m.imp_scores, score_floats), held(m.imp_ml, ml_floats)});
+      }
+      d.slots = static_cast<int32_t>(std::max<int64_t>(n, 1));
+      if (m.capturing()) m.imp_graph_slots[m.key] = d.slots;
+    }
+  }
+  STRATA_CHECK(d.nsplit == il.nsplit && d.n_head == n_head && d.score_floats == score_floats && d.ml_floats == ml_floats,
+               "attention importance: decode shape changed within a pass");
+  const int32_t slot = d.pending;
+  il.gathered = slot + 1;
+  il.flush = il.gathered == d.slots;
+  il.accumulate = d.written;
+  d.pending = il.flush ? 0 : il.gathered;
+  d.written = d.written || il.flush;
+  if (m.replaying()) return true;
+  const uint64_t cap = std::max<uint64_t>(imp_gather_cap_bytes(), static_cast<uint64_t>(score_floats + ml_floats) * sizeof(float));
+  il.scores0 = static_cast<float*>(m.scratch(m.imp_scores, static_cast<uint64_t>(d.slots * score_floats) * sizeof(float), cap));
+  il.ml0 = static_cast<float*>(m.scratch(m.imp_ml, static_cast<uint64_t>(d.slots * ml_floats) * sizeof(float), cap));
+  b.imp_stride = b.max_ctx;
+  b.imp_scores = il.scores0 + slot * score_floats;
+  b.imp_ml = il.ml0 + slot * ml_floats;
   return true;
 }
 
@@ -924,8 +1024,14 @@ void CudaBackend::importance_end(const float* q, const KvLayerView& kv, const cu
   Impl& m = *impl_;
   auto* part = static_cast<float*>(m.scratch(m.imp_part, static_cast<uint64_t>(m.imp_parts * m.imp_stride) * sizeof(float)));
   if (il.decode) {
-    m.timed("attention importance (decode)",
-            [&] { cuda::importance_decode_mass(b, il.dimp, n_head, il.nsplit, part, !il.first, m.stream); });
+    if (!il.flush) return;  // gathered: summed when the slices are full, or at collect
+    cuda::AttnBatch fb = b;
+    fb.imp_scores = il.scores0;
+    fb.imp_ml = il.ml0;
+    const cuda::ImpDecodeLayers layers{il.gathered, m.imp_dec.score_floats, m.imp_dec.ml_floats};
+    m.timed(il.gathered == 1 ? "attention importance (decode)" : "attention importance (decode, gathered layers)", [&] {
+      cuda::importance_decode_mass(fb, il.dimp, n_head, il.nsplit, layers, part, il.accumulate, true, m.stream);
+    });
     return;
   }
   // The log-sum-exp partials come from the attention kernel (b.imp_ml): one pass over K here.
@@ -935,12 +1041,37 @@ void CudaBackend::importance_end(const float* q, const KvLayerView& kv, const cu
   });
 }
 
+// Enqueues only: the decode layers still gathered, the partials' sum (several) and the copy into
+// the page-locked buffer; finish_importance waits for the copy (after the logits' copy: no wait).
 void CudaBackend::collect_importance() {
   Impl& m = *impl_;
   if (!m.imp_open) return;
   m.imp_open = false;
   STRATA_CHECK(m.mode == Mode::kEager, "collect_importance inside a recorded pass");
+  m.imp_layers_last = m.imp_layers;
   if (m.imp_floats == 0) return;
+  const uint64_t part_bytes = static_cast<uint64_t>(m.imp_parts * m.imp_stride) * sizeof(float);
+  STRATA_CHECK(m.imp_part.buf && m.imp_part.buf->bytes() >= part_bytes, "attention importance: no partial sums");
+  auto* part = reinterpret_cast<float*>(m.imp_part.buf->data());
+  Impl::ImpDecode& d = m.imp_dec;
+  if (d.pending > 0) {  // decode layers gathered since the last launch (a plain launch: a graph may precede it)
+    cuda::AttnBatch fb;
+    fb.seqs = reinterpret_cast<const cuda::AttnSeqDev*>(m.stage(m.memo_imp_seqs, std::span<const int32_t>(m.imp_seq_host)));
+    fb.n_seqs = d.n_seqs;
+    fb.n_tokens = d.n_seqs;
+    fb.max_n_q = 1;
+    fb.max_ctx = d.max_ctx;
+    fb.imp_stride = d.max_ctx;
+    fb.imp_scores = reinterpret_cast<float*>(m.imp_scores.buf->data());
+    fb.imp_ml = reinterpret_cast<float*>(m.imp_ml.buf->data());
+    const auto* dimp = reinterpret_cast<const cuda::ImpSeqDev*>(m.stage(m.memo_imp, std::span<const int32_t>(m.imp_host)));
+    const cuda::ImpDecodeLayers layers{d.pending, d.score_floats, d.ml_floats};
+    m.timed(d.pending == 1 ? "attention importance (decode)" : "attention importance (decode, gathered layers)", [&] {
+      cuda::importance_decode_mass(fb, dimp, d.n_head, d.nsplit, layers, part, d.written, false, m.stream);
+    });
+    d.pending = 0;
+    d.written = true;
+  }
   // Grown geometrically: the sums grow by a key per sequence every decode step, and a page-locked
   // reallocation (cudaFreeHost synchronises the device) each step cost up to 1.7 ms per step.
   if (m.imp_pinned_floats < static_cast<size_t>(m.imp_floats)) {
@@ -953,14 +1084,26 @@ void CudaBackend::collect_importance() {
     m.imp_pinned = static_cast<float*>(p);
     m.imp_pinned_floats = want;
   }
-  // Not read by recorded passes: its growth need not invalidate them (no mem_epoch bump).
-  uint64_t unrecorded_epoch = 0;
-  auto* mass = static_cast<float*>(m.imp_mass.get(static_cast<uint64_t>(m.imp_floats) * sizeof(float), &unrecorded_epoch, false));
-  cuda::importance_reduce(reinterpret_cast<const float*>(m.imp_part.buf->data()), m.imp_parts, m.imp_stride, m.imp_floats,
-                          mass, m.stream);
-  STRATA_CUDA(cudaMemcpyAsync(m.imp_pinned, mass,
-                              static_cast<size_t>(m.imp_floats) * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
-  STRATA_CUDA(cudaStreamSynchronize(m.stream));
+  // One partial (every decode pass): it is the mass, copied as it is.
+  const float* mass = part;
+  if (m.imp_parts > 1) {
+    // Not read by recorded passes: its growth need not invalidate them (no mem_epoch bump).
+    uint64_t unrecorded_epoch = 0;
+    auto* sum = static_cast<float*>(m.imp_mass.get(static_cast<uint64_t>(m.imp_floats) * sizeof(float), &unrecorded_epoch, false));
+    cuda::importance_reduce(part, m.imp_parts, m.imp_stride, m.imp_floats, sum, m.stream);
+    mass = sum;
+  }
+  STRATA_CUDA(cudaMemcpyAsync(m.imp_pinned, mass, static_cast<size_t>(m.imp_floats) * sizeof(float), cudaMemcpyDeviceToHost,
+                              m.stream));
+  STRATA_CUDA(cudaEventRecord(m.imp_copied, m.stream));
+  m.imp_unfinished = true;
+}
+
+void CudaBackend::finish_importance() {
+  Impl& m = *impl_;
+  if (!m.imp_unfinished) return;
+  m.imp_unfinished = false;
+  STRATA_CUDA(cudaEventSynchronize(m.imp_copied));
   for (const Impl::ImpTarget& t : m.imp_targets) {
     const float* src = m.imp_pinned + t.off;
     for (int32_t k = 0; k < t.keys; ++k) t.host[k] += src[k];

@@ -80,6 +80,7 @@ class CudaBackend final : public Backend {
   void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;
   bool reports_attention_importance() const override { return true; }
   void collect_importance() override;
+  void finish_importance() override;
   void kv_move_rows(const KvLayerView& kv, std::span<const int32_t> src, std::span<const int32_t> dst) override;
   void kv_read_rows(std::span<const KvLayerView> views, std::span<const int32_t> slots, uint8_t* out) override;
 
@@ -105,9 +106,10 @@ class CudaBackend final : public Backend {
   cuda::AttnBatch stage_attention(const KvLayerView& kv, std::span<const AttentionSeq> seqs, int64_t q_rows,
                                   int32_t n_head);
   // Attention importance around one layer's attention (see cuda_backend.cpp): begin (before the
-  // attention launch: stages the per-sequence arrays, and for decode batches points b at the score
-  // buffers the decode kernel fills), end (after it: the mass kernels). begin returns false when
-  // no sequence asked (then end must not be called).
+  // attention launch: stages the per-sequence arrays, and for decode batches points b at this
+  // layer's slice of the score buffers the decode kernel fills), end (after it: the mass kernel of
+  // a prefill layer, or of the gathered decode layers when their slices are full). begin returns
+  // false when no sequence asked (then end must not be called).
   struct ImpLayer;
   bool importance_begin(const KvLayerView& kv, std::span<const AttentionSeq> seqs, cuda::AttnBatch& b, int32_t n_head,
                         ImpLayer& il);

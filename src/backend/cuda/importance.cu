@@ -89,15 +89,27 @@ __device__ __forceinline__ void load_k_tile(const KvLayerView& kv, const int32_t
 }
 
 // The log-sum-exp of a row from the attention kernel's per-split {max, sum} (AttnBatch::imp_ml),
-// merged in split order; splits that got no key (max = -INF) are skipped.
+// merged in split order; splits that got no key (max = -INF) are skipped. The loads of kBatch
+// splits are issued before any is merged (independent loads in flight instead of one dependent
+// load per split; the merge order, hence every bit, is that of a split-by-split loop).
+template <int kBatch = 8>
 __device__ __forceinline__ float merged_lse(const float* __restrict__ ml, int32_t nsplit) {
   float M = -INFINITY, L = 0.0f;
-  for (int32_t sp = 0; sp < nsplit; ++sp) {
-    const float mt = ml[2 * sp], lt = ml[2 * sp + 1];
-    if (mt == -INFINITY) continue;
-    const float m2 = fmaxf(M, mt);
-    L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt * __expf(mt - m2);
-    M = m2;
+  for (int32_t sp0 = 0; sp0 < nsplit; sp0 += kBatch) {
+    float mt[kBatch], lt[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const bool in = sp0 + u < nsplit;
+      mt[u] = in ? ml[2 * (sp0 + u)] : -INFINITY;
+      lt[u] = in ? ml[2 * (sp0 + u) + 1] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (mt[u] == -INFINITY) continue;
+      const float m2 = fmaxf(M, mt[u]);
+      L = (M == -INFINITY ? 0.0f : L * __expf(M - m2)) + lt[u] * __expf(mt[u] - m2);
+      M = m2;
+    }
   }
   return M + __logf(L);
 }
@@ -182,34 +194,62 @@ __global__ void __launch_bounds__(kThreads) importance_mass_kernel(const float* 
   *dst = accumulate ? *dst + total : total;
 }
 
-// Decode batches (importance_decode_mass): block per (sequence, tile of kDecKeys keys). The lse of
-// each of the sequence's n_head rows, merged from the decode kernel's per-split (max, sum) in split
-// order, into shared memory; then thread t sums, for key t of the tile, exp(score - lse) over the
-// heads in head order (score rows are contiguous in keys: the loads of a warp coalesce).
+// Decode batches (importance_decode_mass): block per (sequence, tile of kDecKeys keys), over
+// n_layers layers whose attention wrote their scores and splits' (max, sum) at layer strides
+// (n_layers = 1: one layer, launched after its attention; more: the layers of a pass gathered in
+// one buffer, summed by one launch). The lse of each (layer, head) row of the sequence, merged from
+// the splits in split order, into shared memory (the block's threads over the rows: a few batched
+// loads each); then thread t, for key t of the tile, per layer sums exp(score - lse) over the heads
+// in head order (score rows are contiguous in keys: a warp's loads coalesce; kHeadsInFlight heads'
+// scores are loaded before their exp-adds, so that the loads are in flight together) and adds the
+// layers' sums in layer order: acc = sum_0 (or prev + sum_0), acc += sum_1, ... — the float
+// operations, in order, of one n_layers = 1 launch per layer.
 constexpr int kDecKeys = 256;
+constexpr int kHeadsInFlight = 8;
 __global__ void __launch_bounds__(kDecKeys) importance_decode_mass_kernel(AttnBatch b, const ImpSeqDev* __restrict__ imp,
-                                                                          int32_t n_head, int32_t nsplit, float* part,
+                                                                          int32_t n_head, int32_t nsplit,
+                                                                          int32_t n_layers, int64_t score_layer_stride,
+                                                                          int64_t ml_layer_stride, float* part,
                                                                           bool accumulate) {
   pdl_wait();  // the attention kernel's scores (launch.cuh: before anything, in every block)
   pdl_trigger();
-  extern __shared__ float lse[];  // [n_head]
+  extern __shared__ float lse[];  // [n_layers][n_head]
   const AttnSeqDev sq = b.seqs[blockIdx.x];
   const ImpSeqDev is = imp[blockIdx.x];
   const int32_t keys = sq.start_pos + sq.n_q;
   const int32_t k0 = static_cast<int32_t>(blockIdx.y) * kDecKeys;
-  if (is.off < 0 || sq.n_q != 1 || is.from > 0 || k0 >= keys) return;  // block-uniform
+  if (is.off < 0 || k0 >= keys) return;  // block-uniform
+  const int32_t k = k0 + static_cast<int32_t>(threadIdx.x);
+  float* dst = part + is.off + k;
+  if (sq.n_q != 1 || is.from > 0) {  // block-uniform: no counted row, no mass (a first write clears)
+    if (!accumulate && k < keys) *dst = 0.0f;
+    return;
+  }
+  const float prev = accumulate && k < keys ? *dst : 0.0f;  // loaded early: its latency hides behind the lse's
   const int64_t row0 = int64_t{sq.q_begin} * n_head;
-  for (int32_t h = static_cast<int32_t>(threadIdx.x); h < n_head; h += kDecKeys) {
-    lse[h] = merged_lse(b.imp_ml + (row0 + h) * nsplit * 2, nsplit);
+  for (int32_t i = static_cast<int32_t>(threadIdx.x); i < n_layers * n_head; i += kDecKeys) {
+    const int32_t l = i / n_head, h = i % n_head;
+    lse[i] = merged_lse(b.imp_ml + l * ml_layer_stride + (row0 + h) * nsplit * 2, nsplit);
   }
   __syncthreads();
-  const int32_t k = k0 + static_cast<int32_t>(threadIdx.x);
   if (k >= keys) return;
-  const float* sc = b.imp_scores + row0 * b.imp_stride + k;
-  float total = 0.0f;
-  for (int32_t h = 0; h < n_head; ++h) total += __expf(sc[h * b.imp_stride] - lse[h]);
-  float* dst = part + is.off + k;
-  *dst = accumulate ? *dst + total : total;
+  float acc = prev;
+  for (int32_t l = 0; l < n_layers; ++l) {
+    const float* __restrict__ sc = b.imp_scores + l * score_layer_stride + row0 * b.imp_stride + k;
+    const float* ls = lse + l * n_head;
+    float total = 0.0f;
+    int32_t h = 0;
+    for (; h + kHeadsInFlight <= n_head; h += kHeadsInFlight) {
+      float v[kHeadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) v[u] = sc[(h + u) * b.imp_stride];
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) total += __expf(v[u] - ls[h + u]);
+    }
+    for (; h < n_head; ++h) total += __expf(sc[h * b.imp_stride] - ls[h]);
+    acc = l == 0 && !accumulate ? total : acc + total;
+  }
+  *dst = acc;
 }
 
 // mass[j] = Σ over partials p of part[p][j], in partial order, for j < n.
@@ -246,12 +286,23 @@ void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit, float* part,
-                            bool accumulate, cudaStream_t s) {
-  if (b.n_seqs <= 0 || b.max_ctx <= 0) return;
+int32_t importance_decode_layers_max(int32_t n_head) {
+  return std::max<int32_t>(1, kImportanceDecodeLseFloats / std::max<int32_t>(n_head, 1));
+}
+
+void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit,
+                            const ImpDecodeLayers& layers, float* part, bool accumulate, bool pdl, cudaStream_t s) {
+  if (b.n_seqs <= 0 || b.max_ctx <= 0 || layers.n <= 0) return;
   const dim3 grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + kDecKeys - 1) / kDecKeys));
-  launch_pdl(importance_decode_mass_kernel, grid, dim3(kDecKeys), sizeof(float) * static_cast<size_t>(n_head), s, b, imp,
-             n_head, nsplit, part, accumulate);
+  const size_t smem = sizeof(float) * static_cast<size_t>(layers.n) * static_cast<size_t>(n_head);
+  if (pdl) {
+    launch_pdl(importance_decode_mass_kernel, grid, dim3(kDecKeys), smem, s, b, imp, n_head, nsplit, layers.n,
+               layers.score_stride, layers.ml_stride, part, accumulate);
+  } else {
+    importance_decode_mass_kernel<<<grid, kDecKeys, smem, s>>>(b, imp, n_head, nsplit, layers.n, layers.score_stride,
+                                                              layers.ml_stride, part, accumulate);
+    STRATA_CUDA_LAUNCH_CHECK();
+  }
 }
 
 void importance_reduce(const float* part, int32_t n_parts, int64_t part_stride, int64_t n, float* mass, cudaStream_t s) {

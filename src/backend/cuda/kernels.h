@@ -174,11 +174,26 @@ ImportanceScratch importance_scratch(int32_t n_kv_heads, int32_t max_n_q, int64_
 void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch& b, const ImpSeqDev* imp,
                           int32_t n_head, float scale, const float* lse_part, int32_t nsplit, float* part,
                           int64_t mass_floats, bool accumulate, cudaStream_t s);
+// The layers one importance_decode_mass launch sums: n of them, layer l's scores at
+// b.imp_scores + l * score_stride and its splits' (max, sum) at b.imp_ml + l * ml_stride.
+struct ImpDecodeLayers {
+  int32_t n = 1;
+  int64_t score_stride = 0;
+  int64_t ml_stride = 0;
+};
+// Shared memory of importance_decode_mass (floats): one lse per layer and head.
+inline constexpr int32_t kImportanceDecodeLseFloats = 8192;
+// The most layers one importance_decode_mass launch takes for n_head heads (>= 1).
+int32_t importance_decode_layers_max(int32_t n_head);
 // The same sums for a decode batch whose attention wrote AttnBatch::imp_scores / imp_ml (one
-// partial: part[off + k], = when !accumulate, += after): per key, Σ over all query heads of
-// exp(score - lse), lse merged from the splits' (max, sum) in split order. Deterministic.
-void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit, float* part,
-                            bool accumulate, cudaStream_t s);
+// partial: part[off + k]), over `layers` (<= importance_decode_layers_max) in layer order: per key
+// and layer, Σ over all query heads (in head order) of exp(score - lse), lse merged from the
+// splits' (max, sum) in split order; the layers' sums added in layer order to part (= the first
+// when !accumulate). A sequence with no counted row (n_q != 1 or from > 0) gets 0 (= ) or nothing
+// (+=). Deterministic; the same bits as one launch per layer. pdl: launched with programmatic
+// dependent launch (right after the attention kernel), else plainly.
+void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit,
+                            const ImpDecodeLayers& layers, float* part, bool accumulate, bool pdl, cudaStream_t s);
 // mass[j] = Σ_p part[p][j] (in p order), j < n: the pass's sums, after its last layer.
 void importance_reduce(const float* part, int32_t n_parts, int64_t part_stride, int64_t n, float* mass, cudaStream_t s);
 // Token rows (K and V) of hot slot src[i] to hot slot dst[i], i < n (src, dst: device memory).
