@@ -194,61 +194,79 @@ __global__ void __launch_bounds__(kThreads) importance_mass_kernel(const float* 
   *dst = accumulate ? *dst + total : total;
 }
 
-// Decode batches (importance_decode_mass): block per (sequence, tile of kDecKeys keys), over
-// n_layers layers whose attention wrote their scores and splits' (max, sum) at layer strides
-// (n_layers = 1: one layer, launched after its attention; more: the layers of a pass gathered in
-// one buffer, summed by one launch). The lse of each (layer, head) row of the sequence, merged from
-// the splits in split order, into shared memory (the block's threads over the rows: a few batched
-// loads each); then thread t, for key t of the tile, per layer sums exp(score - lse) over the heads
-// in head order (score rows are contiguous in keys: a warp's loads coalesce; kHeadsInFlight heads'
-// scores are loaded before their exp-adds, so that the loads are in flight together) and adds the
-// layers' sums in layer order: acc = sum_0 (or prev + sum_0), acc += sum_1, ... — the float
-// operations, in order, of one n_layers = 1 launch per layer.
-constexpr int kDecKeys = 256;
+// Decode batches (importance_decode_mass): block per (sequence, tile of KT keys), over n_layers
+// layers whose attention wrote their scores and splits' (max, sum) at layer strides (n_layers = 1:
+// one layer, launched after its attention; more: the layers of a pass gathered in one buffer,
+// summed by one launch). The lse of each (layer, head) row of the sequence, merged from the splits
+// in split order, into shared memory (the block's threads over the rows: a few batched loads
+// each). Then the block's `lanes` groups of KT threads (lanes * KT = kDecThreads) take the layers
+// in turn (group g: layers g, g + lanes, ...): thread t of a group sums, for key t of the tile and
+// each of its layers, exp(score - lse) over the heads in head order (score rows are contiguous in
+// keys: a warp's loads coalesce; kHeadsInFlight heads' scores are loaded before their exp-adds, so
+// that the loads are in flight together) into shared memory; and the first group adds the layers'
+// sums in layer order: acc = sum_0 (or prev + sum_0), acc += sum_1, ... — the float operations, in
+// order, of one n_layers = 1 launch per layer (the same bits).
+constexpr int kDecThreads = 256;
 constexpr int kHeadsInFlight = 8;
-__global__ void __launch_bounds__(kDecKeys) importance_decode_mass_kernel(AttnBatch b, const ImpSeqDev* __restrict__ imp,
-                                                                          int32_t n_head, int32_t nsplit,
-                                                                          int32_t n_layers, int64_t score_layer_stride,
-                                                                          int64_t ml_layer_stride, float* part,
-                                                                          bool accumulate) {
+// Groups of threads over the layers: a power of two <= min(8, n_layers) (so KT >= 32: whole warps).
+__host__ __device__ __forceinline__ int decode_lanes(int32_t n_layers) {
+  return n_layers >= 8 ? 8 : (n_layers >= 4 ? 4 : (n_layers >= 2 ? 2 : 1));
+}
+// Shared memory of a launch, floats: the lse's and the per-layer sums.
+__host__ __forceinline__ int64_t decode_smem_floats(int32_t n_layers, int32_t n_head) {
+  return int64_t{n_layers} * (n_head + kDecThreads / decode_lanes(n_layers));
+}
+__global__ void __launch_bounds__(kDecThreads) importance_decode_mass_kernel(AttnBatch b, const ImpSeqDev* __restrict__ imp,
+                                                                             int32_t n_head, int32_t nsplit,
+                                                                             int32_t n_layers, int64_t score_layer_stride,
+                                                                             int64_t ml_layer_stride, float* part,
+                                                                             bool accumulate) {
   pdl_wait();  // the attention kernel's scores (launch.cuh: before anything, in every block)
   pdl_trigger();
-  extern __shared__ float lse[];  // [n_layers][n_head]
+  extern __shared__ float smem[];
+  const int lanes = decode_lanes(n_layers), KT = kDecThreads / lanes;
+  float* lse = smem;                             // [n_layers][n_head]
+  float* sums = smem + int64_t{n_layers} * n_head;  // [n_layers][KT]
   const AttnSeqDev sq = b.seqs[blockIdx.x];
   const ImpSeqDev is = imp[blockIdx.x];
   const int32_t keys = sq.start_pos + sq.n_q;
-  const int32_t k0 = static_cast<int32_t>(blockIdx.y) * kDecKeys;
+  const int32_t k0 = static_cast<int32_t>(blockIdx.y) * KT;
   if (is.off < 0 || k0 >= keys) return;  // block-uniform
-  const int32_t k = k0 + static_cast<int32_t>(threadIdx.x);
+  const int key = static_cast<int>(threadIdx.x) % KT, group = static_cast<int>(threadIdx.x) / KT;
+  const int32_t k = k0 + key;
   float* dst = part + is.off + k;
   if (sq.n_q != 1 || is.from > 0) {  // block-uniform: no counted row, no mass (a first write clears)
-    if (!accumulate && k < keys) *dst = 0.0f;
+    if (group == 0 && !accumulate && k < keys) *dst = 0.0f;
     return;
   }
-  const float prev = accumulate && k < keys ? *dst : 0.0f;  // loaded early: its latency hides behind the lse's
+  const float prev = group == 0 && accumulate && k < keys ? *dst : 0.0f;  // loaded early: its latency hides
   const int64_t row0 = int64_t{sq.q_begin} * n_head;
-  for (int32_t i = static_cast<int32_t>(threadIdx.x); i < n_layers * n_head; i += kDecKeys) {
+  for (int32_t i = static_cast<int32_t>(threadIdx.x); i < n_layers * n_head; i += kDecThreads) {
     const int32_t l = i / n_head, h = i % n_head;
     lse[i] = merged_lse(b.imp_ml + l * ml_layer_stride + (row0 + h) * nsplit * 2, nsplit);
   }
   __syncthreads();
-  if (k >= keys) return;
-  float acc = prev;
-  for (int32_t l = 0; l < n_layers; ++l) {
-    const float* __restrict__ sc = b.imp_scores + l * score_layer_stride + row0 * b.imp_stride + k;
-    const float* ls = lse + l * n_head;
-    float total = 0.0f;
-    int32_t h = 0;
-    for (; h + kHeadsInFlight <= n_head; h += kHeadsInFlight) {
-      float v[kHeadsInFlight];
+  if (k < keys) {
+    for (int32_t l = group; l < n_layers; l += lanes) {
+      const float* __restrict__ sc = b.imp_scores + l * score_layer_stride + row0 * b.imp_stride + k;
+      const float* ls = lse + l * n_head;
+      float total = 0.0f;
+      int32_t h = 0;
+      for (; h + kHeadsInFlight <= n_head; h += kHeadsInFlight) {
+        float v[kHeadsInFlight];
 #pragma unroll
-      for (int u = 0; u < kHeadsInFlight; ++u) v[u] = sc[(h + u) * b.imp_stride];
+        for (int u = 0; u < kHeadsInFlight; ++u) v[u] = sc[(h + u) * b.imp_stride];
 #pragma unroll
-      for (int u = 0; u < kHeadsInFlight; ++u) total += __expf(v[u] - ls[h + u]);
+        for (int u = 0; u < kHeadsInFlight; ++u) total += __expf(v[u] - ls[h + u]);
+      }
+      for (; h < n_head; ++h) total += __expf(sc[h * b.imp_stride] - ls[h]);
+      sums[l * KT + key] = total;
     }
-    for (; h < n_head; ++h) total += __expf(sc[h * b.imp_stride] - ls[h]);
-    acc = l == 0 && !accumulate ? total : acc + total;
   }
+  __syncthreads();
+  if (group != 0 || k >= keys) return;
+  float acc = prev;
+  for (int32_t l = 0; l < n_layers; ++l) acc = l == 0 && !accumulate ? sums[l * KT + key] : acc + sums[l * KT + key];
   *dst = acc;
 }
 
@@ -287,20 +305,23 @@ void attention_importance(const float* q, const KvLayerView& kv, const AttnBatch
 }
 
 int32_t importance_decode_layers_max(int32_t n_head) {
-  return std::max<int32_t>(1, kImportanceDecodeLseFloats / std::max<int32_t>(n_head, 1));
+  int32_t n = 1;
+  while (n < 4096 && decode_smem_floats(n + 1, n_head) <= kImportanceDecodeSmemFloats) ++n;
+  return n;
 }
 
 void importance_decode_mass(const AttnBatch& b, const ImpSeqDev* imp, int32_t n_head, int32_t nsplit,
                             const ImpDecodeLayers& layers, float* part, bool accumulate, bool pdl, cudaStream_t s) {
   if (b.n_seqs <= 0 || b.max_ctx <= 0 || layers.n <= 0) return;
-  const dim3 grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + kDecKeys - 1) / kDecKeys));
-  const size_t smem = sizeof(float) * static_cast<size_t>(layers.n) * static_cast<size_t>(n_head);
+  const int KT = kDecThreads / decode_lanes(layers.n);
+  const dim3 grid(static_cast<unsigned>(b.n_seqs), static_cast<unsigned>((b.max_ctx + KT - 1) / KT));
+  const size_t smem = sizeof(float) * static_cast<size_t>(decode_smem_floats(layers.n, n_head));
   if (pdl) {
-    launch_pdl(importance_decode_mass_kernel, grid, dim3(kDecKeys), smem, s, b, imp, n_head, nsplit, layers.n,
+    launch_pdl(importance_decode_mass_kernel, grid, dim3(kDecThreads), smem, s, b, imp, n_head, nsplit, layers.n,
                layers.score_stride, layers.ml_stride, part, accumulate);
   } else {
-    importance_decode_mass_kernel<<<grid, kDecKeys, smem, s>>>(b, imp, n_head, nsplit, layers.n, layers.score_stride,
-                                                              layers.ml_stride, part, accumulate);
+    importance_decode_mass_kernel<<<grid, kDecThreads, smem, s>>>(b, imp, n_head, nsplit, layers.n, layers.score_stride,
+                                                                 layers.ml_stride, part, accumulate);
     STRATA_CUDA_LAUNCH_CHECK();
   }
 }

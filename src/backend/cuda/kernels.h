@@ -181,8 +181,9 @@ struct ImpDecodeLayers {
   int64_t score_stride = 0;
   int64_t ml_stride = 0;
 };
-// Shared memory of importance_decode_mass (floats): one lse per layer and head.
-inline constexpr int32_t kImportanceDecodeLseFloats = 8192;
+// Shared memory of importance_decode_mass (floats, 48 KiB): an lse per layer and head, a sum per
+// layer and key of its tile.
+inline constexpr int32_t kImportanceDecodeSmemFloats = 12288;
 // The most layers one importance_decode_mass launch takes for n_head heads (>= 1).
 int32_t importance_decode_layers_max(int32_t n_head);
 // The same sums for a decode batch whose attention wrote AttnBatch::imp_scores / imp_ml (one
