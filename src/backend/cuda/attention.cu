@@ -92,6 +92,47 @@ ATT_HD void set_rowsrc(const KvLayerView& kv, RowSrc* rs, int lane, int32_t key,
 // launcher), all of a batch in flight together; other (warm) rows element by element via row_elem.
 // ES = 0: element by element for every row (any hd).
 // NBX: 16-byte loads in flight per thread (0: the default by VEC).
+// The code bytes of warm row r's elements [d, d + CE) (CE = 4 or 8, d a multiple of CE): int8 /
+// fp8 one byte per element, int4 one nibble (element d + e is nibble e of the chunk, low first).
+// One 4- or 8-byte load where the address allows it, else byte loads.
+template <int CE>
+ATT_HD void load_warm_code(const RowSrc& r, int d, uint32_t (&code)[CE / 4]) {
+  static_assert(CE == 4 || CE == 8, "chunks of 4 or 8 elements");
+  const bool nibbles = r.kind == 5 || r.kind == 6;
+  const uint8_t* p = r.data + (nibbles ? d / 2 : d);
+  const int n = nibbles ? CE / 2 : CE;  // bytes
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (n == 8 && a % 8 == 0) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    code[0] = v.x;
+    if constexpr (CE / 4 > 1) code[1] = v.y;
+  } else if (n == 4 && a % 4 == 0) {
+    code[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else {
+    for (int b = 0; b < n; ++b) code[b / 4] |= static_cast<uint32_t>(p[b]) << (8 * (b % 4));
+  }
+}
+
+// Elements [d, d + CE) of warm row r from its code bytes, each exactly as row_elem computes it.
+template <int CE>
+ATT_HD void decode_warm_code(const RowSrc& r, int d, const uint32_t (&code)[CE / 4], float* f) {
+  if (r.kind == 3 || r.kind == 4) {
+#pragma unroll
+    for (int e = 0; e < CE; ++e) {
+      const uint8_t b = static_cast<uint8_t>(code[e / 4] >> (8 * (e % 4)));
+      f[e] = r.kind == 3 ? r.scale * static_cast<float>(static_cast<int8_t>(b)) : r.scale * e4m3_decode(b);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < CE; ++e) {
+    const uint32_t b = code[e / 8] >> (8 * ((e % 8) / 2));
+    const int nib = (e & 1) ? static_cast<int>((b >> 4) & 0xfu) : static_cast<int>(b & 0xfu);
+    const int m = r.kind == 5 ? d + e : (d + e) / r.gv;
+    f[e] = ld_f16(r.sc + 2 * m) * static_cast<float>(nib - r.zr[m]);
+  }
+}
+
 template <int VEC, int WQ, int ES, int NBX = 0>
 ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, int hot_kind) {
   constexpr int D = VEC * 32, NT = WQ * 32, KS = D + 4;
@@ -164,19 +205,37 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
         for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
       }
     }
-    // Warm rows (a tile may mix hot and warm blocks): element by element, as warm_decode_row.
+    // Warm rows (a tile may mix hot and warm blocks), NB chunks at a time as the hot rows: the
+    // chunks' code bytes (CE of int8/fp8, CE / 2 of int4 nibbles) in one aligned load each, all in
+    // flight before any is decoded; then each element as row_elem (warm_decode_row) computes it.
+    // A chunk whose bytes are not aligned for the wide load is read byte by byte.
 #pragma unroll 1
-    for (int u = 0; u < PER; ++u) {
-      const int c = tid + NT * u;
-      const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-      const RowSrc& r = rs[which * kKT + j];
-      if (r.kind < 0 || r.kind == hot_kind || d >= hd) continue;
-      float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
-      float f[CE];
+    for (int b0 = 0; b0 < PER; b0 += NB) {
+      uint32_t code[NB][CE / 4];  // the chunk's code bytes, little-endian
 #pragma unroll
-      for (int e = 0; e < CE; ++e) f[e] = row_elem(r, d + e);  // independent loads, in flight together
+      for (int u = 0; u < NB; ++u) {
 #pragma unroll
-      for (int e = 0; e < CE; ++e) dst[e] = f[e];
+        for (int i = 0; i < CE / 4; ++i) code[u][i] = 0u;
+        if (b0 + u < PER) {
+          const int c = tid + NT * (b0 + u);
+          const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+          const RowSrc& r = rs[which * kKT + j];
+          if (r.kind >= 3 && r.kind != hot_kind && d < hd) load_warm_code<CE>(r, d, code[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < NB; ++u) {
+        if (b0 + u >= PER) break;
+        const int c = tid + NT * (b0 + u);
+        const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+        const RowSrc& r = rs[which * kKT + j];
+        if (r.kind < 3 || r.kind == hot_kind || d >= hd) continue;
+        float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
+        float f[CE];
+        decode_warm_code<CE>(r, d, code[u], f);
+#pragma unroll
+        for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+      }
     }
   }
 }
