@@ -223,6 +223,8 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
           if (r.kind >= 3 && r.kind != hot_kind && d < hd) load_warm_code<CE>(r, d, code[u]);
         }
       }
+      // Each chunk's code parked in its own destination (the thread's own shared memory), so
+      // that the decode below is one loop body, not NB unrolled copies of it.
 #pragma unroll
       for (int u = 0; u < NB; ++u) {
         if (b0 + u >= PER) break;
@@ -230,9 +232,23 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
         const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
         const RowSrc& r = rs[which * kKT + j];
         if (r.kind < 3 || r.kind == hot_kind || d >= hd) continue;
+        auto* dst = reinterpret_cast<uint32_t*>(which ? Vs + j * D + d : Ks + j * KS + d);
+#pragma unroll
+        for (int i = 0; i < CE / 4; ++i) dst[i] = code[u][i];
+      }
+#pragma unroll 1
+      for (int u = 0; u < NB; ++u) {
+        if (b0 + u >= PER) break;
+        const int c = tid + NT * (b0 + u);
+        const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+        const RowSrc& r = rs[which * kKT + j];
+        if (r.kind < 3 || r.kind == hot_kind || d >= hd) continue;
         float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
+        uint32_t cw[CE / 4];
+#pragma unroll
+        for (int i = 0; i < CE / 4; ++i) cw[i] = reinterpret_cast<const uint32_t*>(dst)[i];
         float f[CE];
-        decode_warm_code<CE>(r, d, code[u], f);
+        decode_warm_code<CE>(r, d, cw, f);
 #pragma unroll
         for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
       }
