@@ -102,6 +102,10 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
   cmd->add_option("--kv-host-memory", f.host_memory,
                   "Size of the host-memory part of the cold KV tier, e.g. 16GiB (pinned on a GPU): blocks of swapped-out "
                   "sequences and prefix-cached blocks evicted from the KV pool go there first, then to --kv-spill-dir");
+  cmd->add_flag("--kv-offload", f.offload,
+               "With --kv-host-memory: a sequence that outgrows the KV pool keeps its oldest full blocks in the host tier, "
+               "where attention reads them in place (over PCIe on a GPU), instead of waiting or being preempted: one "
+               "sequence may be longer than the KV pool holds");
   cmd->add_option("--kv-spill-dir", f.spill_dir, "Directory for the file part of the cold KV tier (a file there, deleted on exit)");
   cmd->add_option("--kv-spill-size", f.spill_size, "Size of the file part of the cold KV tier, e.g. 8GiB (needs --kv-spill-dir)");
   cmd->add_option("--kv-remote", f.remote,
@@ -177,6 +181,8 @@ KvConfig KvFlags::to_config() const {
     if (!bytes || *bytes == 0) fail("--kv-host-memory '{}' is not a size (examples: 16GiB, 512M)", host_memory);
     c.host_bytes = *bytes;
   }
+  if (offload && c.host_bytes == 0) fail("--kv-offload needs --kv-host-memory (the host slots it keeps blocks in)");
+  c.offload = offload;
   if (spill_dir.empty() != spill_size.empty()) fail("--kv-spill-dir and --kv-spill-size go together");
   if (!spill_dir.empty()) {
     auto bytes = parse_bytes(spill_size);

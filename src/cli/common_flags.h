@@ -36,6 +36,7 @@ struct KvFlags {
   std::string warm_dtype = "none";
   double warm_fraction = 0.75;
   std::string host_memory;
+  bool offload = false;
   std::string spill_dir;
   std::string spill_size;
   std::string remote;

@@ -57,6 +57,30 @@ std::optional<BlockPool::Allocation> BlockPool::allocate() {
   return a;
 }
 
+std::optional<BlockPool::Allocation> BlockPool::allocate_preferred() {
+  Allocation a{kNoBlock, {}};
+  if (free_preferred_ > 0) {
+    a.id = free_pop();  // the heap's minimum is a preferred id while any is free
+    STRATA_CHECK(a.id < preferred_);
+  } else if (cached_preferred_ > 0) {
+    for (int32_t id = lru_head_; id >= 0; id = blocks_[idx(id)].next) {
+      if (id < preferred_) {
+        a.id = id;
+        break;
+      }
+    }
+    lru_remove(a.id);
+    a.evicted = blocks_[idx(a.id)].hash;
+    blocks_[idx(a.id)].hash = {};
+  } else {
+    return std::nullopt;
+  }
+  Meta& m = blocks_[idx(a.id)];
+  STRATA_CHECK(m.ref_count == 0);
+  m.ref_count = 1;
+  return a;
+}
+
 std::optional<BlockId> BlockPool::allocate_plain() {
   auto a = allocate();
   if (!a) return std::nullopt;

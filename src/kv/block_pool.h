@@ -38,6 +38,9 @@ class BlockPool {
   // A block with count 1 and no hash: from the free list, else the LRU cached block (whose hash
   // the caller must drop from its map, or spill). nullopt when nothing is available.
   std::optional<Allocation> allocate();
+  // The same within the preferred range only: its lowest free id, else its least recently used
+  // cached block. nullopt when the range has neither (whatever is available above it).
+  std::optional<Allocation> allocate_preferred();
   // Convenience for callers without a prefix cache: asserts no hash was evicted.
   std::optional<BlockId> allocate_plain();
 

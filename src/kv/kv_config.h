@@ -38,6 +38,10 @@ struct KvConfig {
   uint64_t host_bytes = 0;               // host tier size; 0 = none
   std::string spill_dir;                 // file tier directory; empty = none
   uint64_t spill_bytes = 0;              // file tier size
+  // --kv-offload (needs host_bytes): a running sequence that cannot grow in the hot pool keeps its
+  // oldest full private blocks in host slots, where attention reads them in place (KvManager::
+  // offload), instead of being preempted or waiting: a sequence may be longer than the hot pool.
+  bool offload = false;
   // Test hook: when set, the cold tier is the store this returns (given the bytes one slot must
   // hold) instead of the stores above; host_bytes, spill_dir and spill_bytes are then unused.
   // Tests inject stores that fail on demand through it (tests/engine/engine_cold_failure_test.cpp).

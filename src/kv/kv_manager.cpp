@@ -36,6 +36,7 @@ KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, const KvCapacit
   cold_hashes_.assign(static_cast<size_t>(cap.cold_slots), slot_hashes(warm_span_));
   counters_.block_size = geo.block_size;
   publish_ = !cfg.remote_url.empty() && cfg.prefix_cache;
+  offload_ = cfg.offload && cap.cold_host_slots > 0;
 }
 
 BlockPool& KvManager::pool(Tier t) { return t == Tier::kHot ? hot_pool_ : t == Tier::kWarm ? warm_pool_ : cold_pool_; }
@@ -53,7 +54,10 @@ const KvManager::SlotHashes& KvManager::hashes_of(const Loc& l) const {
 }
 
 BlockId KvManager::encode(const Loc& l) const {
-  STRATA_CHECK(l.tier != Tier::kCold, "cold blocks are not addressable by attention");
+  if (l.tier == Tier::kCold) {
+    STRATA_CHECK(offload_ && is_host(l), "cold block {} is not addressable by attention", l.slot);
+    return host_id_base() + l.slot;
+  }
   if (l.tier == Tier::kHot) return l.slot;
   return hot_pool_.num_blocks() + l.slot * warm_span_ + l.sub;
 }
@@ -488,7 +492,8 @@ int32_t KvManager::hot_tokens() const {
 }
 
 int64_t KvManager::max_sequence_tokens() const {
-  return warm_tier_usable() ? cap_.ram_tokens(geo_.block_size) : int64_t{hot_pool_.num_blocks()} * geo_.block_size;
+  const int64_t host = offload_ ? int64_t{cap_.cold_host_slots} * geo_.block_size : 0;
+  return host + (warm_tier_usable() ? cap_.ram_tokens(geo_.block_size) : int64_t{hot_pool_.num_blocks()} * geo_.block_size);
 }
 
 void KvManager::set_hot_tokens(int32_t n) {
@@ -573,7 +578,9 @@ std::vector<std::pair<int32_t, KvTier>> KvManager::cold_reads_ahead(SeqId s, std
     if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
   };
   if (q.swapped) {
-    for (const Loc& l : q.table) add(l);
+    for (size_t i = 0; i < q.table.size(); ++i) {
+      if (!in_place(q, i)) add(q.table[i]);
+    }
   } else if (cfg_.prefix_cache && q.table.empty() && q.n_tokens == 0 && q.n_evicted == 0 && !tokens.empty()) {
     for (const BlockHash& h : prompt_chain(q, tokens)) {
       auto c = cache_.find(h);
@@ -673,7 +680,9 @@ bool KvManager::swap_out(SeqId s) {
   if (!has_cold_tier()) return false;
   // Slots only this sequence holds move; shared ones stay (moving them would free nothing).
   std::map<std::pair<Tier, int32_t>, int32_t> refs;
-  for (const Loc& l : q.table) ++refs[{l.tier, l.slot}];
+  for (const Loc& l : q.table) {
+    if (l.tier != Tier::kCold) ++refs[{l.tier, l.slot}];  // offloaded blocks stay in their host slots
+  }
   int32_t exclusive = 0;
   for (const auto& [key, n] : refs) exclusive += pool(key.first).ref_count(key.second) == n;
   // Nothing held alone: swapping would free no RAM (and a preemption that frees nothing cannot
@@ -708,7 +717,9 @@ uint64_t KvManager::swap_out_bytes(SeqId s) const {
   const Seq& q = seqs_.at(s);
   if (q.swapped) return 0;
   std::map<std::pair<Tier, int32_t>, int32_t> refs;
-  for (const Loc& l : q.table) ++refs[{l.tier, l.slot}];
+  for (const Loc& l : q.table) {
+    if (l.tier != Tier::kCold) ++refs[{l.tier, l.slot}];
+  }
   uint64_t bytes = 0;
   for (const auto& [key, n] : refs) {
     if (pool(key.first).ref_count(key.second) == n) bytes += slot_bytes(key.first);
@@ -720,8 +731,9 @@ int32_t KvManager::blocks_to_swap_in(SeqId s, int32_t n_tokens) const {
   const Seq& q = seqs_.at(s);
   std::map<int32_t, bool> seen;
   int32_t n = 0;
-  for (const Loc& l : q.table) {
-    if (l.tier != Tier::kCold || seen.count(l.slot)) continue;
+  for (size_t i = 0; i < q.table.size(); ++i) {
+    const Loc& l = q.table[i];
+    if (l.tier != Tier::kCold || seen.count(l.slot) || in_place(q, i)) continue;
     seen[l.slot] = true;
     n += cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot;
   }
@@ -736,8 +748,9 @@ bool KvManager::swap_in(SeqId s) {
   STRATA_CHECK(q.swapped, "sequence {} is not swapped", s);
   std::map<int32_t, int32_t> refs;  // cold slot -> references from this sequence
   int32_t hot_need = 0, warm_need = 0;
-  for (const Loc& l : q.table) {
-    if (l.tier != Tier::kCold) continue;
+  for (size_t i = 0; i < q.table.size(); ++i) {
+    const Loc& l = q.table[i];
+    if (l.tier != Tier::kCold || in_place(q, i)) continue;
     if (refs[l.slot]++ == 0) {
       (cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot ? hot_need : warm_need) += 1;
     }
@@ -756,7 +769,7 @@ bool KvManager::swap_in(SeqId s) {
     placed[cold] = to;
   }
   for (Loc& l : q.table) {
-    if (l.tier == Tier::kCold) {
+    if (l.tier == Tier::kCold && placed.count(l.slot)) {
       const Loc& to = placed.at(l.slot);
       l = Loc{to.tier, to.slot, l.sub};
     }
@@ -765,6 +778,60 @@ bool KvManager::swap_in(SeqId s) {
   rebuild_ids(q);
   ++counters_.swap_ins;
   return true;
+}
+
+// --- offload ----------------------------------------------------------------------------------
+
+bool KvManager::in_place(const Seq& q, size_t i) const {
+  const Loc& l = q.table[i];
+  return offload_ && is_host(l) && cold_info_[static_cast<size_t>(l.slot)].content == Tier::kHot &&
+         static_cast<int64_t>(i + 1) * geo_.block_size <= q.n_committed;
+}
+
+int32_t KvManager::offload(SeqId s, int32_t n) {
+  Seq& q = seqs_.at(s);
+  STRATA_CHECK(!q.swapped, "offload from swapped sequence {}", s);
+  if (!offload_ || n <= 0) return 0;
+  const int32_t bs = geo_.block_size;
+  const auto full = static_cast<size_t>(q.n_committed / bs);
+  // Under an eviction policy the sinks stay hot (their blocks are never offloaded).
+  const size_t first = cfg_.evict.enabled() ? static_cast<size_t>(ceil_div(cfg_.evict.sinks, bs)) : 0;
+  int32_t moved = 0;
+  for (size_t i = first; i < full && moved < n; ++i) {
+    Loc& l = q.table[i];
+    if (l.tier != Tier::kHot || hot_pool_.ref_count(l.slot) != 1) continue;
+    std::optional<BlockPool::Allocation> a = cold_pool_.allocate_preferred();
+    if (!a) break;
+    if (!a->evicted.empty()) {  // a cached host slot is reused: its prefix-cache content is dropped
+      forget_slot_hashes(Loc{Tier::kCold, a->id, 0});
+      ++counters_.evicted_blocks;
+    }
+    cold_info_[static_cast<size_t>(a->id)] = ColdInfo{Tier::kHot, 1};
+    const Loc to{Tier::kCold, a->id, 0};
+    ops_.push_back(KvOp{KvOp::Kind::kDemote, slot_of(l), slot_of(to), {}, {}, {}});
+    move_slot_hashes(l, to);  // the same bytes: still the same prefix-cache block
+    release_ref(l);
+    l = to;
+    ++moved;
+  }
+  if (moved > 0) {
+    counters_.offloaded_blocks += moved;
+    rebuild_ids(q);
+  }
+  return moved;
+}
+
+int32_t KvManager::host_blocks(SeqId s) const {
+  const Seq& q = seqs_.at(s);
+  int32_t n = 0;
+  for (const Loc& l : q.table) n += l.tier == Tier::kCold;
+  return n;
+}
+
+void KvManager::note_attended(SeqId s) {
+  const int32_t n = host_blocks(s);
+  counters_.host_attended_blocks += n;
+  counters_.host_attended_bytes += static_cast<uint64_t>(n) * cap_.hot_block_bytes;
 }
 
 // --- the plan -----------------------------------------------------------------------------------
@@ -786,6 +853,7 @@ void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> 
     switch (op.kind) {
       case KvOp::Kind::kCopy: ++counters_.cow_copies; break;
       case KvOp::Kind::kReencode: counters_.reencoded_blocks += static_cast<int64_t>(op.hot.size()); break;
+      case KvOp::Kind::kDemote:
       case KvOp::Kind::kSpill:
         if (ok) {
           counters_.spill_bytes_out += slot_bytes(op.src.tier);
@@ -873,6 +941,7 @@ KvStats KvManager::stats() const {
       continue;
     }
     st.tokens_stored += q.n_tokens;
+    for (const Loc& l : q.table) st.host_resident_blocks += l.tier == Tier::kCold;
     st.fragmented_slots += static_cast<int64_t>(q.table.size()) * geo_.block_size - q.n_tokens;
   }
   return st;
@@ -902,7 +971,9 @@ void KvManager::check_invariants() const {
       ++refs[{Tier::kHot, b}];
     }
     for (const Loc& l : q.table) {
-      STRATA_CHECK(q.swapped || l.tier != Tier::kCold, "running sequence {} has a cold block", id);
+      const size_t i = static_cast<size_t>(&l - q.table.data());
+      STRATA_CHECK(q.swapped || l.tier != Tier::kCold || in_place(q, i),
+                   "running sequence {} has a cold block {} that attention cannot read in place", id, i);
       STRATA_CHECK(l.slot >= 0 && l.slot < pool(l.tier).num_blocks(), "sequence {} has a bad slot", id);
       STRATA_CHECK(l.sub >= 0 && l.sub < (l.tier == Tier::kCold ? cold_info_[static_cast<size_t>(l.slot)].n_subs : span_of(l.tier)));
       ++refs[{l.tier, l.slot}];

@@ -7,7 +7,9 @@
 // lists, per logical block, a hot block id or a warm sub-block id (>= the number of hot blocks),
 // and attention reads both directly. Below RAM, an optional cold tier (ColdStore) takes the
 // blocks of swapped-out sequences and prefix-cached blocks evicted from RAM; nothing reads a
-// cold block except to bring it back.
+// cold block except to bring it back, but with --kv-offload (offload()): a running sequence that
+// cannot grow in the hot pool moves its oldest full private hot blocks into host slots of the cold
+// tier and keeps them in its table, where attention reads them in place (block ids >= host_id_base()).
 //
 // Prefix caching (vLLM-style): a full block's hash chains its parent's, its tokens and the
 // model fingerprint; a hash map finds the longest cached prefix of a new sequence; blocks are
@@ -67,7 +69,8 @@ class KvManager {
   // ever.
   int32_t hot_tokens() const;
   // The most tokens one sequence alone can hold: the hot pool and the warm pool together when
-  // the hot pool can pass blocks on to the warm one (see hot_tokens), else the hot pool.
+  // the hot pool can pass blocks on to the warm one (see hot_tokens), else the hot pool; with
+  // --kv-offload, plus the host slots of the cold tier.
   int64_t max_sequence_tokens() const;
   // Moves the hot window (--kv-hot-tokens) at run time (a controller, sched/controller.h): from
   // each sequence's next commit, its whole blocks older than its last n tokens are re-encoded into
@@ -172,6 +175,28 @@ class KvManager {
   // i of s, and counts block_size recalled tokens.
   void load_recall_block(SeqId s, int32_t i, std::shared_ptr<const std::vector<uint8_t>> image);
 
+  // --- offload (--kv-offload) ----------------------------------------------------------------
+  // With cfg.offload and host slots in the cold tier, a running sequence may hold blocks in host
+  // slots: full, committed blocks of hot content, never written again, read by attention in place
+  // (KvLayerView::host_base). They stay there until the sequence is freed (their slots then cache
+  // their prefix-cache content like any cold slot); swap_out leaves them where they are and
+  // swap_in does not bring them back (a prefix hit on one from another sequence fetches a copy).
+
+  bool offloads() const { return offload_; }
+  // Block ids >= this name host slots: id = host_id_base() + slot (after every hot and warm id).
+  int32_t host_id_base() const { return hot_pool_.num_blocks() + warm_pool_.num_blocks() * warm_span_; }
+  // Moves up to n of s's oldest offloadable blocks — hot, full and committed, held by s alone (no
+  // fork or prefix sharer; the prefix cache's registration moves with the block), not holding a
+  // sink under an eviction policy — into host slots (free ones first, else the least recently
+  // used cached one, whose content is dropped), planning a kDemote op each. Returns how many
+  // moved: 0 without --kv-offload or when the host slots are all used. Precondition: not swapped.
+  int32_t offload(SeqId s, int32_t n);
+  // Blocks of s's table in host slots.
+  int32_t host_blocks(SeqId s) const;
+  // Accounts for one forward pass over s's KV: its host blocks and their bytes are read
+  // (KvStats::host_attended_blocks, host_attended_bytes).
+  void note_attended(SeqId s);
+
   // Block table for attention. Precondition: not swapped; valid until the next call that
   // changes this sequence.
   std::span<const BlockId> block_table(SeqId s) const;
@@ -244,6 +269,7 @@ class KvManager {
     std::vector<BlockHash> parent;  // [span]
     std::vector<std::vector<TokenId>> tokens;  // [span][block_size], to re-verify the hash
   };
+  bool is_host(const Loc& l) const { return l.tier == Tier::kCold && l.slot < cap_.cold_host_slots; }
   struct ColdInfo {  // what a cold slot holds
     Tier content = Tier::kHot;  // kHot: one hot block; kWarm: one warm slot
     int32_t n_subs = 1;
@@ -271,6 +297,9 @@ class KvManager {
     Loc loc;
     BlockHash hash;
   };
+  // Entry i of q's table is read in place when q runs (offload): a host slot of hot content
+  // holding a full committed block.
+  bool in_place(const Seq& q, size_t i) const;
   // The prompt hash chain of fresh sequence q (see Seq::chain).
   const std::vector<BlockHash>& prompt_chain(const Seq& q, std::span<const TokenId> tokens) const;
   // The cached prefix of a fresh sequence's chain, stopping at the first miss, where the pools
@@ -304,6 +333,7 @@ class KvManager {
   KvCapacity cap_;
   uint64_t fingerprint_;
   int32_t warm_span_ = 1;
+  bool offload_ = false;  // --kv-offload with host slots
   bool publish_ = false;  // plan kPublish ops (a remote tier is configured and the prefix cache is on)
   void plan_publish(const Loc& l, const BlockHash& h);
 

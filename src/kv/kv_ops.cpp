@@ -22,6 +22,7 @@ std::string_view kv_op_kind_name(KvOp::Kind k) {
     case KvOp::Kind::kLoad: return "load";
     case KvOp::Kind::kPublish: return "publish";
     case KvOp::Kind::kCompact: return "compact";
+    case KvOp::Kind::kDemote: return "demote";
   }
   return "?";
 }

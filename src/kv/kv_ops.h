@@ -42,9 +42,11 @@ struct KvOp {
     kLoad,      // `bytes` (a block fetched from the remote pool) -> RAM slot dst (a hot block or a one-block warm slot)
     kPublish,   // RAM slot src (a hot block, or a warm slot of one block) -> the remote pool, as `hash`
     kCompact,   // `moves`: token rows between hot blocks of one sequence (eviction within a sequence)
+    kDemote,    // hot block src -> host cold slot dst, which attention then reads in place (--kv-offload):
+                // a spill whose bytes must be in host memory before the next forward pass
   };
   Kind kind = Kind::kCopy;
-  KvSlot src;                // kCopy, kSpill, kFetch, kPublish
+  KvSlot src;                // kCopy, kSpill, kFetch, kPublish, kDemote
   KvSlot dst;                // every kind but kPublish
   std::vector<BlockId> hot;  // kReencode only
   BlockHash hash;            // kPublish: the block's prefix-cache hash

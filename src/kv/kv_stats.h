@@ -54,6 +54,14 @@ struct KvStats {
   int64_t host_fetches = 0;
   int64_t file_fetches = 0;
   int64_t swap_outs = 0;             // sequences swapped out
+  // --kv-offload: hot blocks of running sequences moved to host slots and attended there
+  // (offloaded_blocks, also counted in host_spills), the blocks running sequences hold in host
+  // slots now (a gauge), and what the forward passes read from them: blocks summed over passes
+  // and sequences (each read in every layer), and those blocks' bytes (K and V, every layer).
+  int64_t offloaded_blocks = 0;
+  int64_t host_resident_blocks = 0;
+  int64_t host_attended_blocks = 0;
+  uint64_t host_attended_bytes = 0;
   int64_t swap_ins = 0;
   // Cold-tier reads that failed (I/O error, short read, checksum mismatch): the blocks were
   // treated as lost and their sequences recompute them.

@@ -72,7 +72,10 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
     }
   }
 
-  const uint64_t frame = kColdHeaderBytes + std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes);
+  uint64_t frame = kColdHeaderBytes + std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes);
+  // --kv-offload: attention reads blocks in host slots, whose rows must be as aligned as the hot
+  // arena's (16-byte loads on a GPU).
+  if (cfg.offload) frame = (frame + 255) / 256 * 256;
   HostAllocator host_alloc;  // the host tier in a device backend's pinned memory, else anonymous memory
   if (device_ != nullptr) {
     host_alloc = [backend](uint64_t bytes) {
@@ -88,6 +91,27 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
     cap_.cold_slot_bytes = cold_store_->slot_bytes();
     cold_gen_.assign(static_cast<size_t>(cap_.cold_slots), 0);
     cold_bad_.assign(static_cast<size_t>(cap_.cold_slots), 0);
+    if (cfg.offload && cap_.cold_host_slots > 0) set_host_views();
+  }
+}
+
+void KvStorage::set_host_views() {
+  const int32_t n = cap_.cold_host_slots;
+  uint8_t* base = cold_store_->slot_memory(0);
+  const auto stride = static_cast<int64_t>(cold_store_->slot_bytes());
+  STRATA_CHECK(base != nullptr && cold_store_->slot_memory(n - 1) == base + int64_t{n - 1} * stride,
+               "the host slots of the cold tier are not one array: attention cannot read them in place");
+  // The payload starts after the frame header, except where the backend's block transfers write
+  // the slot (a device backend, or the test hook): then from its first byte.
+  const int64_t header = host_slot(0) != nullptr ? 0 : static_cast<int64_t>(kColdHeaderBytes);
+  const int32_t host_base = cap_.hot_blocks + cap_.warm_slots * cap_.warm_span;
+  for (size_t l = 0; l < views_.size(); ++l) {
+    KvLayerView& v = views_[l];
+    v.host_base = host_base;
+    v.host = base;
+    v.host_slot_bytes = stride;
+    v.host_k_offset = header + static_cast<int64_t>(l) * 2 * v.block_stride_bytes();
+    v.host_v_offset = v.host_k_offset + v.block_stride_bytes();
   }
 }
 
@@ -124,7 +148,11 @@ void KvStorage::drop_device_read_ahead(int32_t cold_slot) {
 void KvStorage::flush_transfers() {
   Batch b = std::move(batch_);
   batch_ = Batch{};
-  if (!b.down.empty()) last_ticket_ = transfers_->kv_blocks_to_host(views_, b.down);
+  if (!b.down.empty()) {
+    last_ticket_ = transfers_->kv_blocks_to_host(views_, b.down);
+    // Demoted blocks are read in place by the next forward pass: it waits for their bytes.
+    if (b.fence_down) transfers_->transfer_fence(last_ticket_);
+  }
   if (!b.up.empty()) {
     last_ticket_ = transfers_->kv_blocks_to_device(views_, b.up);
     transfers_->transfer_fence(last_ticket_);  // the next forward pass (or op) reads the fetched blocks
@@ -355,7 +383,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     std::set<int32_t> written;
     for (size_t i = 0; i < ops.size(); ++i) {
       const KvOp& op = ops[i];
-      if (op.kind == KvOp::Kind::kSpill) written.insert(op.dst.slot);
+      if (op.kind == KvOp::Kind::kSpill || op.kind == KvOp::Kind::kDemote) written.insert(op.dst.slot);
       if (op.kind == KvOp::Kind::kFetch && !written.count(op.src.slot) && !cold_bad_[static_cast<size_t>(op.src.slot)] &&
           host_slot(op.src.slot) == nullptr) {
         auto a = ahead_.find(op.src.slot);
@@ -379,7 +407,8 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     // (every other kind; a spill of a block the batch fetches, or into a slot it fetches from; a
     // second fetch into one block) or the end of the list. Spills go first: a fetch may follow a
     // spill of its block or of its slot in the same batch.
-    const bool spill = op.kind == KvOp::Kind::kSpill && host_slot(op.dst.slot) != nullptr;
+    const bool demote = op.kind == KvOp::Kind::kDemote;
+    const bool spill = (op.kind == KvOp::Kind::kSpill || demote) && host_slot(op.dst.slot) != nullptr;
     const bool fetch = op.kind == KvOp::Kind::kFetch && host_slot(op.src.slot) != nullptr;
     if (!batch_.empty() &&
         ((!spill && !fetch) ||
@@ -400,6 +429,11 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         }
         break;
       }
+      case KvOp::Kind::kDemote:
+        STRATA_CHECK(cold_store_ && op.src.tier == KvTier::kHot && op.dst.slot < cap_.cold_host_slots && !views_.empty() &&
+                         views_[0].host != nullptr,
+                     "bad demote");
+        [[fallthrough]];
       case KvOp::Kind::kSpill: {
         STRATA_CHECK(cold_store_ && op.dst.tier == KvTier::kCold && op.src.tier != KvTier::kCold, "bad spill");
         ColdTimer timer(*this, slot_bytes(op.src.tier));
@@ -414,6 +448,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         if (uint8_t* mem = host_slot(op.dst.slot)) {
           timer.cancel();
           batch_.down.push_back({op.src.tier == KvTier::kWarm, op.src.slot, mem});
+          batch_.fence_down = batch_.fence_down || demote;  // attention reads the slot next
           cold_bad_[cold] = 0;
           ++cold_gen_[cold];
           if (device_ != nullptr) bytes_to_host_ += slot_bytes(op.src.tier);

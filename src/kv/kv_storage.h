@@ -70,7 +70,8 @@ class KvStorage {
   bool has_cold_tier() const { return cold_store_ != nullptr; }
   std::string cold_tier_description() const { return cold_store_ ? cold_store_->describe() : "none"; }
 
-  // What attention reads, one per layer: hot blocks by id, warm sub-blocks by id >= hot_blocks.
+  // What attention reads, one per layer: hot blocks by id, warm sub-blocks by id >= hot_blocks,
+  // and with cfg.offload the host slots of the cold tier by id >= KvLayerView::host_base.
   std::span<const KvLayerView> views() const { return views_; }
 
   // Performs `ops` in order and returns one status per op (see KvOpStatus). Never throws for a
@@ -102,7 +103,10 @@ class KvStorage {
 
   // Test hook: on a host backend too, host-memory cold slots go through the backend's transfers
   // (the device path's logic, on memcpy). Call before the first execute().
-  void use_host_transfers() { host_transfers_ = true; }
+  void use_host_transfers() {
+    host_transfers_ = true;
+    if (!views_.empty() && views_[0].host != nullptr) set_host_views();  // the slots' layout changes
+  }
 
   // Where kPublish ops send their blocks (kv/remote_pool.h); null (the default) drops them.
   // The pool must outlive this storage's execute() calls.
@@ -112,6 +116,7 @@ class KvStorage {
 
  private:
   uint64_t slot_bytes(KvTier content) const;
+  void set_host_views();  // the host slots in the layer views (--kv-offload)
   uint64_t frame_bytes(KvTier content) const { return kColdHeaderBytes + slot_bytes(content); }
   uint64_t cold_checksum(int32_t cold_slot, const uint8_t* payload, size_t n) const;
   void capture(const KvSlot& ram, std::vector<uint8_t>& out) const;  // appends the slot's bytes
@@ -174,6 +179,7 @@ class KvStorage {
     std::vector<KvBlockTransfer> down, up;
     std::set<std::pair<KvTier, int32_t>> fetched_blocks;  // RAM slots the up list writes
     std::set<int32_t> fetched_slots;                     // cold slots the up list reads
+    bool fence_down = false;                             // the down list holds demotions (kDemote)
     bool empty() const { return down.empty() && up.empty(); }
   };
   Batch batch_;

@@ -28,6 +28,12 @@ enum class WarmFormat : uint8_t;
 // Ids >= n_hot_blocks in a block table name warm sub-blocks (see kv/warm_format.h):
 //   w = id - n_hot_blocks, warm slot w / warm_span, sub-block w % warm_span; slot bytes at
 //   warm_k + slot * warm_k_slot_bytes (and likewise for V).
+// Ids >= host_base name host slots of the cold tier that a running sequence's blocks live in
+// (--kv-offload: attended in place, from pinned host memory that the device reads over the bus):
+//   slot = id - host_base; the block's rows, in the hot layout and element type, at
+//   host + slot * host_slot_bytes + host_k_offset (V: host_v_offset), i.e. the bytes the block had
+//   in the hot arena, as KvStorage wrote them into the slot ([layers][K block, V block], after the
+//   slot's frame header on the host path). host_base > every warm id.
 struct KvLayerView {
   uint8_t* k = nullptr;
   uint8_t* v = nullptr;
@@ -44,8 +50,22 @@ struct KvLayerView {
   int64_t warm_k_slot_bytes = 0;
   int64_t warm_v_slot_bytes = 0;
 
+  int32_t host_base = INT32_MAX;  // no host slots unless set
+  uint8_t* host = nullptr;        // slot 0 of the host tier
+  int64_t host_slot_bytes = 0;
+  int64_t host_k_offset = 0;      // this layer's K block within a slot
+  int64_t host_v_offset = 0;
+
   int64_t token_stride_bytes() const { return int64_t{n_kv_heads} * head_dim * kv_dtype_size(dtype); }
   int64_t block_stride_bytes() const { return token_stride_bytes() * block_size; }
+  bool is_host(int32_t id) const { return id >= host_base; }
+  // Hot-layout K (V) bytes of block `id`, hot or host (not warm).
+  uint8_t* hot_k(int32_t id) const {
+    return is_host(id) ? host + int64_t{id - host_base} * host_slot_bytes + host_k_offset : k + int64_t{id} * block_stride_bytes();
+  }
+  uint8_t* hot_v(int32_t id) const {
+    return is_host(id) ? host + int64_t{id - host_base} * host_slot_bytes + host_v_offset : v + int64_t{id} * block_stride_bytes();
+  }
 };
 
 }  // namespace strata

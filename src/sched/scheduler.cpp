@@ -331,8 +331,15 @@ bool Scheduler::grow_running(StepPlan& plan, Sequence& s, int32_t& n, bool allow
     if (kv_.allocate(s.id, s.tokens, s.num_computed + n)) return true;
     const SeqId victim = pick_victim(plan.scheduled, allow_protected);
     if (victim == s.id || victim == kNoSeq) {
-      // Nobody else to take blocks from: a smaller prompt chunk that fits is progress, where
-      // preempting itself (or waiting) would leave a sequence alone in the pool stuck for ever.
+      // Nobody else to take blocks from. With --kv-offload its own oldest full blocks move to
+      // host slots (attended there) to make room for the whole step.
+      const int32_t short_by = kv_.blocks_needed(s.id, s.tokens, s.num_computed + n) - kv_.num_available_blocks();
+      if (kv_.offloads() && short_by > 0 && kv_.offload(s.id, short_by) == short_by &&
+          kv_.allocate(s.id, s.tokens, s.num_computed + n)) {
+        return true;
+      }
+      // A smaller prompt chunk that fits is progress, where preempting itself (or waiting) would
+      // leave a sequence alone in the pool stuck for ever.
       int32_t lo = 0, hi = n - 1;
       while (lo < hi) {
         const int32_t mid = hi - (hi - lo) / 2;
@@ -476,6 +483,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
     if (s.status != SeqStatus::kRunning) continue;
     s.num_computed = sc.start + sc.n_new;
     s.computed_any = true;
+    kv_.note_attended(s.id);  // the pass read its offloaded blocks from host memory
     kv_.commit(s.id, s.tokens, s.num_computed);
     if (evictor_ != nullptr) evictor_->after_step(s.id, sc.start, sc.n_new, s.n_prompt, evictor_->budget_for(s.kv_budget));
   }

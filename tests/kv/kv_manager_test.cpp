@@ -91,10 +91,18 @@ class Harness {
         const KvLayerView& v = views[static_cast<size_t>(layer)];
         for (int is_value = 0; is_value < 2; ++is_value) {
           for (int h = 0; h < geo_.n_kv_heads; ++h) {
-            if (b < v.n_hot_blocks) {
-              const uint8_t* base = is_value ? v.v : v.k;
+            if (b < v.n_hot_blocks || b >= v.host_base) {
+              // A hot block, or one offloaded to a host slot: the same layout, read in place.
+              const bool host = b >= v.host_base;
+              if (host) {
+                EXPECT_NE(v.host, nullptr);
+              }
+              const uint8_t* base = !host ? (is_value ? v.v : v.k)
+                                          : v.host + int64_t{b - v.host_base} * v.host_slot_bytes +
+                                                (is_value ? v.host_v_offset : v.host_k_offset);
+              const int64_t bb = host ? 0 : b;
               for (int d = 0; d < geo_.head_dim; ++d) {
-                const int64_t idx = ((int64_t{b} * geo_.block_size + p % geo_.block_size) * geo_.n_kv_heads + h) * geo_.head_dim + d;
+                const int64_t idx = ((bb * geo_.block_size + p % geo_.block_size) * geo_.n_kv_heads + h) * geo_.head_dim + d;
                 float got;
                 std::memcpy(&got, base + idx * 4, 4);
                 ASSERT_EQ(got, expected_value(m.prefix_hash[static_cast<size_t>(p)], layer, h, d, is_value))
@@ -574,6 +582,7 @@ struct PropertyParams {
   bool cold;
   int32_t block_size;
   float tol;
+  bool offload = false;         // a host tier with --kv-offload: sequences that cannot grow move blocks there
 };
 
 class KvProperty : public ::testing::TestWithParam<PropertyParams> {};
@@ -592,8 +601,16 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
     cfg.spill_dir = dir;
     cfg.spill_bytes = 4 << 20;
   }
+  if (pp.offload) {
+    cfg.host_bytes = 24 * 2048;  // 24 slots of at most 2 KiB (a frame rounded up to 256 bytes)
+    cfg.offload = true;
+  }
   Harness hz(cfg, geo);
   KvManager& kv = hz.kv();
+  const bool any_cold = pp.cold || pp.offload;
+  if (pp.offload) {
+    ASSERT_TRUE(kv.offloads());
+  }
   std::mt19937 rng(99 + static_cast<unsigned>(pp.block_size));
   std::map<SeqId, ModelSeq> seqs;
   SeqId next_id = 1;
@@ -627,9 +644,31 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
       if (m.swapped) continue;
       if (m.computed == static_cast<int32_t>(m.tokens.size())) m.push(static_cast<TokenId>(rng() % 50));
       const int32_t n = static_cast<int32_t>(m.tokens.size()) - m.computed;
-      if (!extend(hz, it->first, m, n)) {
+      bool ok = extend(hz, it->first, m, n);
+      if (!ok && pp.offload) {  // as the scheduler does: its own old blocks to host slots, then again
+        const int32_t short_by = kv.blocks_needed(it->first, m.tokens, m.computed + n) - kv.num_available_blocks();
+        const int32_t host_before = kv.host_blocks(it->first);
+        const int32_t moved = kv.offload(it->first, short_by);
+        EXPECT_EQ(kv.host_blocks(it->first), host_before + moved);
+        kv.check_invariants();
+        ok = moved == short_by && extend(hz, it->first, m, n);
+        if (moved == short_by) {
+          EXPECT_TRUE(ok) << "offload made the room the allocation lacked";
+        }
+        if (!ok) hz.apply();
+      }
+      if (!ok) {
         m.tokens.resize(static_cast<size_t>(m.computed));
         m.prefix_hash.resize(static_cast<size_t>(m.computed));
+      }
+    } else if (pp.offload && what < 68) {  // offload a few blocks of a running sequence at random
+      auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
+      if (it->second.swapped) continue;
+      const int32_t before = kv.host_blocks(it->first);
+      const int32_t moved = kv.offload(it->first, 1 + static_cast<int32_t>(rng() % 4));
+      EXPECT_EQ(kv.host_blocks(it->first), before + moved);
+      for (BlockId b : kv.block_table(it->first)) {
+        EXPECT_TRUE(b < kv.num_hot_blocks() || b >= kv.host_id_base() || pp.warm != WarmFormat::kNone) << b;
       }
     } else if (what < 72) {  // fork
       auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
@@ -641,11 +680,11 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
       auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
       kv.free_sequence(it->first);
       seqs.erase(it);
-    } else if (pp.cold && what < 93) {  // swap out
+    } else if (any_cold && what < 93) {  // swap out
       auto it = std::next(seqs.begin(), static_cast<long>(rng() % seqs.size()));
       if (it->second.swapped) continue;
       if (kv.swap_out(it->first)) it->second.swapped = true;
-    } else if (pp.cold) {  // swap in
+    } else if (any_cold) {  // swap in
       for (auto& [id, m] : seqs) {
         if (m.swapped && kv.swap_in(id)) {
           m.swapped = false;
@@ -680,6 +719,11 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
     EXPECT_GT(st.swap_outs, 0);
     EXPECT_GT(st.spill_bytes_in, 0u);
   }
+  if (pp.offload) {
+    EXPECT_GT(st.offloaded_blocks, 0);
+    EXPECT_EQ(st.host_resident_blocks, 0);
+    EXPECT_EQ(st.host.used, 0);
+  }
   EXPECT_GT(ops, 1000);
   std::filesystem::remove_all(dir);
 }
@@ -695,7 +739,10 @@ INSTANTIATE_TEST_SUITE_P(
     Configs, KvProperty,
     ::testing::Values(PropertyParams{WarmFormat::kNone, false, 4, 0}, PropertyParams{WarmFormat::kNone, true, 4, 0},
                       PropertyParams{WarmFormat::kInt8, true, 4, 0.0079f}, PropertyParams{WarmFormat::kFp8, false, 8, 0.0715f},
-                      PropertyParams{WarmFormat::kInt4, true, 16, 0.1354f}, PropertyParams{WarmFormat::kInt4, false, 5, 0.1354f}));
+                      PropertyParams{WarmFormat::kInt4, true, 16, 0.1354f}, PropertyParams{WarmFormat::kInt4, false, 5, 0.1354f},
+                      // --kv-offload: host tier alone, above a file, with a warm tier
+                      PropertyParams{WarmFormat::kNone, false, 4, 0, true},
+                      PropertyParams{WarmFormat::kNone, true, 4, 0, true}, PropertyParams{WarmFormat::kInt8, false, 4, 0.0079f, true}));
 
 }  // namespace
 }  // namespace strata

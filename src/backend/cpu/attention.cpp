@@ -443,8 +443,9 @@ void paged_attention(const float* q, const KvLayerView& kv, std::span<const Atte
     const AttentionSeq& s = seqs[i];
     STRATA_CHECK(int64_t{s.n_blocks} * bs >= int64_t{s.start_pos} + s.n_q, "attention: block table too short");
     for (int32_t b = 0; b < s.n_blocks; ++b) {
-      STRATA_CHECK(s.blocks[b] >= 0 && (s.blocks[b] < kv.n_hot_blocks || kv.warm_format != WarmFormat::kNone),
-                   "attention: block id {} of a table is neither hot nor warm", s.blocks[b]);
+      STRATA_CHECK(s.blocks[b] >= 0 && (s.blocks[b] < kv.n_hot_blocks || kv.warm_format != WarmFormat::kNone ||
+                                        (kv.is_host(s.blocks[b]) && kv.host != nullptr)),
+                   "attention: block id {} of a table is neither hot, warm nor in a host slot", s.blocks[b]);
     }
     offsets[i + 1] = offsets[i] + int64_t{kv.n_kv_heads} * ((s.n_q + tile_rows - 1) / tile_rows);
   }

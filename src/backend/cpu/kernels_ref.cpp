@@ -95,10 +95,11 @@ void kv_store(const KvLayerView& kv, const float* k, const float* v, const int32
 }
 
 void kv_row(const KvLayerView& kv, bool value, BlockId block, int32_t slot, int32_t head, float* out) {
-  if (block < kv.n_hot_blocks) {
+  if (block < kv.n_hot_blocks || kv.is_host(block)) {  // a host slot holds the hot block's bytes
+    STRATA_CHECK(!kv.is_host(block) || kv.host != nullptr, "block id {} names a host slot, the view has none", block);
+    const uint8_t* base = value ? kv.hot_v(block) : kv.hot_k(block);
     for (int32_t d = 0; d < kv.head_dim; ++d) {
-      const uint8_t* base = value ? kv.v : kv.k;
-      const int64_t idx = ((int64_t{block} * kv.block_size + slot) * kv.n_kv_heads + head) * kv.head_dim + d;
+      const int64_t idx = (int64_t{slot} * kv.n_kv_heads + head) * kv.head_dim + d;
       out[d] = load_elem(base + idx * kv_dtype_size(kv.dtype), kv.dtype);
     }
     return;

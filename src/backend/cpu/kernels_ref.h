@@ -22,7 +22,8 @@ void paged_attention(const float* q, const KvLayerView& kv, std::span<const Atte
 // Softmax in place with max subtraction.
 void softmax(float* x, int64_t n);
 // Row (block, slot, kv head) of K or V as f32 into out[head_dim]: hot ids (< kv.n_hot_blocks) from
-// the arena, warm sub-block ids decoded with warm_decode_row.
+// the arena, host ids (>= kv.host_base) from their host slot, warm sub-block ids decoded with
+// warm_decode_row.
 void kv_row(const KvLayerView& kv, bool value, BlockId block, int32_t slot, int32_t head, float* out);
 // Element (block, slot, head, d) of K or V as f32 (hot or warm, as kv_row).
 float kv_read(const KvLayerView& kv, bool value, BlockId block, int32_t slot, int32_t head, int32_t d);

@@ -50,13 +50,15 @@ struct KvBlockRef {
   int32_t t0 = 0;              // warm: first token of the block within its slot
 };
 
-// Finds block `id` of a block table for kv head `kvh`. Precondition: a warm id only with a warm tier.
+// Finds block `id` of a block table for kv head `kvh`: a hot block, a block in a host slot (hot
+// layout, read in place: --kv-offload) or a warm sub-block. Precondition: a warm id only with a
+// warm tier, a host id only with host slots.
 inline KvBlockRef locate_block(const KvLayerView& kv, BlockId id, int32_t kvh) {
   KvBlockRef r;
-  if (id < kv.n_hot_blocks) {
-    const int64_t off = int64_t{id} * kv.block_stride_bytes() + int64_t{kvh} * kv.head_dim * kv_dtype_size(kv.dtype);
-    r.k = kv.k + off;
-    r.v = kv.v + off;
+  if (id < kv.n_hot_blocks || kv.is_host(id)) {
+    const int64_t head = int64_t{kvh} * kv.head_dim * kv_dtype_size(kv.dtype);
+    r.k = kv.hot_k(id) + head;
+    r.v = kv.hot_v(id) + head;
     return r;
   }
   const int32_t w = id - kv.n_hot_blocks;
