@@ -21,7 +21,8 @@
 //   add, add_bias, gather_rows, kv_store (rounding to f16/bf16 as core/fp16.h), kv_copy_block,
 //     host<->device copies: exact.
 //   paged_attention: 2e-5 absolute (outputs are convex combinations of values in [-1, 1]), over
-//     hot blocks of f32/f16/bf16 and tables mixing hot and warm (int8/fp8/int4) ids.
+//     hot blocks of f32/f16/bf16 and tables mixing hot and warm (int8/fp8/int4) ids; tables mixing
+//     hot ids and ids of blocks in host slots (--kv-offload): the bits of the all-hot table.
 //   kv_warm_encode: the reference encoder's bytes; kv_warm_decode: the reference decoder's values.
 //   attention importance (AttentionSeq::importance): 1e-4 absolute + 1e-4 relative of the mass
 //     (the CUDA kernels use fast exp/log); kv_move_rows: exact.
@@ -692,6 +693,100 @@ TEST_P(BackendOps, PagedAttentionImportance) {
   for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
     attention_case(be(), KvDtype::kF16, 16, 8, 2, 64, warm_mixed, f, rng, &wfrom);
   }
+}
+
+// --kv-offload: block tables mixing hot ids and host ids (KvLayerView::host_base: blocks whose
+// bytes sit in slots of MemoryUse::kPinnedHost memory, read in place — on a GPU, mapped pinned
+// memory the kernels read over the bus) give the same bits as the same tables with every block in
+// the arena. The arena's copies of the moved blocks are overwritten with NaN bytes and the slots'
+// other bytes too, so a read of the wrong place shows; each slot lays the view's K and V block out
+// after a header and another layer's blocks, as KvStorage's frames do.
+void host_slot_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int32_t n_kv, int32_t head_dim,
+                    const std::vector<SeqSpec>& specs, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << "host slots: " << kv_dtype_name(dtype) << " block " << bs << " heads " << n_head
+                                    << "/" << n_kv << " head_dim " << head_dim);
+  int32_t total = 0;
+  for (const auto& s : specs) total += (s.start_pos + s.n_q + bs - 1) / bs;
+  std::vector<BlockId> ids(static_cast<size_t>(total));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  KvLayer kv(dtype, bs, n_kv, head_dim, total);
+  fill_blocks(kv, ids, rng);
+  std::vector<std::vector<BlockId>> tables;
+  std::vector<AttentionSeq> seqs;
+  int32_t used = 0, q_rows = 0;
+  for (const auto& s : specs) {
+    const int32_t nb = (s.start_pos + s.n_q + bs - 1) / bs;
+    tables.emplace_back(ids.begin() + used, ids.begin() + used + nb);
+    used += nb;
+    seqs.push_back({q_rows, s.n_q, s.start_pos, nullptr, nb});
+    q_rows += s.n_q;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i].blocks = tables[i].data();
+  kv.upload(be);
+  const auto q = random_floats(static_cast<size_t>(q_rows * n_head * head_dim), rng, -2.0f, 2.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const DevArray dq = upload(be, q, q_rows, n_head * head_dim), dout = alloc(be, q_rows, n_head * head_dim);
+  be.paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
+  const std::vector<float> all_hot = download(be, dout.view);
+
+  // Every other block of each table but its last moves to a host slot, in shuffled slot order.
+  std::vector<std::pair<size_t, size_t>> moved;  // (sequence, table index)
+  for (size_t i = 0; i < tables.size(); ++i) {
+    for (size_t b = 0; b + 1 < tables[i].size(); b += 2) moved.emplace_back(i, b);
+  }
+  ASSERT_FALSE(moved.empty());
+  std::vector<int32_t> slot_of(moved.size());
+  std::iota(slot_of.begin(), slot_of.end(), 0);
+  std::shuffle(slot_of.begin(), slot_of.end(), rng);
+  const int64_t bstride = kv.host.block_stride_bytes();
+  const int64_t k_off = 256 + 2 * bstride, v_off = k_off + bstride;  // as layer 1 of a frame
+  const int64_t slot_bytes = (v_off + bstride + 255) / 256 * 256;
+  std::unique_ptr<DeviceBuffer> host_mem = be.allocate(static_cast<uint64_t>(slot_bytes) * moved.size(), MemoryUse::kPinnedHost);
+  std::memset(host_mem->data(), 0xff, static_cast<size_t>(slot_bytes) * moved.size());
+  const int32_t host_base = total + 3;
+  std::vector<std::vector<BlockId>> tables2 = tables;
+  const std::vector<uint8_t> nan_block(static_cast<size_t>(bstride), 0xff);
+  for (size_t m = 0; m < moved.size(); ++m) {
+    const auto [i, b] = moved[m];
+    const BlockId id = tables[i][b];
+    uint8_t* slot = host_mem->data() + int64_t{slot_of[m]} * slot_bytes;
+    std::memcpy(slot + k_off, kv.hk.data() + id * bstride, static_cast<size_t>(bstride));
+    std::memcpy(slot + v_off, kv.hv.data() + id * bstride, static_cast<size_t>(bstride));
+    be.copy_to_device(kv.dev.k + id * bstride, nan_block.data(), nan_block.size());
+    be.copy_to_device(kv.dev.v + id * bstride, nan_block.data(), nan_block.size());
+    tables2[i][b] = host_base + slot_of[m];
+  }
+  std::vector<AttentionSeq> seqs2 = seqs;
+  for (size_t i = 0; i < seqs2.size(); ++i) seqs2[i].blocks = tables2[i].data();
+  KvLayerView dev2 = kv.dev, host2 = kv.host;
+  for (KvLayerView* v : {&dev2, &host2}) {
+    v->host_base = host_base;
+    v->host = host_mem->data();
+    v->host_slot_bytes = slot_bytes;
+    v->host_k_offset = k_off;
+    v->host_v_offset = v_off;
+  }
+  const DevArray dout2 = alloc(be, q_rows, n_head * head_dim);
+  be.paged_attention(dq.view, dev2, seqs2, n_head, scale, dout2.view);
+  const std::vector<float> got = download(be, dout2.view);
+  EXPECT_EQ(0, std::memcmp(got.data(), all_hot.data(), got.size() * sizeof(float)))
+      << "attention over host slots differs from the same blocks in the arena (max diff " << max_abs_diff(got, all_hot) << ")";
+  // And the reference, reading the host slots through kv_row.
+  std::vector<float> ref(q.size());
+  cpu::ref::paged_attention(q.data(), host2, seqs2, n_head, scale, ref.data());
+  EXPECT_LE(max_abs_diff(got, ref), 2e-5);
+}
+
+TEST_P(BackendOps, PagedAttentionReadsBlocksInHostSlotsInPlace) {
+  std::mt19937 rng(26);
+  const std::vector<SeqSpec> mixed = {{0, 40}, {70, 1}, {200, 3}, {33, 16}, {700, 1}};
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kBF16}) {
+    host_slot_case(be(), dtype, 16, 8, 2, 64, mixed, rng);  // GQA group 4; head_dim 64
+  }
+  host_slot_case(be(), KvDtype::kF16, 16, 32, 8, 128, {{1000, 1}, {300, 1}, {64, 64}}, rng);  // llama-1b's shape
+  host_slot_case(be(), KvDtype::kF16, 7, 4, 4, 32, mixed, rng);
+  host_slot_case(be(), KvDtype::kBF16, 16, 8, 4, 8, mixed, rng);  // stories260K's shape
 }
 
 // kv_move_rows: token rows (K and V) between hot slots, as the host copies them.
