@@ -399,6 +399,12 @@ int run_bench_offline(const BenchOfflineOptions& o) {
                         {"pcie_to_host_gbs", st.kv_pcie_to_host_gbs},
                         {"pcie_to_device_gbs", st.kv_pcie_to_device_gbs}};
   }
+  if (cfg.kv.offload) {  // --kv-offload: blocks of running sequences attended in host slots
+    j["kv_offload"] = {{"offloaded_blocks", st.kv.offloaded_blocks},
+                       {"host_attended_blocks", st.kv.host_attended_blocks},
+                       {"host_attended_bytes", st.kv.host_attended_bytes},
+                       {"host_attended_bytes_per_step", st.steps > 0 ? static_cast<double>(st.kv.host_attended_bytes) / st.steps : 0.0}};
+  }
   if (cfg.kv.evict.enabled()) {
     j["kv_evict"] = evict_kind_name(cfg.kv.evict.kind);
     j["kv_budget"] = cfg.kv.evict.auto_budget ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(cfg.kv.evict.budget);
@@ -428,6 +434,11 @@ int run_bench_offline(const BenchOfflineOptions& o) {
                static_cast<double>(xfer.bytes_to_device) / (1 << 20), gbs(xfer.bytes_to_device, xfer.seconds_to_device),
                st.kv_pcie_to_host_gbs, st.kv_pcie_to_device_gbs, xfer.compute_wait_seconds,
                100 * xfer.compute_wait_seconds / wall);
+  }
+  if (cfg.kv.offload) {
+    fmt::print("KV offload: {} blocks moved to host slots; attention read {} blocks ({:.1f} MiB) from host memory over {} steps\n",
+               st.kv.offloaded_blocks, st.kv.host_attended_blocks, static_cast<double>(st.kv.host_attended_bytes) / (1 << 20),
+               st.steps);
   }
   if (cfg.kv.evict.enabled()) {
     fmt::print("eviction {}: budget {}{}, {} tokens evicted, {} recalled\n", evict_kind_name(cfg.kv.evict.kind),

@@ -271,6 +271,17 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
     out += fmt::format("strata_kv_tier_moves_total{{tier=\"{}\",op=\"{}\"}} {}\n", tier, dir, v);
   // What the storage measured of its transfers (KvTransferStats; the device transfer engine adds
   // its own counters).
+  // --kv-offload: blocks of running sequences attended in place in host slots.
+  single(out, "strata_kv_offloaded_blocks_total", "counter",
+         "KV blocks of running sequences moved to host slots (--kv-offload), where attention reads them in place.",
+         st.kv.offloaded_blocks);
+  single(out, "strata_kv_host_resident_blocks", "gauge", "KV blocks of running sequences in host slots now (--kv-offload).",
+         st.kv.host_resident_blocks);
+  single(out, "strata_kv_host_attended_blocks_total", "counter",
+         "KV blocks attention read from host slots, summed over forward passes and sequences (--kv-offload).",
+         st.kv.host_attended_blocks);
+  single(out, "strata_kv_host_attended_bytes_total", "counter",
+         "KV bytes (K and V, every layer) attention read from host slots (--kv-offload).", st.kv.host_attended_bytes);
   single(out, "strata_kv_cold_transfer_bytes_total", "counter",
          "KV payload bytes spilled to or fetched from the cold tier, as timed by the KV storage.", st.kv.transfer.cold_bytes);
   single(out, "strata_kv_cold_transfer_seconds_total", "counter",

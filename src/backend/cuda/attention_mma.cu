@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/seq_slots.cuh"
 
 namespace strata::cuda::attn {
@@ -134,7 +135,6 @@ template <int D>
 __device__ __forceinline__ void load_tile(const KvLayerView& kv, const int32_t (&ids)[kKeys / kRpp<D>], int32_t kvh,
                                           int32_t k0, uint32_t ks, uint32_t vs, int tid) {
   const int c = tid % (D / 8);
-  const int64_t H = kv.n_kv_heads;
   const int32_t bs = kv.block_size;
 #pragma unroll
   for (int i = 0; i < kKeys / kRpp<D>; ++i) {
@@ -143,10 +143,9 @@ __device__ __forceinline__ void load_tile(const KvLayerView& kv, const int32_t (
     const uint8_t* kp = kv.k;
     const uint8_t* vp = kv.v;
     int bytes = 0;
-    if (ids[i] >= 0) {
-      const int64_t off = (((int64_t{ids[i]} * bs + key % bs) * H + kvh) * D + c * 8) * 2;
-      kp += off;
-      vp += off;
+    if (ids[i] >= 0) {  // a hot block, or one in a host slot (hot_row: --kv-offload)
+      kp = hot_row(kv, false, ids[i], key % bs, kvh, 2) + c * 16;
+      vp = hot_row(kv, true, ids[i], key % bs, kvh, 2) + c * 16;
       bytes = 16;
     }
     const uint32_t o = static_cast<uint32_t>((j * MmaCfg<D>::STRIDE + c * 8) * 2);

@@ -1,6 +1,7 @@
 // Device (and host, for the host-side checks) helpers shared by the KV kernels (kv.cu) and paged
 // attention (attention.cu): bit conversions of the KV element types, the fp8 e4m3 decoder, and
-// RowSrc/row_src/row_elem, which read one K or V row of a hot block or a warm sub-block exactly as
+// RowSrc/row_src/row_elem, which read one K or V row of a hot block, a block in a host slot
+// (--kv-offload) or a warm sub-block exactly as
 // kv/warm_format.cpp's warm_decode_row and backend/cpu/kernels_ref.cpp's kv_row do.
 // Thread-safety: pure functions.
 #pragma once
@@ -77,14 +78,25 @@ struct RowSrc {
   int gv = 32;                  // int4 values: channels per group
 };
 
+// The hot-layout K (value = false) or V row (token `slot`, kv head `head`, elements of es bytes) of
+// hot block `id`, or of a block in a host slot (id >= kv.host_base, --kv-offload: the same bytes in
+// mapped pinned host memory, read in place over the bus).
+STRATA_HD const uint8_t* hot_row(const KvLayerView& kv, bool value, int32_t id, int32_t slot, int32_t head, int es) {
+  const int64_t row = (int64_t{slot} * kv.n_kv_heads + head) * kv.head_dim * es;
+  if (id >= kv.host_base) {
+    return kv.host + int64_t{id - kv.host_base} * kv.host_slot_bytes + (value ? kv.host_v_offset : kv.host_k_offset) + row;
+  }
+  return (value ? kv.v : kv.k) + int64_t{id} * kv.block_size * kv.n_kv_heads * kv.head_dim * es + row;
+}
+
 // Row (token `slot` of block `id`, kv head `head`) of K (value = false) or V.
 STRATA_HD RowSrc row_src(const KvLayerView& kv, bool value, int32_t id, int32_t slot, int32_t head) {
   RowSrc r;
   const int64_t H = kv.n_kv_heads, D = kv.head_dim;
-  if (id < kv.n_hot_blocks) {
+  if (id < kv.n_hot_blocks || id >= kv.host_base) {
     const int es = kv.dtype == KvDtype::kF32 ? 4 : 2;
     r.kind = kv.dtype == KvDtype::kF32 ? 0 : (kv.dtype == KvDtype::kF16 ? 1 : 2);
-    r.data = (value ? kv.v : kv.k) + ((int64_t{id} * kv.block_size + slot) * H + head) * D * es;
+    r.data = hot_row(kv, value, id, slot, head, es);
     return r;
   }
   const int32_t w = id - kv.n_hot_blocks;
