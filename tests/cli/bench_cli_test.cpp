@@ -167,6 +167,26 @@ TEST(BenchCli, OfflineSharedPrefixHitsTheCacheAndPoolPressurePreempts) {
   EXPECT_DOUBLE_EQ(tight["kv_peak_usage"].get<double>(), 1.0);
 }
 
+// --kv-offload: one sequence of 64 + 300 tokens in a pool of 8 blocks of 16 tokens (128 tokens)
+// runs to its end with its oldest blocks in host slots, without preemption; the JSON counts what
+// attention read from them. Without the flag the same request is clipped to the pool.
+TEST(BenchCli, OfflineKvOffloadRunsASequenceLongerThanThePool) {
+  const Json j = run_json({"offline", "--num-prompts", "1", "--input-len", "64", "--output-len", "300", "--kv-blocks", "8",
+                           "--kv-host-memory", "4MiB", "--kv-offload"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["output_tokens"], 300);
+  EXPECT_EQ(j["preemptions"], 0);
+  ASSERT_TRUE(j["kv_offload"].is_object());
+  // 364 tokens = 23 blocks, at most 8 hot: at least 15 went to host slots.
+  EXPECT_GE(j["kv_offload"]["offloaded_blocks"].get<int>(), 15);
+  EXPECT_GT(j["kv_offload"]["host_attended_blocks"].get<int64_t>(), 0);
+  EXPECT_GT(j["kv_offload"]["host_attended_bytes"].get<int64_t>(), 0);
+  const Json clipped = run_json({"offline", "--num-prompts", "1", "--input-len", "64", "--output-len", "300", "--kv-blocks", "8"});
+  ASSERT_TRUE(clipped.is_object());
+  EXPECT_LE(clipped["output_tokens"].get<int>(), 128 - 64);
+  EXPECT_FALSE(clipped.contains("kv_offload"));
+}
+
 TEST(BenchCli, OfflineDatasetAndRequestRate) {
   const std::string dir = test::make_temp_dir("strata-bench");
   const std::string path = dir + "/data.jsonl";

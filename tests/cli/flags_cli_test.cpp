@@ -77,6 +77,7 @@ std::vector<BadFlag> bad_flags() {
       {{"--kv-host-memory", "-1GiB"}, "--kv-host-memory '-1GiB' is not a size"},
       {{"--kv-host-memory", "100"}, "--kv-host-memory 100 B is smaller than one KV block"},
       {{"--preempt", "swap"}, "--preempt swap needs a cold tier (--kv-host-memory or --kv-spill-dir)"},
+      {{"--kv-offload"}, "--kv-offload needs --kv-host-memory"},
       {{"--scheduling", "lottery"}, "--scheduling 'lottery' is not one of fcfs, priority, fair, drf"},
       {{"--scheduling", "FAIR"}, "--scheduling 'FAIR'"},
       {{"--qos-window-ms", "-1"}, "--qos-window-ms must be in [0, 10000]"},
