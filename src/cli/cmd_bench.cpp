@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <fstream>
 #include <thread>
 #include <algorithm>
+#include <cstring>
 
 #include "cli/cli.h"
 #include "cli/common_flags.h"
@@ -55,6 +57,7 @@ struct BenchModelOptions {
   int32_t tg = 128;
   int32_t batch = 1;
   int32_t reps = 5;
+  int32_t depth = 0;  // tg starts at this position (tokens placed in the KV cache, not computed)
   bool json = false;
   bool no_bandwidth = false;
 };
@@ -66,7 +69,33 @@ class BenchKv {
   BenchKv(const KvGeometry& g, const KvConfig& base, int32_t n_blocks, Backend& backend)
       : storage_(g, hot_only(base, n_blocks), backend.thread_pool(), &backend),
         pool_(storage_.capacity().hot_blocks),
-        block_size_(g.block_size) {}
+        block_size_(g.block_size) {
+    const KvLayerView& v = storage_.views().front();
+    if (v.host != nullptr) {  // --kv-offload: host slots that --depth places the oldest blocks in, zeroed
+      host_slots_ = storage_.capacity().cold_host_slots;
+      std::memset(v.host, 0, static_cast<size_t>(v.host_slot_bytes) * static_cast<size_t>(host_slots_));
+    }
+  }
+  // Positions [0, depth) of sequence `seq`, never computed (the KV memory's zeros): what decoding
+  // at that depth reads. With --kv-offload the oldest blocks are host slots (attended in place),
+  // as many as leave `keep_free` hot blocks for what is generated after them.
+  void place_depth(size_t seq, int32_t depth, int32_t keep_free) {
+    auto& t = table(seq);
+    const KvLayerView& v = storage_.views().front();
+    const int32_t n = (depth + block_size_ - 1) / block_size_;
+    int32_t host_n = std::max(0, n - std::max(0, pool_.num_free() - keep_free));
+    if (depth % block_size_ != 0) host_n = std::min(host_n, n - 1);  // the partial last block is written: hot
+    if (host_n > 0 && v.host == nullptr) {
+      fail("--depth {}: the KV pool holds {} tokens; raise --kv-memory, or add --kv-host-memory and --kv-offload", depth,
+           pool_.num_blocks() * block_size_);
+    }
+    if (next_host_ + host_n > host_slots_) fail("--depth {}: the host tier holds {} blocks; raise --kv-host-memory", depth, host_slots_);
+    for (int32_t i = 0; i < host_n; ++i) t.push_back(v.host_base + next_host_++);
+    host_blocks_ += host_n;
+    reserve(seq, depth);
+  }
+  int32_t host_blocks() const { return host_blocks_; }  // placed in host slots, all sequences
+  uint64_t block_bytes() const { return storage_.capacity().hot_block_bytes; }
   std::vector<BlockId>& table(size_t i) {
     if (tables_.size() <= i) tables_.resize(i + 1);
     return tables_[i];
@@ -80,10 +109,15 @@ class BenchKv {
     }
   }
   void release_all() {
+    const int32_t host_base = storage_.views().front().host_base;
     for (auto& t : tables_) {
-      for (BlockId b : t) pool_.decref(b);
+      for (BlockId b : t) {
+        if (b < host_base) pool_.decref(b);
+      }
       t.clear();
     }
+    next_host_ = 0;
+    host_blocks_ = 0;
   }
   std::span<const KvLayerView> views() const { return storage_.views(); }
 
@@ -93,12 +127,13 @@ class BenchKv {
     c.memory_bytes.reset();
     c.warm_format = WarmFormat::kNone;
     c.spill_dir.clear();
-    c.host_bytes = 0;
+    if (!c.offload) c.host_bytes = 0;  // --kv-offload: a host tier for --depth
     return c;
   }
   KvStorage storage_;
   BlockPool pool_;
   int32_t block_size_;
+  int32_t host_slots_ = 0, next_host_ = 0, host_blocks_ = 0;
   std::vector<std::vector<BlockId>> tables_;
 };
 
@@ -110,10 +145,11 @@ int run_bench_model(const BenchModelOptions& o) {
   if (o.pp == 0 && o.tg == 0) fail("--pp and --tg are both 0: nothing to measure");
   if (o.batch < 1) fail("--batch must be >= 1, got {}", o.batch);
   if (o.reps < 1) fail("--reps must be >= 1, got {}", o.reps);
+  if (o.depth < 0) fail("--depth must be >= 0, got {}", o.depth);
   auto model = Model::load(o.model.model, o.model.backend_options());
   const ModelConfig& mc = model->config();
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
-  const int32_t per_seq_blocks = (std::max(o.pp, o.tg + 1) + kvc.block_size - 1) / kvc.block_size;
+  const int32_t per_seq_blocks = (std::max(o.pp, o.depth + o.tg + 1) + kvc.block_size - 1) / kvc.block_size;
   const int32_t needed = per_seq_blocks * std::max(1, o.batch);
   int32_t n_blocks = needed;
   if (kvc.num_blocks || kvc.memory_bytes) n_blocks = kvc.resolve_num_blocks(geo);
@@ -142,14 +178,22 @@ int run_bench_model(const BenchModelOptions& o) {
   }
   // B sequences decode o.tg tokens together from an empty context, one token each per step
   // (greedy, to keep the work realistic); returns the seconds it took.
+  // With --depth D each sequence starts at position D, its first D positions placed, not computed.
+  int32_t host_blocks = 0;
   auto decode = [&] {
     std::vector<TokenId> toks = random_tokens(o.batch);
+    if (o.depth > 0) {
+      const int32_t keep = o.batch * ((o.depth % kvc.block_size + o.tg) / kvc.block_size + 2);
+      for (int32_t s = 0; s < o.batch; ++s) kv.place_depth(static_cast<size_t>(s), o.depth, keep);
+      host_blocks = kv.host_blocks();
+    }
     const auto t0 = Clock::now();
     for (int32_t step = 0; step < o.tg; ++step) {
       ForwardBatch b;
+      const int32_t pos = o.depth + step;
       for (int32_t s = 0; s < o.batch; ++s) {
-        kv.reserve(static_cast<size_t>(s), step + 1);
-        b.seqs.push_back({std::span<const TokenId>(&toks[static_cast<size_t>(s)], 1), step, kv.table(static_cast<size_t>(s)),
+        kv.reserve(static_cast<size_t>(s), pos + 1);
+        b.seqs.push_back({std::span<const TokenId>(&toks[static_cast<size_t>(s)], 1), pos, kv.table(static_cast<size_t>(s)),
                           LogitsMode::kLast});
       }
       auto logits = model->forward(b, kv.views());
@@ -200,7 +244,11 @@ int run_bench_model(const BenchModelOptions& o) {
     j["pp"] = o.pp;
     j["tg"] = o.tg;
     j["reps"] = o.reps;
+    j["depth"] = o.depth;
     j["kv_dtype"] = kv_dtype_name(kvc.dtype);
+    // --depth with --kv-offload: the blocks each decode step reads from host memory (every layer).
+    j["tg_host_blocks"] = host_blocks;
+    j["tg_host_bytes_per_step"] = static_cast<uint64_t>(host_blocks) * kv.block_bytes();
     j["pp_tok_s"] = pp.mean;
     j["pp_tok_s_sd"] = pp.sd;
     j["tg_tok_s"] = tg.mean;
@@ -217,7 +265,12 @@ int run_bench_model(const BenchModelOptions& o) {
   fmt::print("| test | tok/s |\n| --- | --- |\n");
   if (o.pp > 0) fmt::print("| pp{} | {:.1f} ± {:.1f} |\n", o.pp, pp.mean, pp.sd);
   if (o.tg > 0) {
-    fmt::print("| tg{}{} | {:.1f} ± {:.1f} |\n", o.tg, o.batch > 1 ? fmt::format(" x{} seqs", o.batch) : "", tg.mean, tg.sd);
+    fmt::print("| tg{}{}{} | {:.1f} ± {:.1f} |\n", o.tg, o.batch > 1 ? fmt::format(" x{} seqs", o.batch) : "",
+               o.depth > 0 ? fmt::format(" @ depth {}", o.depth) : "", tg.mean, tg.sd);
+    if (host_blocks > 0) {
+      fmt::print("each decode step reads {} blocks ({:.1f} MiB) of KV from host memory (--kv-offload)\n", host_blocks,
+                 static_cast<double>(host_blocks) * static_cast<double>(kv.block_bytes()) / (1 << 20));
+    }
     if (bandwidth > 0) {
       fmt::print("generation streams {:.1f} GB/s of weights = {:.1f}% of the measured bandwidth limit\n", achieved_gbs, pct);
     }
@@ -462,6 +515,10 @@ void add_bench_commands(Cli& cli) {
   cmd->add_option("--tg", o->tg, "Tokens generated one step at a time (0 = skip)")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences decoding together; tg reports aggregate tok/s")->capture_default_str();
   cmd->add_option("--reps", o->reps, "Repetitions (mean ± sd)")->capture_default_str();
+  cmd->add_option("--depth", o->depth,
+                  "Position tg starts at: that many tokens placed in the KV cache first, not computed (generation deep in a "
+                  "long context; with --kv-host-memory and --kv-offload those beyond the KV pool are read from host memory)")
+      ->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the memory bandwidth measurement");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->callback([&cli, o] { cli.run = [o] { return run_bench_model(*o); }; });

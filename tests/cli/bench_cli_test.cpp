@@ -187,6 +187,26 @@ TEST(BenchCli, OfflineKvOffloadRunsASequenceLongerThanThePool) {
   EXPECT_FALSE(clipped.contains("kv_offload"));
 }
 
+// bench model --depth: generation starting deep in a context; with --kv-offload the blocks beyond
+// the pool are host slots that every step reads (stories260K: 5 layers x 4 KV heads x 8 x K,V x
+// f16 = 640 bytes per token, 10 KiB per block). A pool of 16 blocks, a depth of 1000 tokens (63
+// blocks, the last partial): at least 63 - 16 in host slots.
+TEST(BenchCli, ModelDepthWithKvOffloadReadsTheOldBlocksFromHostSlots) {
+  const Json j = run_json({"model", "--pp", "0", "--tg", "8", "--reps", "1", "--no-bandwidth", "--depth", "1000", "--kv-blocks",
+                           "16", "--kv-host-memory", "4MiB", "--kv-offload"});
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["depth"], 1000);
+  EXPECT_TRUE(positive_finite(j["tg_tok_s"]));
+  EXPECT_GE(j["tg_host_blocks"].get<int>(), 63 - 16);
+  EXPECT_LT(j["tg_host_blocks"].get<int>(), 63);
+  EXPECT_EQ(j["tg_host_bytes_per_step"].get<uint64_t>(), j["tg_host_blocks"].get<uint64_t>() * 10240);
+  // Without a host tier the depth must fit the pool: exit 2, naming the flags.
+  auto r = test::run_command({strata_bin(), "bench", "model", "--model", kModel, "-t", "1", "--pp", "0", "--tg", "8",
+                              "--depth", "1000", "--kv-blocks", "16", "--no-bandwidth"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--kv-offload"), std::string::npos) << r.err;
+}
+
 TEST(BenchCli, OfflineDatasetAndRequestRate) {
   const std::string dir = test::make_temp_dir("strata-bench");
   const std::string path = dir + "/data.jsonl";
