@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <string_view>
 #include <new>
 
 #include "backend/cpu/bandwidth.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/profile.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
 #include "core/error.h"
@@ -48,6 +51,13 @@ class AnonBuffer final : public DeviceBuffer {
   AnonymousMemory memory_;
 };
 
+// Times the rest of the enclosing scope under `name` when STRATA_CPU_PROFILE is set (profile.h).
+#define STRATA_CPU_OP(name) const cpu::ProfileScope profile_scope([&] { return std::string(name); })
+
+std::string matmul_name(const WeightMatrix& w, int64_t n) {
+  return fmt::format("matmul {} {}x{}{}", ggml_type_name(w.type), w.rows, w.cols, n == 1 ? "" : " n>1");
+}
+
 void check_same_shape(ActView a, ActView b, const char* op) {
   STRATA_CHECK(a.rows == b.rows && a.cols == b.cols, "{}: shapes [{}][{}] and [{}][{}] differ", op, a.rows, a.cols,
                b.rows, b.cols);
@@ -59,7 +69,7 @@ CpuBackend::CpuBackend(int n_threads)
     : pool_(std::make_unique<ThreadPool>(n_threads > 0 ? n_threads : ThreadPool::physical_cores())),
       scratch_(std::make_unique<cpu::KernelScratch>()) {}
 
-CpuBackend::~CpuBackend() = default;
+CpuBackend::~CpuBackend() { cpu::profile_report(); }
 
 std::string CpuBackend::description() const {
   return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
@@ -85,6 +95,7 @@ void CpuBackend::copy_to_host(void* dst_host, const void* src_device, uint64_t b
 bool CpuBackend::supports_matmul(GgmlType type) const { return cpu::matmul_supports(type); }
 
 void CpuBackend::embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) {
+  STRATA_CPU_OP("embed");
   STRATA_CHECK(out.rows == static_cast<int64_t>(tokens.size()) && out.cols == table.cols, "embed: output shape");
   for (size_t t = 0; t < tokens.size(); ++t) {
     STRATA_CHECK(tokens[t] >= 0 && tokens[t] < table.rows, "embed: token id {} out of range", tokens[t]);
@@ -93,12 +104,19 @@ void CpuBackend::embed(const WeightMatrix& table, std::span<const TokenId> token
 }
 
 void CpuBackend::matmul(const WeightMatrix& w, ActView x, ActView y) {
+  STRATA_CPU_OP(matmul_name(w, x.rows));
   STRATA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows, "matmul: x [{}][{}], w [{}][{}], y [{}][{}]",
                x.rows, x.cols, w.rows, w.cols, y.rows, y.cols);
   cpu::matmul(w, x.data, x.rows, y.data, *pool_, *scratch_);
 }
 
 void CpuBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
+  STRATA_CPU_OP([&] {
+    fmt::memory_buffer name;
+    fmt::format_to(std::back_inserter(name), "matmul_multi");
+    for (const MatmulOut& o : outs) fmt::format_to(std::back_inserter(name), " {}", std::string_view(matmul_name(*o.w, x.rows)).substr(7));
+    return fmt::to_string(name);
+  }());
   constexpr size_t kMaxJobs = 8;  // Q/K/V and gate/up need 3 and 2
   STRATA_CHECK(outs.size() <= kMaxJobs, "matmul_multi: at most {} matrices", kMaxJobs);
   cpu::MatmulJob jobs[kMaxJobs];
@@ -113,30 +131,36 @@ void CpuBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
 }
 
 void CpuBackend::rms_norm(ActView x, const float* weight, ActView y, float eps) {
+  STRATA_CPU_OP("rms_norm");
   check_same_shape(x, y, "rms_norm");
   cpu::rms_norm(x.data, weight, y.data, x.rows, x.cols, eps);
 }
 
 void CpuBackend::rope(ActView x, std::span<const int32_t> pos, int32_t n_heads, int32_t head_dim, const RopeParams& p) {
+  STRATA_CPU_OP("rope");
   STRATA_CHECK(static_cast<int64_t>(pos.size()) == x.rows && x.cols == int64_t{n_heads} * head_dim, "rope: shapes");
   cpu::rope(x.data, pos.data(), x.rows, n_heads, head_dim, p);
 }
 
 void CpuBackend::silu_mul(ActView gate, ActView up) {
+  STRATA_CPU_OP("silu_mul");
   check_same_shape(gate, up, "silu_mul");
   cpu::silu_mul(gate.data, up.data, gate.size());
 }
 
 void CpuBackend::add(ActView y, ActView x) {
+  STRATA_CPU_OP("add");
   check_same_shape(y, x, "add");
   cpu::add_inplace(y.data, x.data, y.size());
 }
 
 void CpuBackend::add_bias(ActView y, const float* bias) {
+  STRATA_CPU_OP("add_bias");
   for (int64_t r = 0; r < y.rows; ++r) cpu::add_inplace(y.data + r * y.cols, bias, y.cols);
 }
 
 void CpuBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) {
+  STRATA_CPU_OP("gather_rows");
   STRATA_CHECK(dst.rows == static_cast<int64_t>(rows.size()) && dst.cols == src.cols, "gather_rows: shapes");
   const auto row_bytes = static_cast<size_t>(src.cols) * sizeof(float);
   for (size_t i = 0; i < rows.size();) {
@@ -153,6 +177,7 @@ void CpuBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActView
 }
 
 void CpuBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::span<const int32_t> slots) {
+  STRATA_CPU_OP("kv_store");
   check_same_shape(k, v, "kv_store");
   STRATA_CHECK(static_cast<int64_t>(slots.size()) == k.rows && k.cols == int64_t{kv.n_kv_heads} * kv.head_dim,
                "kv_store: shapes");
@@ -161,6 +186,7 @@ void CpuBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::span
 
 void CpuBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<const AttentionSeq> seqs, int32_t n_head,
                                  float scale, ActView out) {
+  STRATA_CPU_OP("paged_attention");
   check_same_shape(q, out, "paged_attention");
   STRATA_CHECK(q.cols == int64_t{n_head} * kv.head_dim && n_head % kv.n_kv_heads == 0, "paged_attention: shapes");
   cpu::paged_attention(q.data, kv, seqs, n_head, scale, out.data, *pool_, *scratch_);

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
+#include "backend/cpu/profile.h"
 #include "core/check.h"
 
 namespace strata::cpu {
@@ -80,6 +82,8 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
   const size_t slice_bytes = static_cast<size_t>(slice_floats * threads) * sizeof(float);
   const size_t max_chunks = jobs.size() + static_cast<size_t>(total_rows / std::min<int64_t>(chunk_rows, kRowAlign)) + 1;
   uint8_t* mem = scratch.get(act_bytes[0] + act_bytes[1] + slice_bytes + max_chunks * sizeof(Chunk));
+  const bool profile = profile_enabled();
+  const ProfileClock::time_point q0 = profile ? ProfileClock::now() : ProfileClock::time_point{};
   QuantActs acts[2];
   for (int i = 0; i < 2; ++i) {
     if (!need[i]) continue;
@@ -89,6 +93,9 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     } else {
       pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) { quantize_acts(x, t0, t1, acts[i]); });
     }
+  }
+  if (profile && (need[0] || need[1])) {
+    profile_record("  quantize activations", std::chrono::duration_cast<std::chrono::nanoseconds>(ProfileClock::now() - q0).count());
   }
   float* slices = reinterpret_cast<float*>(mem + act_bytes[0] + act_bytes[1]);
 
@@ -127,13 +134,29 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     return;
   }
   std::atomic<int64_t> next{0};
-  pool.run([&](int t) {
+  auto work = [&](int t) {
     float* slice = slices + slice_floats * t;
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_chunks;
          i = next.fetch_add(1, std::memory_order_relaxed)) {
       run_chunk(chunks[i], slice);
     }
+  };
+  if (!profile) {
+    pool.run(work);
+    return;
+  }
+  // Profiled: when each thread started and finished, against the dispatch (profile.h).
+  std::vector<ProfileClock::time_point> start(static_cast<size_t>(threads)), end(static_cast<size_t>(threads));
+  const ProfileClock::time_point t0 = ProfileClock::now();
+  pool.run([&](int t) {
+    start[static_cast<size_t>(t)] = ProfileClock::now();
+    work(t);
+    end[static_cast<size_t>(t)] = ProfileClock::now();
   });
+  const auto ns = [](ProfileClock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+  profile_record("  pool wake (dispatch to last start)", ns(*std::max_element(start.begin(), start.end()) - t0));
+  profile_record("  pool tail (first to last finish)",
+                 ns(*std::max_element(end.begin(), end.end()) - *std::min_element(end.begin(), end.end())));
 }
 
 }  // namespace strata::cpu
