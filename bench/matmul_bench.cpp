@@ -2,7 +2,7 @@
 // weights for decode-sized batches (n = 1, 8: weights stream from memory, so each iteration uses
 // the next of enough copies to overflow the caches) and in GFLOP/s for n = 8, 64, 512; paged
 // attention in GFLOP/s; and the read-bandwidth probe, to compare against in the same run.
-// Threads: STRATA_THREADS (default: physical cores).
+// Threads: STRATA_THREADS (default: physical cores). STRATA_BENCH_HOT=1: weights stay in cache.
 //   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
@@ -54,6 +54,9 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, u
     if (type == GgmlType::kF16) {
       const uint16_t h = f32_to_fp16(static_cast<float>(static_cast<int64_t>(next() % 2001) - 1000) / 1000.0f);
       std::memcpy(blk, &h, 2);
+    } else if (type == GgmlType::kBF16) {
+      const uint16_t h = f32_to_bf16(static_cast<float>(static_cast<int64_t>(next() % 2001) - 1000) / 1000.0f);
+      std::memcpy(blk, &h, 2);
     } else if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) {
       std::memcpy(blk, &scale, 2);
     } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
@@ -71,8 +74,11 @@ void BM_Matmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
   const uint64_t bytes = ggml_row_size(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
-  // Decode-sized batches: rotate through copies totalling >= 256 MiB so weights come from memory.
-  const int copies = n <= 8 ? static_cast<int>(std::max<uint64_t>(1, (uint64_t{256} << 20) / bytes + 1)) : 1;
+  // Decode-sized batches: rotate through copies totalling >= 256 MiB so weights come from memory
+  // (STRATA_BENCH_HOT=1: one copy, so small matrices stay in cache and the kernel's compute speed shows).
+  const bool hot = std::getenv("STRATA_BENCH_HOT") != nullptr;
+  const int copies =
+      n <= 8 && !hot ? static_cast<int>(std::max<uint64_t>(1, (uint64_t{256} << 20) / bytes + 1)) : 1;
   std::vector<std::vector<uint8_t>> data;
   data.reserve(static_cast<size_t>(copies));
   std::vector<WeightMatrix> ws;
@@ -98,7 +104,7 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
       for (int64_t n : {1, 8, 64, 512}) {
         if (rows == 32000 && n == 512) continue;  // the output matrix only ever sees sampled rows
