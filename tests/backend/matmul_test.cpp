@@ -102,6 +102,38 @@ TEST_P(Matmul, QuantizedTypesMatchTheReference) {
   }
 }
 
+// The one-token tiles (4 rows at a time, the rest alone) and the 512-bit K-quant steps: every
+// quantized type, row counts around the tile size, 1..9 tokens, 1 and 2 threads; each against the
+// double-precision arithmetic on the quantized activations, and each token alone against the batch.
+TEST_P(Matmul, QuantizedSmallBatchesAndOddRows) {
+  test::TargetScope scope(GetParam());
+  ThreadPool pool1(1), pool2(2);
+  KernelScratch scratch;
+  std::mt19937 rng(4);
+  for (GgmlType type : kQuantTypes) {
+    const int64_t cols = quant_act_block(type) == 256 ? 512 : 160;
+    for (int64_t rows : {1, 3, 4, 5, 6, 7, 9, 33}) {
+      const auto m = random_matrix(type, rows, cols, rng);
+      for (int64_t n = 1; n <= 9; ++n) {
+        SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " rows " << rows << " n " << n);
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+        std::vector<float> y1(static_cast<size_t>(n * rows)), y2(y1.size());
+        matmul(m.w, x.data(), n, y1.data(), pool1, scratch);
+        matmul(m.w, x.data(), n, y2.data(), pool2, scratch);
+        ASSERT_TRUE(test::bitwise_equal(y1.data(), y2.data(), y1.size())) << "1 vs 2 threads differ";
+        const auto exact = reference_on_quantized_acts(m.w, x, n);
+        EXPECT_LE(test::max_abs_diff(y2, exact), 2e-5 * test::rms(exact));
+        for (int64_t t = 0; t < n; ++t) {
+          std::vector<float> alone(static_cast<size_t>(rows));
+          matmul(m.w, x.data() + t * cols, 1, alone.data(), pool2, scratch);
+          ASSERT_TRUE(test::bitwise_equal(alone.data(), y2.data() + t * rows, static_cast<size_t>(rows)))
+              << "token " << t << " alone differs from the batch";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Matmul, MultiEqualsSeparateCalls) {
   test::TargetScope scope(GetParam());
   ThreadPool pool(2);
