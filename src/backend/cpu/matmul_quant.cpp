@@ -10,7 +10,16 @@
 //   their sub-block scales applied in int16 (madd), so a super-block costs one integer sum per
 //   token and two f32 FMAs (scales, and mins/zero points through the activations' 16-sums).
 //   RN = 4 on AVX2 (16 registers), 8 on AVX-512 (32 registers).
-// Other targets dequantize blocks with the reference code and use f32 dots (correct, not fast).
+//   One token (decode): K-quants in tiles of 4 rows (KRows, the rows' chains interleaved), legacy
+//   types one row at a time (a single sequential stream). Every tile prefetches 8 KiB ahead.
+// Which path each target takes:
+//   AVX3_DL (AVX-512 with VNNI: Ice Lake and later, Zen 4/5): legacy dots with vpdpbusd (EVEX);
+//     Q4_K and Q6_K unpack 64 weights per 512-bit step (maddubs/madd), folded to 8 int32 lanes;
+//     Q2_K, Q3_K, Q5_K use the 256-bit steps.
+//   AVX3 (AVX-512 without VNNI: Skylake-X): the same, legacy dots with maddubs + madd.
+//   AVX2: 256-bit steps throughout (maddubs + madd).
+//   Every other target (NEON, SVE, EMU128/SCALAR): dequantize blocks with the reference code and
+//   use f32 dots (correct, not fast; no Highway integer path yet).
 
 #include "backend/cpu/matmul_quant.h"
 
@@ -83,13 +92,14 @@ HWY_INLINE float Half(const uint8_t* p) {
 HWY_INLINE __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // Weight rows stream from memory, and a tile's rows are a few hundred bytes each: too short for
-// the hardware prefetchers to ramp up (on a Zen 5 VM, Q8_0 n = 1 ran at 6.5 GB/s per core without
-// this, 70% of the time waiting on the weight loads). The rows of a chunk are contiguous, so each
-// tile prefetches kPrefetchBytes ahead of what it reads, into L2 (L1 tracks too few misses to
-// stream at full bandwidth); past the matrix's end the hints are harmless.
-// 8 KiB: 4 KiB and 16-32 KiB measured slower on the Zen 5 VM (Q8_0/Q4_K/Q6_K 2048x768, n = 1).
+// the hardware prefetchers to ramp up when a tile reads several rows side by side (on a Zen 5 VM,
+// Q8_0 n = 1 with 2-row tiles ran at 6.5 GB/s per core, 70% of the time waiting on the weight
+// loads). The rows of a chunk are contiguous, so each tile prefetches kPrefetchBytes ahead of what
+// it reads; past the matrix's end the hints are harmless. Measured on the Zen 5 VM (32000x768,
+// n = 1, one thread): 8 KiB beat 2, 4 and 16 KiB, and the L1 hint (prefetcht0) beat L2 for the
+// K-quants by 5-25%.
 constexpr size_t kPrefetchBytes = 8192;
-HWY_INLINE void PrefetchAhead(const uint8_t* p) { __builtin_prefetch(p + kPrefetchBytes, 0, 2); }
+HWY_INLINE void PrefetchAhead(const uint8_t* p) { __builtin_prefetch(p + kPrefetchBytes, 0, 3); }
 
 // 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high nibbles (Q4_0's order).
 HWY_INLINE __m256i Nibbles(const uint8_t* p) {
@@ -184,7 +194,7 @@ constexpr int kMaxRN = 8;
 constexpr int kMaxRN = 4;
 #endif
 constexpr int kLegacyRM = 2;
-constexpr int kDecodeRows = 4;  // rows of a one-token tile (legacy types and K-quants)
+constexpr int kDecodeRows = 4;  // rows of a one-token K-quant tile
 
 // Rows w .. w + (RM-1)·row_bytes, tokens t .. t+RN-1, nb blocks; y[c·ys + r].
 template <GgmlType T, int RM, int RN>
@@ -591,12 +601,13 @@ void RunLegacy(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
   const int64_t nb = w.cols / 32;
   const size_t ys = static_cast<size_t>(w.rows);
   const int64_t tb = QuantTokenBlock(w.cols);
-  if (n == 1) {  // one token: 4 rows a tile (4 independent accumulators), then the tail below
-    int64_t r = r0;
-    for (; r + kDecodeRows <= r1; r += kDecodeRows) {
-      LegacyTile<T, kDecodeRows, 1>(w.data + static_cast<uint64_t>(r) * w.row_bytes, w.row_bytes, nb, a, 0, y + r, ys);
+  if (n == 1) {
+    // One token: one row after the other, a single sequential stream. 4-row tiles were 1.3-1.7x
+    // slower from memory on the Zen 5 VM (Q8_0 32000x768, one thread), 2-row tiles 3x.
+    for (int64_t r = r0; r < r1; ++r) {
+      LegacyTile<T, 1, 1>(w.data + static_cast<uint64_t>(r) * w.row_bytes, w.row_bytes, nb, a, 0, y + r, ys);
     }
-    r0 = r;
+    return;
   }
   for (int64_t t0 = 0; t0 < n; t0 += tb) {
     const int64_t t1 = std::min(n, t0 + tb);
