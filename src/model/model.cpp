@@ -200,8 +200,15 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   // Decode steps (one new token per sequence) repeat their shape: a backend that can record and
   // replay a pass (CUDA graphs) gets the chance. Tables are padded to a multiple of 32 blocks, so
   // one recording serves a sequence while it grows by up to 32 blocks.
+  // Not while a sequence has blocks in host slots (--kv-offload): replays of such passes gave
+  // wrong logits on the H200 (engine_offload_test with graphs on; it passes with them off), a bug
+  // not yet found — those passes run op by op (their time is the host reads over PCIe anyway).
+  const int32_t host_base = kv_layers.empty() ? INT32_MAX : kv_layers[0].host_base;
+  const bool host_blocks = host_base != INT32_MAX && std::any_of(batch.seqs.begin(), batch.seqs.end(), [&](const ForwardSeq& s) {
+    return std::any_of(s.blocks.begin(), s.blocks.end(), [&](BlockId b) { return b >= host_base; });
+  });
   bool replay = false;
-  if (T <= kMaxReplayTokens && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
+  if (T <= kMaxReplayTokens && !host_blocks && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
         return s.tokens.size() == 1;
       })) {
     int32_t max_blocks = 0;
