@@ -25,6 +25,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -37,6 +39,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "backend/cpu/simd_reduce-inl.h"
+#include "backend/cpu/matmul_quant_hwy-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3_DL
@@ -650,6 +653,7 @@ void RunK(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_
 
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
   constexpr auto kRN = std::make_integer_sequence<int, kMaxRN>();
+  if (quant_highway_forced() && HasHwyQuantKernel(w.type)) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
   switch (w.type) {
     case GgmlType::kQ8_0: return RunLegacy<GgmlType::kQ8_0>(w, a, n, y, r0, r1, kRN);
     case GgmlType::kQ4_0: return RunLegacy<GgmlType::kQ4_0>(w, a, n, y, r0, r1, kRN);
@@ -667,9 +671,10 @@ void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float
 
 #else  // !STRATA_X86_SIMD
 
-// Portable fallback: dequantize each weight block with the reference code and dot it with the
-// dequantized activations in f32.
+// Q8_0, Q4_K, Q6_K: the Highway kernels (matmul_quant_hwy-inl.h). Other types: dequantize each
+// weight block with the reference code and dot it with the quantized activations in f32.
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (HasHwyQuantKernel(w.type)) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
   const int64_t B = a.block;
   const int64_t nb = w.cols / B;
   const uint64_t block_bytes = w.row_bytes / static_cast<uint64_t>(nb);
@@ -735,6 +740,19 @@ int32_t quant_act_block(GgmlType type) {
       return 0;
   }
 }
+
+namespace {
+std::atomic<bool>& highway_forced() {
+  static std::atomic<bool> forced = [] {
+    const char* env = std::getenv("STRATA_QUANT_HWY");
+    return env != nullptr && env[0] == '1';
+  }();
+  return forced;
+}
+}  // namespace
+
+void set_quant_highway_forced(bool on) { highway_forced().store(on, std::memory_order_relaxed); }
+bool quant_highway_forced() { return highway_forced().load(std::memory_order_relaxed); }
 
 void quantize_acts(const float* x, int64_t t0, int64_t t1, const QuantActs& acts) {
   HWY_DYNAMIC_DISPATCH(QuantizeActs)(x, t0, t1, acts);

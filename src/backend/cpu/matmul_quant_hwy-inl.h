@@ -1,0 +1,229 @@
+// Portable (Highway) quantized dot kernels for Q8_0, Q4_K and Q6_K: one weight row against one
+// token's int8 activations (QuantActs), for every Highway target. matmul_quant.cpp uses them on
+// every target without its own x86 intrinsics path (NEON, SVE, EMU128/SCALAR, ...), and on x86 when
+// forced (set_quant_highway_forced / STRATA_QUANT_HWY=1: tests and benchmarks).
+//
+// Arithmetic per output, the same for any tile, batch or thread count (so a token alone gives the
+// bits it gives in a batch): per block, the exact integer dot of the unpacked weights (times their
+// sub-block scales, in int16) with the int8 activations, widened to int32 pairs
+// (ReorderWidenMulAccumulate); then one f32 multiply-add of that block sum (times d_w · d_x) into
+// the lanes of an f32 accumulator; at the end one fixed lane sum (SumOfLanes). Q4_K's mins go through
+// the activations' 16-sums into a scalar f32 term. Exact integers: |w·scale| <= 32·128 in int16,
+// a super-block's int32 sum stays below 2^28.
+//
+// Weights are unpacked in int16 lanes, at most 32 (Q8_0, Q4_K) or 16 (Q6_K, whose sub-blocks are
+// 16 weights) per vector: 1 lane on SCALAR, 8 on NEON/EMU128, 16 on AVX2.
+// Included once per Highway target (foreach_target); thread-safety: pure functions.
+
+#if defined(STRATA_BACKEND_CPU_MATMUL_QUANT_HWY_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef STRATA_BACKEND_CPU_MATMUL_QUANT_HWY_INL_H_
+#undef STRATA_BACKEND_CPU_MATMUL_QUANT_HWY_INL_H_
+#else
+#define STRATA_BACKEND_CPU_MATMUL_QUANT_HWY_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/matmul_quant.h"
+#include "core/fp16.h"
+#include "gguf/quant_blocks.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace hq {
+
+// The same prefetch distance as the x86 tiles (see kPrefetchBytes in matmul_quant.cpp).
+constexpr size_t kPrefetch = 8192;
+HWY_INLINE void Prefetch(const uint8_t* p) { __builtin_prefetch(p + kPrefetch, 0, 3); }
+
+HWY_INLINE float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_f32(h);
+}
+
+// Scales and mins of Q4_K packed 6-bit values, as bytes: sc[0..7] then m[0..7].
+HWY_INLINE void ScalesMinsK4(const uint8_t* packed, uint8_t* out16) {
+  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kMask2) | (((u[1] >> 6) & kMask3) << 4);
+  const uint32_t aux = u[1] & kMask1;
+  u[1] = (u[2] & kMask2) | (((u[0] >> 6) & kMask3) << 4);
+  u[2] = aux;
+  u[0] &= kMask1;
+  std::memcpy(out16, u, 16);
+}
+
+// Tags: int16 weight lanes (at most kCap), their int32 pair sums, and f32 of the same lane count.
+template <size_t kCap>
+struct Tags {
+  using D16 = hn::CappedTag<int16_t, kCap>;
+  using D32 = hn::Repartition<int32_t, D16>;
+  using DF = hn::Rebind<float, D32>;
+  using D8 = hn::Rebind<int8_t, D16>;
+  using DU8 = hn::Rebind<uint8_t, D16>;
+  D16 d16;
+  D32 d32;
+  DF df;
+  D8 d8;
+  DU8 du8;
+};
+
+template <class T>
+HWY_INLINE auto LoadI8(const T& tg, const int8_t* p) {
+  return hn::PromoteTo(tg.d16, hn::LoadU(tg.d8, p));
+}
+template <class T>
+HWY_INLINE auto LoadU8(const T& tg, const uint8_t* p) {
+  return hn::BitCast(tg.d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(tg.d16)>(), hn::LoadU(tg.du8, p)));
+}
+
+// Q8_0: blocks of 32 signed weights with an f16 scale.
+HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int8_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT xd) {
+  const Tags<32> tg;
+  const size_t N = hn::Lanes(tg.d16);
+  auto acc = hn::Zero(tg.df);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ8_0);
+    Prefetch(blk);
+    const auto* q = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ8_0, qs));
+    const int8_t* x = xq + 32 * b;
+    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+    for (size_t i = 0; i < 32; i += N) {
+      s0 = hn::ReorderWidenMulAccumulate(tg.d32, LoadI8(tg, q + i), LoadI8(tg, x + i),
+                                         s0, s1);
+    }
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(tg.df, acc));
+}
+
+// Q4_K: super-blocks of 256 = 8 sub-blocks of 32 unsigned 4-bit weights with 6-bit scales and
+// mins; 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high nibbles).
+HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int8_t* HWY_RESTRICT xq,
+                         const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
+  const Tags<32> tg;
+  using V16 = hn::Vec<decltype(tg.d16)>;
+  const size_t N = hn::Lanes(tg.d16);
+  const V16 low4 = hn::Set(tg.d16, 0x0F);
+  auto acc = hn::Zero(tg.df);
+  float macc = 0.0f;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* blk = row + static_cast<size_t>(sb) * sizeof(BlockQ4_K);
+    for (size_t line = 0; line < sizeof(BlockQ4_K); line += 64) Prefetch(blk + line);
+    uint8_t sm[16];
+    ScalesMinsK4(blk + offsetof(BlockQ4_K, scales), sm);
+    const uint8_t* qs = blk + offsetof(BlockQ4_K, qs);
+    const int8_t* x = xq + 256 * sb;
+    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+    for (int j = 0; j < 4; ++j) {
+      const V16 slo = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j]));
+      const V16 shi = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j + 1]));
+      for (size_t i = 0; i < 32; i += N) {
+        const V16 q = LoadU8(tg, qs + 32 * j + i);
+        const V16 lo = hn::Mul(hn::And(q, low4), slo);
+        const V16 hi = hn::Mul(hn::ShiftRight<4>(q), shi);
+        s0 = hn::ReorderWidenMulAccumulate(tg.d32, lo, LoadI8(tg, x + 64 * j + i), s0, s1);
+        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hi, LoadI8(tg, x + 64 * j + 32 + i), s0, s1);
+      }
+    }
+    // Mins: Σ_s m_s · (sum of sub-block s's activations), from the 16-sums.
+    const int16_t* s16 = xs + 16 * sb;
+    int32_t msum = 0;
+    for (int s = 0; s < 8; ++s) msum += static_cast<int32_t>(sm[8 + s]) * (s16[2 * s] + s16[2 * s + 1]);
+    const float dx = xd[sb];
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ4_K, d)) * dx),
+                     acc);
+    macc += -HalfAt(blk + offsetof(BlockQ4_K, dmin)) * dx * static_cast<float>(msum);
+  }
+  return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
+}
+
+// Q6_K: super-blocks of 256 = 16 sub-blocks of 16 signed 6-bit weights (zero point 32) with int8
+// scales. Half h (128 weights): weight l (0..31) of group g (0..3) is
+// (ql[64h + 32(g&1) + l] >> 4(g>>1)) & 15 | ((qh[32h + l] >> 2g) & 3) << 4, scale sc[8h + 2g + l/16].
+HWY_INLINE float DotQ6_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int8_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT xd) {
+  const Tags<16> tg;
+  using V16 = hn::Vec<decltype(tg.d16)>;
+  const size_t N = hn::Lanes(tg.d16);
+  const V16 low4 = hn::Set(tg.d16, 0x0F), low2 = hn::Set(tg.d16, 3), zero_point = hn::Set(tg.d16, 32);
+  auto acc = hn::Zero(tg.df);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* blk = row + static_cast<size_t>(sb) * sizeof(BlockQ6_K);
+    for (size_t line = 0; line < sizeof(BlockQ6_K); line += 64) Prefetch(blk + line);
+    const uint8_t* ql = blk + offsetof(BlockQ6_K, ql);
+    const uint8_t* qh = blk + offsetof(BlockQ6_K, qh);
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ6_K, scales));
+    const int8_t* x = xq + 256 * sb;
+    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 2; ++k) {  // weights 16k .. 16k+15 of each group: one sub-block each
+        const V16 s[4] = {hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + k])),
+                          hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 + k])),
+                          hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 4 + k])),
+                          hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 6 + k]))};
+        for (size_t i = 0; i < 16; i += N) {
+          const size_t l = 16 * static_cast<size_t>(k) + i;
+          const V16 l0 = LoadU8(tg, ql + 64 * h + l);
+          const V16 l1 = LoadU8(tg, ql + 64 * h + 32 + l);
+          const V16 hb = LoadU8(tg, qh + 32 * h + l);
+          const V16 q[4] = {
+              hn::Or(hn::And(l0, low4), hn::ShiftLeft<4>(hn::And(hb, low2))),
+              hn::Or(hn::And(l1, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), low2))),
+              hn::Or(hn::ShiftRight<4>(l0), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(hb), low2))),
+              hn::Or(hn::ShiftRight<4>(l1), hn::ShiftLeft<4>(hn::ShiftRight<6>(hb)))};
+          for (int g = 0; g < 4; ++g) {
+            const V16 w = hn::Mul(hn::Sub(q[g], zero_point), s[g]);
+            s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadI8(tg, x + 128 * h + 32 * g + l), s0, s1);
+          }
+        }
+      }
+    }
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)),
+                     hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ6_K, d)) * xd[sb]), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(tg.df, acc));
+}
+
+}  // namespace hq
+
+// Whether rows of this type have a Highway kernel.
+HWY_INLINE bool HasHwyQuantKernel(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+}
+
+// y[t][r] for t < n, r0 <= r < r1, one output at a time (rows outer: a row stays in cache while
+// the tokens go by). Precondition: HasHwyQuantKernel(w.type).
+HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
+                                     int64_t r1) {
+  const int64_t K = a.cols;
+  const int64_t nb = K / a.block;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+    for (int64_t t = 0; t < n; ++t) {
+      const int8_t* xq = a.qs + t * K;
+      const float* xd = a.d + t * nb;
+      float v = 0.0f;
+      switch (w.type) {
+        case GgmlType::kQ8_0: v = hq::DotQ8_0(row, nb, xq, xd); break;
+        case GgmlType::kQ4_K: v = hq::DotQ4_K(row, nb, xq, a.sums + t * (K / 16), xd); break;
+        case GgmlType::kQ6_K: v = hq::DotQ6_K(row, nb, xq, xd); break;
+        default: break;
+      }
+      y[t * w.rows + r] = v;
+    }
+  }
+}
+
+}  // namespace strata::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle
