@@ -6,6 +6,7 @@
 //   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -15,13 +16,29 @@
 #include <vector>
 
 #include "backend/cpu/bandwidth.h"
+#include "hwy/targets.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_quant.h"
 #include "core/fp16.h"
 #include "gguf/quant_blocks.h"
 #include "gguf/tensor_type.h"
 
 namespace strata::cpu {
 namespace {
+
+// STRATA_BENCH_TARGET=AVX2 (a Highway target name, e.g. AVX3, SCALAR): the kernels run that target.
+[[maybe_unused]] const bool kTargetSet = [] {
+  const char* want = std::getenv("STRATA_BENCH_TARGET");
+  if (want == nullptr) return false;
+  for (int64_t t = hwy::SupportedTargets(); t != 0; t &= t - 1) {
+    if (std::strcmp(hwy::TargetName(t & -t), want) == 0) {
+      hwy::SetSupportedTargetsForTest(t & -t);
+      return true;
+    }
+  }
+  std::fprintf(stderr, "STRATA_BENCH_TARGET=%s: not a supported target here\n", want);
+  std::exit(2);
+}();
 
 ThreadPool& pool() {
   static ThreadPool p([] {
@@ -70,7 +87,7 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, u
 }
 
 // args: type, rows, cols, n
-void BM_Matmul(benchmark::State& state) {
+void RunMatmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
   const uint64_t bytes = ggml_row_size(type, static_cast<uint64_t>(cols)) * static_cast<uint64_t>(rows);
@@ -113,7 +130,24 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
     }
   }
 }
+void BM_Matmul(benchmark::State& state) { RunMatmul(state); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The same with the portable Highway kernels of Q8_0/Q4_K/Q6_K forced (matmul_quant_hwy-inl.h; on
+// x86 the default is the intrinsics path): A/B against BM_Matmul's rows in the same run.
+void BM_MatmulHighway(benchmark::State& state) {
+  set_quant_highway_forced(true);
+  RunMatmul(state);
+  set_quant_highway_forced(false);
+}
+void MatmulHighwayArgs(benchmark::internal::Benchmark* b) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
+      for (int64_t n : {1, 8}) b->Args({static_cast<int64_t>(t), rows, cols, n});
+    }
+  }
+}
+BENCHMARK(BM_MatmulHighway)->Apply(MatmulHighwayArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // args: KV dtype, sequences, new tokens per sequence, cached tokens per sequence
 void BM_Attention(benchmark::State& state) {

@@ -25,6 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
+#include <algorithm>
 
 #include "backend/cpu/matmul_quant.h"
 #include "core/fp16.h"
@@ -41,10 +43,11 @@ namespace hq {
 constexpr size_t kPrefetch = 8192;
 HWY_INLINE void Prefetch(const uint8_t* p) { __builtin_prefetch(p + kPrefetch, 0, 3); }
 
+// One f16 scale to f32 with the target's conversion (F16C, fcvt; software on SCALAR/EMU128).
 HWY_INLINE float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return fp16_to_f32(h);
+  const hn::CappedTag<float, 1> df1;
+  const hn::Rebind<hwy::float16_t, decltype(df1)> dh1;
+  return hn::GetLane(hn::PromoteTo(df1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
 }
 
 // Scales and mins of Q4_K packed 6-bit values, as bytes: sc[0..7] then m[0..7].
@@ -75,9 +78,10 @@ struct Tags {
   DU8 du8;
 };
 
+// Activations, widened to int16 once per token (WidenActs) and shared by all rows.
 template <class T>
-HWY_INLINE auto LoadI8(const T& tg, const int8_t* p) {
-  return hn::PromoteTo(tg.d16, hn::LoadU(tg.d8, p));
+HWY_INLINE auto LoadX(const T& tg, const int16_t* p) {
+  return hn::LoadU(tg.d16, p);
 }
 template <class T>
 HWY_INLINE auto LoadU8(const T& tg, const uint8_t* p) {
@@ -85,7 +89,7 @@ HWY_INLINE auto LoadU8(const T& tg, const uint8_t* p) {
 }
 
 // Q8_0: blocks of 32 signed weights with an f16 scale.
-HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int8_t* HWY_RESTRICT xq,
+HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT xd) {
   const Tags<32> tg;
   const size_t N = hn::Lanes(tg.d16);
@@ -94,10 +98,10 @@ HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int8
     const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ8_0);
     Prefetch(blk);
     const auto* q = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ8_0, qs));
-    const int8_t* x = xq + 32 * b;
+    const int16_t* x = xq + 32 * b;
     auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (size_t i = 0; i < 32; i += N) {
-      s0 = hn::ReorderWidenMulAccumulate(tg.d32, LoadI8(tg, q + i), LoadI8(tg, x + i),
+      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::PromoteTo(tg.d16, hn::LoadU(tg.d8, q + i)), LoadX(tg, x + i),
                                          s0, s1);
     }
     acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
@@ -107,7 +111,7 @@ HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int8
 
 // Q4_K: super-blocks of 256 = 8 sub-blocks of 32 unsigned 4-bit weights with 6-bit scales and
 // mins; 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high nibbles).
-HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int8_t* HWY_RESTRICT xq,
+HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_t* HWY_RESTRICT xq,
                          const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
   const Tags<32> tg;
   using V16 = hn::Vec<decltype(tg.d16)>;
@@ -121,7 +125,7 @@ HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int
     uint8_t sm[16];
     ScalesMinsK4(blk + offsetof(BlockQ4_K, scales), sm);
     const uint8_t* qs = blk + offsetof(BlockQ4_K, qs);
-    const int8_t* x = xq + 256 * sb;
+    const int16_t* x = xq + 256 * sb;
     auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int j = 0; j < 4; ++j) {
       const V16 slo = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j]));
@@ -130,8 +134,8 @@ HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int
         const V16 q = LoadU8(tg, qs + 32 * j + i);
         const V16 lo = hn::Mul(hn::And(q, low4), slo);
         const V16 hi = hn::Mul(hn::ShiftRight<4>(q), shi);
-        s0 = hn::ReorderWidenMulAccumulate(tg.d32, lo, LoadI8(tg, x + 64 * j + i), s0, s1);
-        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hi, LoadI8(tg, x + 64 * j + 32 + i), s0, s1);
+        s0 = hn::ReorderWidenMulAccumulate(tg.d32, lo, LoadX(tg, x + 64 * j + i), s0, s1);
+        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hi, LoadX(tg, x + 64 * j + 32 + i), s0, s1);
       }
     }
     // Mins: Σ_s m_s · (sum of sub-block s's activations), from the 16-sums.
@@ -149,7 +153,7 @@ HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int
 // Q6_K: super-blocks of 256 = 16 sub-blocks of 16 signed 6-bit weights (zero point 32) with int8
 // scales. Half h (128 weights): weight l (0..31) of group g (0..3) is
 // (ql[64h + 32(g&1) + l] >> 4(g>>1)) & 15 | ((qh[32h + l] >> 2g) & 3) << 4, scale sc[8h + 2g + l/16].
-HWY_INLINE float DotQ6_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int8_t* HWY_RESTRICT xq,
+HWY_INLINE float DotQ6_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_t* HWY_RESTRICT xq,
                          const float* HWY_RESTRICT xd) {
   const Tags<16> tg;
   using V16 = hn::Vec<decltype(tg.d16)>;
@@ -162,29 +166,22 @@ HWY_INLINE float DotQ6_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int
     const uint8_t* ql = blk + offsetof(BlockQ6_K, ql);
     const uint8_t* qh = blk + offsetof(BlockQ6_K, qh);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ6_K, scales));
-    const int8_t* x = xq + 256 * sb;
+    const int16_t* x = xq + 256 * sb;
     auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int h = 0; h < 2; ++h) {
-      for (int k = 0; k < 2; ++k) {  // weights 16k .. 16k+15 of each group: one sub-block each
-        const V16 s[4] = {hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + k])),
-                          hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 + k])),
-                          hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 4 + k])),
-                          hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 6 + k]))};
-        for (size_t i = 0; i < 16; i += N) {
-          const size_t l = 16 * static_cast<size_t>(k) + i;
-          const V16 l0 = LoadU8(tg, ql + 64 * h + l);
-          const V16 l1 = LoadU8(tg, ql + 64 * h + 32 + l);
-          const V16 hb = LoadU8(tg, qh + 32 * h + l);
-          const V16 q[4] = {
-              hn::Or(hn::And(l0, low4), hn::ShiftLeft<4>(hn::And(hb, low2))),
-              hn::Or(hn::And(l1, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), low2))),
-              hn::Or(hn::ShiftRight<4>(l0), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(hb), low2))),
-              hn::Or(hn::ShiftRight<4>(l1), hn::ShiftLeft<4>(hn::ShiftRight<6>(hb)))};
-          for (int g = 0; g < 4; ++g) {
-            const V16 w = hn::Mul(hn::Sub(q[g], zero_point), s[g]);
-            s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadI8(tg, x + 128 * h + 32 * g + l), s0, s1);
-          }
-        }
+      for (size_t l = 0; l < 32; l += N) {  // l / 16 picks the sub-block of each group
+        const V16 l0 = LoadU8(tg, ql + 64 * h + l);
+        const V16 l1 = LoadU8(tg, ql + 64 * h + 32 + l);
+        const V16 hb = LoadU8(tg, qh + 32 * h + l);
+        // (No arrays of vectors: SVE's are sizeless.)
+        const auto group = [&](V16 q, int g) {
+          const V16 w = hn::Mul(hn::Sub(q, zero_point), hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 * g + l / 16])));
+          s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 128 * h + 32 * g + l), s0, s1);
+        };
+        group(hn::Or(hn::And(l0, low4), hn::ShiftLeft<4>(hn::And(hb, low2))), 0);
+        group(hn::Or(hn::And(l1, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), low2))), 1);
+        group(hn::Or(hn::ShiftRight<4>(l0), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(hb), low2))), 2);
+        group(hn::Or(hn::ShiftRight<4>(l1), hn::ShiftLeft<4>(hn::ShiftRight<6>(hb))), 3);
       }
     }
     acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)),
@@ -200,25 +197,44 @@ HWY_INLINE bool HasHwyQuantKernel(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
 }
 
-// y[t][r] for t < n, r0 <= r < r1, one output at a time (rows outer: a row stays in cache while
-// the tokens go by). Precondition: HasHwyQuantKernel(w.type).
+// Widens the int8 activations of tokens [t0, t1) to int16: out[(t - t0) * K + k].
+HWY_INLINE void WidenActs(const QuantActs& a, int64_t t0, int64_t t1, int16_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<int16_t> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const size_t N = hn::Lanes(d16);
+  const size_t count = static_cast<size_t>((t1 - t0) * a.cols);
+  const int8_t* in = a.qs + t0 * a.cols;
+  size_t i = 0;
+  for (; i + N <= count; i += N) hn::StoreU(hn::PromoteTo(d16, hn::LoadU(d8, in + i)), d16, out + i);
+  for (; i < count; ++i) out[i] = in[i];
+}
+
+// y[t][r] for t < n, r0 <= r < r1, one output at a time (per block of up to kTokens tokens, rows
+// outer: a row stays in cache while the tokens go by). Precondition: HasHwyQuantKernel(w.type).
 HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                      int64_t r1) {
+  constexpr int64_t kTokens = 8;
   const int64_t K = a.cols;
   const int64_t nb = K / a.block;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-    for (int64_t t = 0; t < n; ++t) {
-      const int8_t* xq = a.qs + t * K;
-      const float* xd = a.d + t * nb;
-      float v = 0.0f;
-      switch (w.type) {
-        case GgmlType::kQ8_0: v = hq::DotQ8_0(row, nb, xq, xd); break;
-        case GgmlType::kQ4_K: v = hq::DotQ4_K(row, nb, xq, a.sums + t * (K / 16), xd); break;
-        case GgmlType::kQ6_K: v = hq::DotQ6_K(row, nb, xq, xd); break;
-        default: break;
+  thread_local std::vector<int16_t> wide;
+  wide.resize(static_cast<size_t>(std::min(n, kTokens) * K));
+  for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
+    const int64_t t1 = std::min(n, t0 + kTokens);
+    WidenActs(a, t0, t1, wide.data());
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int16_t* xq = wide.data() + (t - t0) * K;
+        const float* xd = a.d + t * nb;
+        float v = 0.0f;
+        switch (w.type) {
+          case GgmlType::kQ8_0: v = hq::DotQ8_0(row, nb, xq, xd); break;
+          case GgmlType::kQ4_K: v = hq::DotQ4_K(row, nb, xq, a.sums + t * (K / 16), xd); break;
+          case GgmlType::kQ6_K: v = hq::DotQ6_K(row, nb, xq, xd); break;
+          default: break;
+        }
+        y[t * w.rows + r] = v;
       }
-      y[t * w.rows + r] = v;
     }
   }
 }
