@@ -11,8 +11,8 @@
 // the activations' 16-sums into a scalar f32 term. Exact integers: |w·scale| <= 32·128 in int16,
 // a super-block's int32 sum stays below 2^28.
 //
-// Weights are unpacked in int16 lanes, at most 32 (Q8_0, Q4_K) or 16 (Q6_K, whose sub-blocks are
-// 16 weights) per vector: 1 lane on SCALAR, 8 on NEON/EMU128, 16 on AVX2.
+// Weights are unpacked in int16 lanes, at most 32 per vector: 1 lane on SCALAR, 8 on NEON/EMU128,
+// 16 on AVX2, 32 on AVX-512 (SVE: its vector length, up to 32).
 // Included once per Highway target (foreach_target); thread-safety: pure functions.
 
 #if defined(STRATA_BACKEND_CPU_MATMUL_QUANT_HWY_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -111,21 +111,20 @@ HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int1
 
 // Q4_K: super-blocks of 256 = 8 sub-blocks of 32 unsigned 4-bit weights with 6-bit scales and
 // mins; 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high nibbles).
-HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_t* HWY_RESTRICT xq,
-                         const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
-  const Tags<32> tg;
-  using V16 = hn::Vec<decltype(tg.d16)>;
-  const size_t N = hn::Lanes(tg.d16);
-  const V16 low4 = hn::Set(tg.d16, 0x0F);
-  auto acc = hn::Zero(tg.df);
-  float macc = 0.0f;
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* blk = row + static_cast<size_t>(sb) * sizeof(BlockQ4_K);
-    for (size_t line = 0; line < sizeof(BlockQ4_K); line += 64) Prefetch(blk + line);
+struct KQ4 {
+  using TG = Tags<32>;
+  static constexpr size_t kBytes = sizeof(BlockQ4_K);
+  // acc += (integer dot) · d · dx (lanes); macc -= dmin · dx · Σ_s m_s · (activation sum of s).
+  template <class VF>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
+                               const int16_t* HWY_RESTRICT s16, float dx, VF& acc, float& macc) {
+    const TG tg;
+    using V16 = hn::Vec<decltype(tg.d16)>;
+    const size_t N = hn::Lanes(tg.d16);
+    const V16 low4 = hn::Set(tg.d16, 0x0F);
     uint8_t sm[16];
     ScalesMinsK4(blk + offsetof(BlockQ4_K, scales), sm);
     const uint8_t* qs = blk + offsetof(BlockQ4_K, qs);
-    const int16_t* x = xq + 256 * sb;
     auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int j = 0; j < 4; ++j) {
       const V16 slo = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j]));
@@ -138,44 +137,45 @@ HWY_INLINE float DotQ4_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int
         s0 = hn::ReorderWidenMulAccumulate(tg.d32, hi, LoadX(tg, x + 64 * j + 32 + i), s0, s1);
       }
     }
-    // Mins: Σ_s m_s · (sum of sub-block s's activations), from the 16-sums.
-    const int16_t* s16 = xs + 16 * sb;
     int32_t msum = 0;
     for (int s = 0; s < 8; ++s) msum += static_cast<int32_t>(sm[8 + s]) * (s16[2 * s] + s16[2 * s + 1]);
-    const float dx = xd[sb];
     acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ4_K, d)) * dx),
                      acc);
     macc += -HalfAt(blk + offsetof(BlockQ4_K, dmin)) * dx * static_cast<float>(msum);
   }
-  return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
-}
+};
 
 // Q6_K: super-blocks of 256 = 16 sub-blocks of 16 signed 6-bit weights (zero point 32) with int8
 // scales. Half h (128 weights): weight l (0..31) of group g (0..3) is
 // (ql[64h + 32(g&1) + l] >> 4(g>>1)) & 15 | ((qh[32h + l] >> 2g) & 3) << 4, scale sc[8h + 2g + l/16].
-HWY_INLINE float DotQ6_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_t* HWY_RESTRICT xq,
-                         const float* HWY_RESTRICT xd) {
-  const Tags<16> tg;
-  using V16 = hn::Vec<decltype(tg.d16)>;
-  const size_t N = hn::Lanes(tg.d16);
-  const V16 low4 = hn::Set(tg.d16, 0x0F), low2 = hn::Set(tg.d16, 3), zero_point = hn::Set(tg.d16, 32);
-  auto acc = hn::Zero(tg.df);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* blk = row + static_cast<size_t>(sb) * sizeof(BlockQ6_K);
-    for (size_t line = 0; line < sizeof(BlockQ6_K); line += 64) Prefetch(blk + line);
+struct KQ6 {
+  using TG = Tags<32>;
+  static constexpr size_t kBytes = sizeof(BlockQ6_K);
+  template <class VF>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
+                               const int16_t* HWY_RESTRICT /*s16*/, float dx, VF& acc, float& /*macc*/) {
+    const TG tg;
+    using V16 = hn::Vec<decltype(tg.d16)>;
+    const size_t N = hn::Lanes(tg.d16);
+    const V16 low4 = hn::Set(tg.d16, 0x0F), low2 = hn::Set(tg.d16, 3), zero_point = hn::Set(tg.d16, 32);
     const uint8_t* ql = blk + offsetof(BlockQ6_K, ql);
     const uint8_t* qh = blk + offsetof(BlockQ6_K, qh);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ6_K, scales));
-    const int16_t* x = xq + 256 * sb;
+    // Lanes l + i < 16 take the first scale of a group's pair, the others the second (a vector of
+    // more than 16 lanes holds both sub-blocks).
+    const auto iota = hn::Iota(tg.d16, 0);
     auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int h = 0; h < 2; ++h) {
-      for (size_t l = 0; l < 32; l += N) {  // l / 16 picks the sub-block of each group
+      for (size_t l = 0; l < 32; l += N) {
+        const auto first = hn::Lt(hn::Add(iota, hn::Set(tg.d16, static_cast<int16_t>(l))), hn::Set(tg.d16, 16));
         const V16 l0 = LoadU8(tg, ql + 64 * h + l);
         const V16 l1 = LoadU8(tg, ql + 64 * h + 32 + l);
         const V16 hb = LoadU8(tg, qh + 32 * h + l);
         // (No arrays of vectors: SVE's are sizeless.)
         const auto group = [&](V16 q, int g) {
-          const V16 w = hn::Mul(hn::Sub(q, zero_point), hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 * g + l / 16])));
+          const V16 scale = hn::IfThenElse(first, hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 * g])),
+                                           hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 * g + 1])));
+          const V16 w = hn::Mul(hn::Sub(q, zero_point), scale);
           s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 128 * h + 32 * g + l), s0, s1);
         };
         group(hn::Or(hn::And(l0, low4), hn::ShiftLeft<4>(hn::And(hb, low2))), 0);
@@ -184,10 +184,50 @@ HWY_INLINE float DotQ6_K(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int
         group(hn::Or(hn::ShiftRight<4>(l1), hn::ShiftLeft<4>(hn::ShiftRight<6>(hb))), 3);
       }
     }
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)),
-                     hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ6_K, d)) * xd[sb]), acc);
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ6_K, d)) * dx),
+                     acc);
   }
-  return hn::GetLane(hn::SumOfLanes(tg.df, acc));
+};
+
+// One K-quant row against one token: out = lane sum of acc + macc.
+template <class KQ>
+HWY_INLINE float KDot(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_t* HWY_RESTRICT xq,
+                      const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
+  const typename KQ::TG tg;
+  auto acc = hn::Zero(tg.df);
+  float macc = 0.0f;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* blk = row + static_cast<size_t>(sb) * KQ::kBytes;
+    for (size_t line = 0; line < KQ::kBytes; line += 64) Prefetch(blk + line);
+    KQ::Super(blk, xq + 256 * sb, xs + 16 * sb, xd[sb], acc, macc);
+  }
+  return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
+}
+
+// Four consecutive rows against one token, their super-blocks interleaved (four independent
+// chains); per row exactly KDot's operations, so the bits do not depend on the grouping.
+template <class KQ>
+HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t nsb, const int16_t* HWY_RESTRICT xq,
+                      const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd, float* out, size_t stride) {
+  const typename KQ::TG tg;
+  auto acc0 = hn::Zero(tg.df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  float macc0 = 0.0f, macc1 = 0.0f, macc2 = 0.0f, macc3 = 0.0f;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* blk = row + static_cast<size_t>(sb) * KQ::kBytes;
+    for (size_t r = 0; r < 4; ++r) {
+      for (size_t line = 0; line < KQ::kBytes; line += 64) Prefetch(blk + r * row_bytes + line);
+    }
+    const int16_t* x = xq + 256 * sb;
+    const int16_t* s16 = xs + 16 * sb;
+    KQ::Super(blk, x, s16, xd[sb], acc0, macc0);
+    KQ::Super(blk + row_bytes, x, s16, xd[sb], acc1, macc1);
+    KQ::Super(blk + 2 * row_bytes, x, s16, xd[sb], acc2, macc2);
+    KQ::Super(blk + 3 * row_bytes, x, s16, xd[sb], acc3, macc3);
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(tg.df, acc0)) + macc0;
+  out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc1;
+  out[2 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc2)) + macc2;
+  out[3 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc3)) + macc3;
 }
 
 }  // namespace hq
@@ -209,8 +249,32 @@ HWY_INLINE void WidenActs(const QuantActs& a, int64_t t0, int64_t t1, int16_t* H
   for (; i < count; ++i) out[i] = in[i];
 }
 
-// y[t][r] for t < n, r0 <= r < r1, one output at a time (per block of up to kTokens tokens, rows
-// outer: a row stays in cache while the tokens go by). Precondition: HasHwyQuantKernel(w.type).
+// One K-quant matrix, rows [r0, r1) against the widened tokens [t0, t1): four rows at a time,
+// then the rest one by one.
+template <class KQ>
+HWY_NOINLINE void KRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0, int64_t t1,
+                           const int16_t* wide, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = a.cols;
+  const int64_t nsb = K / 256;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+    for (int64_t t = t0; t < t1; ++t) {
+      hq::KDot4<KQ>(row, w.row_bytes, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb,
+                    y + t * w.rows + r, 1);
+    }
+  }
+  for (; r < r1; ++r) {
+    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+    for (int64_t t = t0; t < t1; ++t) {
+      y[t * w.rows + r] = hq::KDot<KQ>(row, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb);
+    }
+  }
+}
+
+// y[t][r] for t < n, r0 <= r < r1 (per block of up to kTokens tokens, rows outer: a row stays in
+// cache while the tokens go by). Q8_0: one row at a time (a single sequential stream, as on x86).
+// Precondition: HasHwyQuantKernel(w.type).
 HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                      int64_t r1) {
   constexpr int64_t kTokens = 8;
@@ -221,20 +285,16 @@ HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, 
   for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
     const int64_t t1 = std::min(n, t0 + kTokens);
     WidenActs(a, t0, t1, wide.data());
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-      for (int64_t t = t0; t < t1; ++t) {
-        const int16_t* xq = wide.data() + (t - t0) * K;
-        const float* xd = a.d + t * nb;
-        float v = 0.0f;
-        switch (w.type) {
-          case GgmlType::kQ8_0: v = hq::DotQ8_0(row, nb, xq, xd); break;
-          case GgmlType::kQ4_K: v = hq::DotQ4_K(row, nb, xq, a.sums + t * (K / 16), xd); break;
-          case GgmlType::kQ6_K: v = hq::DotQ6_K(row, nb, xq, xd); break;
-          default: break;
+    switch (w.type) {
+      case GgmlType::kQ4_K: KRowsHwy<hq::KQ4>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ6_K: KRowsHwy<hq::KQ6>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ8_0:
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+          for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = hq::DotQ8_0(row, nb, wide.data() + (t - t0) * K, a.d + t * nb);
         }
-        y[t * w.rows + r] = v;
-      }
+        break;
+      default: break;
     }
   }
 }
