@@ -18,8 +18,13 @@
 //     Q2_K, Q3_K, Q5_K use the 256-bit steps.
 //   AVX3 (AVX-512 without VNNI: Skylake-X): the same, legacy dots with maddubs + madd.
 //   AVX2: 256-bit steps throughout (maddubs + madd).
-//   Every other target (NEON, SVE, EMU128/SCALAR): dequantize blocks with the reference code and
-//   use f32 dots (correct, not fast; no Highway integer path yet).
+//   Every other target (NEON, SVE, SSE4/SSSE3 where compiled, EMU128/SCALAR): Q8_0, Q4_K and Q6_K
+//     take the portable Highway kernels of matmul_quant_hwy-inl.h (int16 lanes, ReorderWidenMul-
+//     Accumulate; 8 lanes on NEON); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K dequantize blocks with
+//     the reference code and use f32 dots (correct, not fast).
+//   The x86 targets keep their intrinsics: on the Zen 5 VM the Highway kernels forced there
+//   (STRATA_QUANT_HWY=1, BM_MatmulHighway) were as fast for Q8_0 from memory but up to 1.15x slower
+//   in cache (AVX3_DL), and 1.2-1.75x slower for Q4_K/Q6_K (no u8 x i8 pair dot in Highway 1.0.3).
 
 #include "backend/cpu/matmul_quant.h"
 
