@@ -121,7 +121,7 @@ void RunMatmul(benchmark::State& state) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
       for (int64_t n : {1, 8, 64, 512}) {
         if (rows == 32000 && n == 512) continue;  // the output matrix only ever sees sampled rows
@@ -133,7 +133,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 void BM_Matmul(benchmark::State& state) { RunMatmul(state); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The same with the portable Highway kernels of Q8_0/Q4_K/Q6_K forced (matmul_quant_hwy-inl.h; on
+// The same with the portable Highway kernels of Q8_0/Q4_0/Q4_K/Q6_K forced (matmul_quant_hwy-inl.h; on
 // x86 the default is the intrinsics path): A/B against BM_Matmul's rows in the same run.
 void BM_MatmulHighway(benchmark::State& state) {
   set_quant_highway_forced(true);
@@ -141,7 +141,7 @@ void BM_MatmulHighway(benchmark::State& state) {
   set_quant_highway_forced(false);
 }
 void MatmulHighwayArgs(benchmark::internal::Benchmark* b) {
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
       for (int64_t n : {1, 8}) b->Args({static_cast<int64_t>(t), rows, cols, n});
     }

@@ -18,9 +18,9 @@
 //     Q2_K, Q3_K, Q5_K use the 256-bit steps.
 //   AVX3 (AVX-512 without VNNI: Skylake-X): the same, legacy dots with maddubs + madd.
 //   AVX2: 256-bit steps throughout (maddubs + madd).
-//   Every other target (NEON, SVE, SSE4/SSSE3 where compiled, EMU128/SCALAR): Q8_0, Q4_K and Q6_K
-//     take the portable Highway kernels of matmul_quant_hwy-inl.h (int16 lanes, ReorderWidenMul-
-//     Accumulate; 8 lanes on NEON); Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K dequantize blocks with
+//   Every other target (NEON, SVE, SSE4/SSSE3 where compiled, EMU128/SCALAR): Q8_0, Q4_0, Q4_K and
+//     Q6_K take the portable Highway kernels of matmul_quant_hwy-inl.h (int16 lanes, ReorderWiden-
+//     MulAccumulate; 8 lanes on NEON); Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K dequantize blocks with
 //     the reference code and use f32 dots (correct, not fast).
 //   The x86 targets keep their intrinsics: on the Zen 5 VM the Highway kernels forced there
 //   (STRATA_QUANT_HWY=1, BM_MatmulHighway) were as fast for Q8_0 from memory but up to 1.15x slower
@@ -676,7 +676,7 @@ void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float
 
 #else  // !STRATA_X86_SIMD
 
-// Q8_0, Q4_K, Q6_K: the Highway kernels (matmul_quant_hwy-inl.h). Other types: dequantize each
+// Q8_0, Q4_0, Q4_K, Q6_K: the Highway kernels (matmul_quant_hwy-inl.h). Other types: dequantize each
 // weight block with the reference code and dot it with the quantized activations in f32.
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
   if (HasHwyQuantKernel(w.type)) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);

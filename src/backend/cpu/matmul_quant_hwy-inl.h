@@ -1,4 +1,4 @@
-// Portable (Highway) quantized dot kernels for Q8_0, Q4_K and Q6_K: one weight row against one
+// Portable (Highway) quantized dot kernels for Q8_0, Q4_0, Q4_K and Q6_K: one weight row against one
 // token's int8 activations (QuantActs), for every Highway target. matmul_quant.cpp uses them on
 // every target without its own x86 intrinsics path (NEON, SVE, EMU128/SCALAR, ...), and on x86 when
 // forced (set_quant_highway_forced / STRATA_QUANT_HWY=1: tests and benchmarks).
@@ -11,7 +11,7 @@
 // the activations' 16-sums into a scalar f32 term. Exact integers: |w·scale| <= 32·128 in int16,
 // a super-block's int32 sum stays below 2^28.
 //
-// Weights are unpacked in int16 lanes, at most 32 per vector: 1 lane on SCALAR, 8 on NEON/EMU128,
+// Weights are unpacked in int16 lanes, at most 32 per vector (16 for Q4_0, whose 16 bytes hold a block): 1 lane on SCALAR, 8 on NEON/EMU128,
 // 16 on AVX2, 32 on AVX-512 (SVE: its vector length, up to 32).
 // Included once per Highway target (foreach_target); thread-safety: pure functions.
 
@@ -103,6 +103,32 @@ HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int1
     for (size_t i = 0; i < 32; i += N) {
       s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::PromoteTo(tg.d16, hn::LoadU(tg.d8, q + i)), LoadX(tg, x + i),
                                          s0, s1);
+    }
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(tg.df, acc));
+}
+
+// Q4_0: blocks of 32 4-bit weights (zero point 8) with an f16 scale; 16 bytes of qs hold weights
+// 0..15 (low nibbles) and 16..31 (high nibbles).
+HWY_INLINE float DotQ4_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int16_t* HWY_RESTRICT xq,
+                         const float* HWY_RESTRICT xd) {
+  const Tags<16> tg;
+  using V16 = hn::Vec<decltype(tg.d16)>;
+  const size_t N = hn::Lanes(tg.d16);
+  const V16 low4 = hn::Set(tg.d16, 0x0F), zero_point = hn::Set(tg.d16, 8);
+  auto acc = hn::Zero(tg.df);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ4_0);
+    Prefetch(blk);
+    const uint8_t* qs = blk + offsetof(BlockQ4_0, qs);
+    const int16_t* x = xq + 32 * b;
+    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+    for (size_t i = 0; i < 16; i += N) {
+      const V16 q = LoadU8(tg, qs + i);
+      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(hn::And(q, low4), zero_point), LoadX(tg, x + i), s0, s1);
+      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(hn::ShiftRight<4>(q), zero_point), LoadX(tg, x + 16 + i), s0,
+                                         s1);
     }
     acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
   }
@@ -234,7 +260,7 @@ HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t
 
 // Whether rows of this type have a Highway kernel.
 HWY_INLINE bool HasHwyQuantKernel(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
 }
 
 // Widens the int8 activations of tokens [t0, t1) to int16: out[(t - t0) * K + k].
@@ -292,6 +318,12 @@ HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, 
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
           for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = hq::DotQ8_0(row, nb, wide.data() + (t - t0) * K, a.d + t * nb);
+        }
+        break;
+      case GgmlType::kQ4_0:
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+          for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = hq::DotQ4_0(row, nb, wide.data() + (t - t0) * K, a.d + t * nb);
         }
         break;
       default: break;
