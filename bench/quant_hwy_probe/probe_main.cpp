@@ -19,8 +19,8 @@ static void put_half(uint8_t* p, float v) { uint16_t h = f32_to_fp16(v); std::me
 int main() {
   std::mt19937 rng(11);
   int failures = 0, checks = 0;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    const int block = type == GgmlType::kQ8_0 ? 32 : 256;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const int block = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ? 32 : 256;
     for (int64_t rows : {1, 3, 5, 37}) {
       const int64_t cols = block == 32 ? 160 : 512;
       const uint64_t row_bytes = ggml_row_size(type, static_cast<uint64_t>(cols));
@@ -30,6 +30,7 @@ int main() {
       std::uniform_real_distribution<float> sc(0.002f, 0.02f);
       for (uint64_t o = 0; o < w.size(); o += bs) {
         if (type == GgmlType::kQ8_0) put_half(&w[o], sc(rng) / 4);
+        if (type == GgmlType::kQ4_0) put_half(&w[o], sc(rng) * 8);
         if (type == GgmlType::kQ4_K) { put_half(&w[o + offsetof(BlockQ4_K, d)], sc(rng)); put_half(&w[o + offsetof(BlockQ4_K, dmin)], sc(rng)); }
         if (type == GgmlType::kQ6_K) put_half(&w[o + offsetof(BlockQ6_K, d)], sc(rng) / 8);
       }
