@@ -40,42 +40,33 @@ BlockId BlockPool::free_pop() {
 }
 
 std::optional<BlockPool::Allocation> BlockPool::allocate() {
-  Allocation a{kNoBlock, {}};
-  if (!free_.empty()) {
-    a.id = free_pop();
-  } else if (lru_head_ >= 0) {
-    a.id = lru_head_;
-    lru_remove(a.id);
-    a.evicted = blocks_[idx(a.id)].hash;
-    blocks_[idx(a.id)].hash = {};
-  } else {
-    return std::nullopt;
-  }
-  Meta& m = blocks_[idx(a.id)];
-  STRATA_CHECK(m.ref_count == 0);
-  m.ref_count = 1;
-  return a;
+  if (!free_.empty()) return take(free_pop(), false);
+  if (lru_head_ >= 0) return take(lru_head_, true);
+  return std::nullopt;
 }
 
 std::optional<BlockPool::Allocation> BlockPool::allocate_preferred() {
-  Allocation a{kNoBlock, {}};
   if (free_preferred_ > 0) {
-    a.id = free_pop();  // the heap's minimum is a preferred id while any is free
-    STRATA_CHECK(a.id < preferred_);
-  } else if (cached_preferred_ > 0) {
-    for (int32_t id = lru_head_; id >= 0; id = blocks_[idx(id)].next) {
-      if (id < preferred_) {
-        a.id = id;
-        break;
-      }
-    }
-    lru_remove(a.id);
-    a.evicted = blocks_[idx(a.id)].hash;
-    blocks_[idx(a.id)].hash = {};
-  } else {
-    return std::nullopt;
+    const BlockId id = free_pop();  // the heap's minimum is a preferred id while any is free
+    STRATA_CHECK(id < preferred_);
+    return take(id, false);
   }
-  Meta& m = blocks_[idx(a.id)];
+  if (cached_preferred_ > 0) {
+    for (int32_t id = lru_head_; id >= 0; id = blocks_[idx(id)].next) {
+      if (id < preferred_) return take(id, true);
+    }
+  }
+  return std::nullopt;
+}
+
+BlockPool::Allocation BlockPool::take(BlockId id, bool cached) {
+  Allocation a{id, {}};
+  if (cached) {
+    lru_remove(id);
+    a.evicted = blocks_[idx(id)].hash;
+    blocks_[idx(id)].hash = {};
+  }
+  Meta& m = blocks_[idx(id)];
   STRATA_CHECK(m.ref_count == 0);
   m.ref_count = 1;
   return a;

@@ -86,6 +86,9 @@ class BlockPool {
   std::vector<Meta> blocks_;
   void free_push(BlockId id);
   BlockId free_pop();
+  // Block id (free, or cached when `cached`: out of the LRU queue, its hash reported as evicted)
+  // handed out with one reference.
+  Allocation take(BlockId id, bool cached);
 
   std::vector<BlockId> free_;  // LIFO, or a min-heap with a preferred range
   int32_t preferred_ = 0;

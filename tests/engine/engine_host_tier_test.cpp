@@ -24,41 +24,10 @@ namespace {
 
 using test::expect_drained;
 
-struct Loaded {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
-  std::string skip;  // why the device is unusable; empty when loaded
-};
-
-DeviceKind test_device() {
-  const char* d = std::getenv("STRATA_TEST_DEVICE");
-  if (d == nullptr || *d == '\0') return DeviceKind::kCpu;
-  const auto k = device_kind_from_name(d);
-  if (!k) throw Error(std::string("STRATA_TEST_DEVICE='") + d + "' is not cpu, cuda or auto");
-  return *k;
-}
-
-Loaded& loaded() {
-  static Loaded l = [] {
-    Loaded x;
-    try {
-      BackendOptions o;
-      o.device = resolve_device(test_device());
-      o.n_threads = 2;
-      x.model = Model::load(test::shared_path("models/stories260K.gguf"), o);
-      x.tok = Tokenizer::from_gguf(x.model->file());
-    } catch (const Error& e) {
-      x.skip = e.what();
-    }
-    return x;
-  }();
-  return l;
-}
-
-#define REQUIRE_DEVICE()                                                     \
-  do {                                                                       \
-    if (!loaded().skip.empty()) GTEST_SKIP() << "no usable device: " << loaded().skip; \
-  } while (0)
+using Result = test::Collected;
+using test::collect;
+test::DeviceStories& loaded() { return test::device_stories(); }
+#define REQUIRE_DEVICE() STRATA_REQUIRE_TEST_DEVICE()
 
 // 64 distinct prompts: the shared story openings, each continued differently.
 std::vector<std::string> prompts64() {
@@ -71,29 +40,7 @@ std::vector<std::string> prompts64() {
 }
 
 Request make_request(const std::string& prompt, int32_t max_tokens) {
-  Request r;
-  r.prompt = loaded().tok->encode(prompt, true, false);
-  r.params.temperature = 0;
-  r.params.max_tokens = max_tokens;
-  r.params.ignore_eos = true;  // every request runs to max_tokens: more pressure, fixed lengths
-  return r;
-}
-
-struct Result {
-  std::vector<TokenId> tokens;
-  Usage usage;
-  std::string error;
-};
-
-Result collect(RequestHandle& h) {
-  Result r;
-  EngineEvent e;
-  while (h.next(e)) {
-    if (e.kind == EngineEvent::Kind::kToken) r.tokens.push_back(e.token);
-    if (e.kind == EngineEvent::Kind::kDone) r.usage = e.usage;
-    if (e.kind == EngineEvent::Kind::kError) r.error = e.error;
-  }
-  return r;
+  return test::greedy_request(*loaded().tok, prompt, max_tokens);
 }
 
 EngineConfig config(int32_t kv_blocks, PreemptMode mode) {
