@@ -458,6 +458,16 @@ int run_bench_offline(const BenchOfflineOptions& o) {
                        {"host_attended_bytes", st.kv.host_attended_bytes},
                        {"host_attended_bytes_per_step", st.steps > 0 ? static_cast<double>(st.kv.host_attended_bytes) / st.steps : 0.0}};
   }
+  const KvTransferStats& kvx = st.kv.transfer;
+  if (kvx.reencode_ops > 0) {  // re-encodes into the warm tier (host backends): the engine thread's share, per step
+    const double steps = static_cast<double>(std::max<int64_t>(1, st.steps));
+    j["kv_reencode"] = {{"ops", kvx.reencode_ops},
+                        {"ops_ahead", kvx.reencode_ops_ahead},
+                        {"blocking_s", kvx.reencode_blocking_seconds},
+                        {"ahead_s", kvx.reencode_ahead_seconds},
+                        {"blocking_ms_per_step", 1e3 * kvx.reencode_blocking_seconds / steps},
+                        {"ahead_ms_per_step", 1e3 * kvx.reencode_ahead_seconds / steps}};
+  }
   if (cfg.kv.evict.enabled()) {
     j["kv_evict"] = evict_kind_name(cfg.kv.evict.kind);
     j["kv_budget"] = cfg.kv.evict.auto_budget ? nlohmann::ordered_json("auto") : nlohmann::ordered_json(cfg.kv.evict.budget);
@@ -477,6 +487,11 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   fmt::print("| TTFT ms | {:.1f} | {:.1f} | {:.1f} |\n", d_ttft.mean, d_ttft.p50, d_ttft.p99);
   fmt::print("| TPOT ms | {:.2f} | {:.2f} | {:.2f} |\n", d_tpot.mean, d_tpot.p50, d_tpot.p99);
   fmt::print("| E2E ms | {:.1f} | {:.1f} | {:.1f} |\n", d_e2e.mean, d_e2e.p50, d_e2e.p99);
+  if (kvx.reencode_ops > 0) {
+    fmt::print("warm re-encodes: {} ops ({} started ahead), {:.3f} ms/step on the engine thread, {:.3f} ms/step on the encoder thread\n",
+               kvx.reencode_ops, kvx.reencode_ops_ahead, j["kv_reencode"]["blocking_ms_per_step"].get<double>(),
+               j["kv_reencode"]["ahead_ms_per_step"].get<double>());
+  }
   fmt::print("prefix-cache hit rate {:.1f}%, preemptions {}, KV peak usage {:.1f}%, {} steps, at most {} sequences in one\n",
              100 * hit_rate, st.preemptions, 100 * st.kv_usage_peak, st.steps, st.max_batch_seqs);
   if (transfers) {

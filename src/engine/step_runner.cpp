@@ -38,6 +38,11 @@ ForwardBatch StepRunner::batch(const SchedulerOutput& out) const {
   return b;
 }
 
+void StepRunner::done(const SchedulerOutput& out) {
+  sched_.on_step_done(out);
+  storage_.start_reencodes(kv_.pending_ops());
+}
+
 std::span<const float> StepRunner::forward(Model& model, const SchedulerOutput& out) {
   return model.forward(batch(out), storage_.views());
 }

@@ -6,7 +6,8 @@
 //   kv.complete(out.kv_ops, statuses)           // bookkeeping of the outcome;
 //   scheduler.on_kv_lost(out, lost)             //   sequences whose KV was lost leave the batch
 //   logits   = model.forward(batch(out), storage.views())
-//   scheduler.on_step_done(out)                 // commit (may plan re-encodes for the next step)
+//   scheduler.on_step_done(out)                 // commit (may plan re-encodes for the next step,
+//                                               //   begun at once on the storage's encoder thread)
 //
 // Thread-safety: engine thread only (like the scheduler, KV manager and storage it drives).
 #pragma once
@@ -49,8 +50,10 @@ class StepRunner {
   // forward(batch(out)) over the storage's views.
   std::span<const float> forward(Model& model, const SchedulerOutput& out);
 
-  // After the forward pass: advances the sequences and commits their KV (Scheduler::on_step_done).
-  void done(const SchedulerOutput& out) { sched_.on_step_done(out); }
+  // After the forward pass: advances the sequences and commits their KV (Scheduler::on_step_done),
+  // then starts the re-encodes those commits planned (KvStorage::start_reencodes) on the storage's
+  // encoder thread, so that they run while the caller samples; the next prepare() finishes them.
+  void done(const SchedulerOutput& out);
 
  private:
   Scheduler& sched_;

@@ -234,6 +234,9 @@ class KvManager {
   // later op reuses it). They must be executed (KvStorage::execute), in this order, before the next
   // forward pass, and their statuses handed to complete() before anything else is planned.
   std::vector<KvOp> take_ops();
+  // The ops planned so far that the next take_ops() will hand out, unchanged (they may still be
+  // dropped: a re-encode whose warm slot free_sequence frees). For KvStorage::start_reencodes.
+  std::span<const KvOp> pending_ops() const { return ops_; }
 
   // Accounts for executed ops (counters) with their statuses. A failed op (a cold read that the
   // store reported as an error, or whose bytes were short or failed their checksum, and what was

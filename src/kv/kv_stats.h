@@ -25,6 +25,15 @@ struct KvTierStats {
 struct KvTransferStats {
   uint64_t cold_bytes = 0;
   double cold_seconds = 0;
+  // Re-encodes into the warm tier (host backends; a device queues kernels and is not timed here):
+  // how many ops ran, how many of those ran ahead (KvStorage::start_reencodes, on the storage's
+  // encoder thread while the engine thread samples), the seconds execute() — the engine thread,
+  // before the forward pass — spent on re-encodes (encoding them itself, or waiting for or helping
+  // with the ones started ahead: the critical-path cost), and the seconds the encoder thread spent.
+  int64_t reencode_ops = 0;
+  int64_t reencode_ops_ahead = 0;
+  double reencode_blocking_seconds = 0;
+  double reencode_ahead_seconds = 0;
 };
 
 struct KvStats {

@@ -1,8 +1,10 @@
 #include "kv/kv_storage.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "core/check.h"
@@ -113,9 +115,24 @@ void KvStorage::set_host_views() {
     v.host_k_offset = header + static_cast<int64_t>(l) * 2 * v.block_stride_bytes();
     v.host_v_offset = v.host_k_offset + v.block_stride_bytes();
   }
+  // Re-encodes ahead (start_reencodes): host backends with a warm tier.
+  const char* ahead = std::getenv("STRATA_KV_REENCODE_AHEAD");
+  ahead_enabled_ = device_ == nullptr && warm_format_ != WarmFormat::kNone && cap_.warm_slots > 0 &&
+                   !(ahead != nullptr && std::string_view(ahead) == "0");
 }
 
-KvStorage::~KvStorage() { drain_io(); }
+KvStorage::~KvStorage() {
+  if (encoder_.joinable()) {
+    finish_ahead();
+    {
+      std::lock_guard<std::mutex> lock(ahead_mutex_);
+      ahead_stop_ = true;
+    }
+    ahead_cv_.notify_all();
+    encoder_.join();
+  }
+  drain_io();
+}
 
 KvStorage::ColdTimer::ColdTimer(KvStorage& s, uint64_t bytes) : s_(s), bytes_(bytes), t0_(std::chrono::steady_clock::now()) {}
 KvStorage::ColdTimer::~ColdTimer() {
@@ -350,6 +367,12 @@ void KvStorage::compact(std::span<const KvTokenMove> moves) {
   }
 }
 
+void KvStorage::encode_layer(const KvOp& op, int32_t layer) {
+  const KvLayerView& v = views_[static_cast<size_t>(layer)];
+  warm_encode(warm_format_, v, op.hot.data(), cap_.warm_span, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
+              v.warm_v + op.dst.slot * warm_v_slot_bytes_);
+}
+
 void KvStorage::reencode(const KvOp& op) {
   STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
   if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
@@ -359,23 +382,91 @@ void KvStorage::reencode(const KvOp& op) {
     }
     return;
   }
-  auto encode_layer = [&](int32_t layer) {
-    const KvLayerView& v = views_[static_cast<size_t>(layer)];
-    warm_encode(warm_format_, v, op.hot.data(), cap_.warm_span, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
-                v.warm_v + op.dst.slot * warm_v_slot_bytes_);
-  };
   if (threads_ != nullptr && threads_->size() > 1) {
     threads_->parallel_for(geo_.n_layer, 1, [&](int64_t b, int64_t e) {
-      for (int64_t l = b; l < e; ++l) encode_layer(static_cast<int32_t>(l));
+      for (int64_t l = b; l < e; ++l) encode_layer(op, static_cast<int32_t>(l));
     });
   } else {
-    for (int32_t l = 0; l < geo_.n_layer; ++l) encode_layer(l);
+    for (int32_t l = 0; l < geo_.n_layer; ++l) encode_layer(op, l);
   }
+}
+
+void KvStorage::run_tasks(AheadJob& job) {
+  for (int64_t t = job.next.fetch_add(1); t < job.n_tasks; t = job.next.fetch_add(1)) {
+    encode_layer(job.ops[static_cast<size_t>(t / geo_.n_layer)], static_cast<int32_t>(t % geo_.n_layer));
+    if (job.done.fetch_add(1) + 1 == job.n_tasks) {
+      std::lock_guard<std::mutex> lock(ahead_mutex_);  // so that a waiter cannot miss the notification
+      ahead_cv_.notify_all();
+    }
+  }
+}
+
+void KvStorage::encoder_loop() {
+  std::unique_lock<std::mutex> lock(ahead_mutex_);
+  for (;;) {
+    ahead_cv_.wait(lock, [&] { return ahead_stop_ || ahead_posted_; });
+    if (ahead_stop_) return;
+    ahead_posted_ = false;
+    ahead_busy_ = true;  // finish_ahead() keeps the job alive until this thread has left it
+    AheadJob* job = ahead_job_.get();
+    lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
+    run_tasks(*job);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    lock.lock();
+    ahead_seconds_ += dt;
+    ahead_busy_ = false;
+    ahead_cv_.notify_all();
+  }
+}
+
+void KvStorage::start_reencodes(std::span<const KvOp> pending) {
+  if (!ahead_enabled_) return;
+  finish_ahead();  // a job not yet met by an execute() (none in the step protocol)
+  auto job = std::make_unique<AheadJob>();
+  for (const KvOp& op : pending) {
+    if (op.kind != KvOp::Kind::kReencode) break;  // a later op may write what a re-encode reads
+    // Two ops into one warm slot would race (none in practice: a slot is freed only after commits).
+    const bool again = std::any_of(job->ops.begin(), job->ops.end(), [&](const KvOp& o) { return o.dst == op.dst; });
+    if (again) break;
+    STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
+    job->ops.push_back(op);
+  }
+  if (job->ops.empty()) return;
+  job->n_tasks = static_cast<int64_t>(job->ops.size()) * geo_.n_layer;
+  if (!encoder_.joinable()) encoder_ = std::thread([this] { encoder_loop(); });
+  {
+    std::lock_guard<std::mutex> lock(ahead_mutex_);
+    ahead_job_ = std::move(job);
+    ahead_posted_ = true;
+  }
+  ahead_cv_.notify_all();
+}
+
+void KvStorage::finish_ahead() {
+  if (!ahead_job_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  AheadJob& job = *ahead_job_;
+  run_tasks(job);  // the layers the encoder thread has not started
+  {
+    std::unique_lock<std::mutex> lock(ahead_mutex_);
+    // Every task done, and the encoder thread out of the job (or it never took it: then it never will).
+    ahead_cv_.wait(lock, [&] { return job.done.load() == job.n_tasks && !ahead_busy_; });
+    ahead_posted_ = false;
+    transfer_.reencode_ahead_seconds = ahead_seconds_;
+  }
+  for (KvOp& op : job.ops) ahead_done_.push_back(std::move(op));
+  ahead_job_.reset();
+  transfer_.reencode_blocking_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
   std::vector<KvOpStatus> status(ops.size(), KvOpStatus::kOk);
-  if (ops.empty()) return status;
+  finish_ahead();  // re-encodes started ahead read and write nothing after this
+  if (ops.empty()) {
+    ahead_done_.clear();
+    return status;
+  }
   // Prefetch: issue every cold read whose slot no earlier spill of this list writes (those must
   // wait for the write to be queued: the store keeps submission order per slot).
   std::vector<uint64_t> tickets(ops.size(), 0);
@@ -423,7 +514,19 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         if (is_lost(op.src)) status[i] = KvOpStatus::kSourceLost;
         break;
       case KvOp::Kind::kReencode: {
-        reencode(op);
+        ++transfer_.reencode_ops;
+        auto ahead = std::find(ahead_done_.begin(), ahead_done_.end(), op);
+        if (ahead != ahead_done_.end()) {  // encoded ahead, from the same bytes (start_reencodes)
+          ahead_done_.erase(ahead);
+          ++transfer_.reencode_ops_ahead;
+        } else {
+          const auto t0 = std::chrono::steady_clock::now();
+          reencode(op);
+          if (device_ == nullptr) {
+            transfer_.reencode_blocking_seconds +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+        }
         for (BlockId b : op.hot) {
           if (is_lost(KvSlot{KvTier::kHot, b})) status[i] = KvOpStatus::kSourceLost;
         }
@@ -529,6 +632,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     if (status[i] != KvOpStatus::kOk) lost.insert({op.dst.tier, op.dst.slot});
   }
   if (!batch_.empty()) flush_transfers();
+  ahead_done_.clear();  // re-encodes started ahead whose op was dropped (KvManager::free_sequence)
   return status;
 }
 

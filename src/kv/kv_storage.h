@@ -19,15 +19,30 @@
 // of such slots copy them into a bounded device area steps before the fetch, which is then a
 // device-side scatter (on the host the fetch copies from the slot, there is nothing to overlap).
 //
+// Re-encodes (host backends): execute() encodes a kReencode op spread over the thread pool's
+// workers, unless start_reencodes() began it earlier on the storage's encoder thread — right after
+// the commit that planned it, while the engine thread samples and emits the step's tokens. Such an
+// op reads hot blocks its sequence has just released and writes a warm slot nobody reads yet; no
+// KV byte is written between the two calls (every write is an op of execute() or a forward pass,
+// which comes after it), so the bytes are those execute() would have encoded, and the next forward
+// pass sees the same tables and bytes as without it. execute() first finishes the job (taking the
+// layers the encoder thread has not started, then waiting for the ones it has) and skips the ops
+// it covered. STRATA_KV_REENCODE_AHEAD=0 turns it off (every re-encode in execute(), as before).
+//
 // Thread-safety: engine thread only (the cold store does its I/O on its own thread; re-encoding is
-// spread over the thread pool's workers inside execute()).
+// spread over the thread pool's workers inside execute(), or runs on the encoder thread between
+// start_reencodes() and the next execute(), which waits for it).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,7 +76,7 @@ class KvStorage {
   // device backend, else anonymous memory (what the CPU backend's kPinnedHost is too).
   // Throws strata::Error for impossible sizes or an unusable spill directory.
   KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads = nullptr, Backend* backend = nullptr);
-  ~KvStorage();  // waits for the cold tier's queued I/O
+  ~KvStorage();  // waits for the cold tier's queued I/O and a re-encode started ahead
   KvStorage(const KvStorage&) = delete;
   KvStorage& operator=(const KvStorage&) = delete;
 
@@ -81,6 +96,14 @@ class KvStorage {
   // issued first (prefetch), so they overlap the rest. Preconditions: slots are in range; a
   // fetch's destination tier is the tier its cold slot's content was spilled from.
   std::vector<KvOpStatus> execute(std::span<const KvOp> ops);
+
+  // Begins, on the encoder thread, the leading kReencode ops of `pending` (KvManager::pending_ops():
+  // the ops the next execute() will get, in order), up to the first op of another kind, so that
+  // they overlap what the engine thread does until then. Only on a host backend with the warm tier
+  // on and STRATA_KV_REENCODE_AHEAD not 0; otherwise, or when nothing is pending, it does nothing.
+  // Precondition: no KV byte is written until the next execute() (which finishes the job first).
+  void start_reencodes(std::span<const KvOp> pending);
+  bool reencodes_ahead() const { return ahead_enabled_; }
 
   // Waits until the cold tier's queued writes and reads are done (tests, shutdown).
   void drain_io();
@@ -125,6 +148,29 @@ class KvStorage {
   void copy_block(BlockId src, BlockId dst);
   void compact(std::span<const KvTokenMove> moves);  // kCompact: token rows, every layer
   void reencode(const KvOp& op);
+  void encode_layer(const KvOp& op, int32_t layer);
+
+  // Re-encodes started ahead (start_reencodes): one task per (op, layer), taken in order by the
+  // encoder thread and, in finish_ahead(), by the engine thread.
+  struct AheadJob {
+    std::vector<KvOp> ops;
+    int64_t n_tasks = 0;
+    std::atomic<int64_t> next{0};  // the next task to take
+    std::atomic<int64_t> done{0};  // tasks finished
+  };
+  bool ahead_enabled_ = false;
+  std::thread encoder_;
+  std::mutex ahead_mutex_;
+  std::condition_variable ahead_cv_;  // a job posted, a job done, or stop
+  std::unique_ptr<AheadJob> ahead_job_;   // the job posted (shared with the encoder thread under the mutex)
+  bool ahead_posted_ = false;            // the encoder thread has a job to run
+  bool ahead_busy_ = false;              // the encoder thread is in run_tasks()
+  bool ahead_stop_ = false;
+  double ahead_seconds_ = 0;             // encoder thread's seconds (under ahead_mutex_)
+  std::vector<KvOp> ahead_done_;         // ops finished ahead, not yet met in execute()
+  void run_tasks(AheadJob& job);         // takes and runs tasks until none is left
+  void finish_ahead();                   // the engine thread: completes the posted job (timed as blocking)
+  void encoder_loop();
 
   static constexpr uint64_t kColdHeaderBytes = 8;
   static constexpr uint64_t kDeviceReadAheadBytes = uint64_t{64} << 20;  // the device read-ahead area
