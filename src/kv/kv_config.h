@@ -32,6 +32,9 @@ struct KvConfig {
   int32_t hot_tokens = 256;              // most recent tokens of each sequence kept hot
   WarmFormat warm_format = WarmFormat::kNone;  // --kv-warm-dtype
   double warm_fraction = 0.75;           // share of the KV memory given to the warm pool when on
+  // Re-encodes begin on KvStorage's encoder thread right after the commit that plans them
+  // (KvStorage::start_reencodes; host backends); false, or STRATA_KV_REENCODE_AHEAD=0: in execute().
+  bool reencode_ahead = true;
   // The cold tier: host memory (--kv-host-memory; pinned on a GPU) and/or a file below it
   // (--kv-spill-dir, --kv-spill-size). With both, host slots are taken first; a block never moves
   // from the host part to the file part (no migration: the file takes what the host tier cannot).

@@ -117,7 +117,7 @@ void KvStorage::set_host_views() {
   }
   // Re-encodes ahead (start_reencodes): host backends with a warm tier.
   const char* ahead = std::getenv("STRATA_KV_REENCODE_AHEAD");
-  ahead_enabled_ = device_ == nullptr && warm_format_ != WarmFormat::kNone && cap_.warm_slots > 0 &&
+  ahead_enabled_ = cfg.reencode_ahead && device_ == nullptr && warm_format_ != WarmFormat::kNone && cap_.warm_slots > 0 &&
                    !(ahead != nullptr && std::string_view(ahead) == "0");
 }
 

@@ -100,7 +100,7 @@ class KvStorage {
   // Begins, on the encoder thread, the leading kReencode ops of `pending` (KvManager::pending_ops():
   // the ops the next execute() will get, in order), up to the first op of another kind, so that
   // they overlap what the engine thread does until then. Only on a host backend with the warm tier
-  // on and STRATA_KV_REENCODE_AHEAD not 0; otherwise, or when nothing is pending, it does nothing.
+  // on, KvConfig::reencode_ahead and STRATA_KV_REENCODE_AHEAD not 0; otherwise, or when nothing is pending, it does nothing.
   // Precondition: no KV byte is written until the next execute() (which finishes the job first).
   void start_reencodes(std::span<const KvOp> pending);
   bool reencodes_ahead() const { return ahead_enabled_; }

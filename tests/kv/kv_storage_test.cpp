@@ -165,6 +165,130 @@ TEST(KvStorage, AReencodeWritesWhatTheReferenceCodecWrites) {
   }
 }
 
+// A storage with a warm tier of format f (hot blocks and warm slots half and half of 48 blocks).
+KvConfig warm_config(WarmFormat f) {
+  KvConfig cfg = config(0);
+  cfg.num_blocks.reset();
+  cfg.memory_bytes = kGeo.bytes_per_block() * 48;
+  cfg.warm_format = f;
+  cfg.warm_fraction = 0.5;
+  return cfg;
+}
+
+// The reference codec's bytes of hot `blocks` of s, every layer (as warm_bytes lays them out).
+std::vector<uint8_t> reference_warm(const KvStorage& s, WarmFormat f, const std::vector<BlockId>& blocks) {
+  std::vector<uint8_t> expected;
+  for (const KvLayerView& v : s.views()) {
+    std::vector<uint8_t> k(static_cast<size_t>(v.warm_k_slot_bytes)), vv(static_cast<size_t>(v.warm_v_slot_bytes));
+    warm_encode(f, v, blocks.data(), static_cast<int32_t>(blocks.size()), k.data(), vv.data());
+    expected.insert(expected.end(), k.begin(), k.end());
+    expected.insert(expected.end(), vv.begin(), vv.end());
+  }
+  return expected;
+}
+
+KvOp reencode_op(int32_t slot, std::vector<BlockId> blocks) { return KvOp{KvOp::Kind::kReencode, {}, warm(slot), std::move(blocks), {}, {}}; }
+
+TEST(KvStorage, ReencodesStartedAheadWriteWhatTheReferenceCodecWrites) {
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    KvStorage s(kGeo, warm_config(f));
+    ASSERT_TRUE(s.reencodes_ahead());
+    const int32_t span = s.capacity().warm_span;
+    ASSERT_GE(s.capacity().warm_slots, 3);
+    ASSERT_GE(s.capacity().hot_blocks, 2 * span + 1);
+    std::vector<BlockId> a, b;
+    for (int32_t j = 0; j < span; ++j) {
+      a.push_back(2 * j);
+      b.push_back(2 * j + 1);
+      fill_hot(s, 2 * j, 3);
+      fill_hot(s, 2 * j + 1, 4);
+    }
+    const std::vector<uint8_t> want_a = reference_warm(s, f, a), want_b = reference_warm(s, f, b);
+    const std::vector<uint8_t> other = warm_bytes(s, 0);
+    const std::vector<KvOp> ops{reencode_op(2, a), reencode_op(1, b)};
+    s.start_reencodes(ops);
+    EXPECT_EQ(s.execute(ops), (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+    EXPECT_EQ(warm_bytes(s, 2), want_a) << warm_format_name(f);
+    EXPECT_EQ(warm_bytes(s, 1), want_b) << warm_format_name(f);
+    EXPECT_EQ(warm_bytes(s, 0), other) << "no other slot is written";
+    const KvTransferStats t = s.transfer_stats();
+    EXPECT_EQ(t.reencode_ops, 2);
+    EXPECT_EQ(t.reencode_ops_ahead, 2) << "both ran ahead, execute() did not encode them again";
+  }
+}
+
+TEST(KvStorage, AReencodeAfterAnOpThatWritesHotBlocksWaitsForExecute) {
+  // [copy hot 7 -> hot 0, re-encode (0, 1, ...) -> warm 1]: the re-encode must read block 0 after
+  // the copy, so it cannot start ahead.
+  const WarmFormat f = WarmFormat::kInt8;
+  KvStorage s(kGeo, warm_config(f));
+  KvStorage twin(kGeo, warm_config(f));
+  const int32_t span = s.capacity().warm_span;
+  std::vector<BlockId> blocks;
+  for (int32_t j = 0; j < span; ++j) blocks.push_back(j);
+  for (KvStorage* st : {&s, &twin}) {
+    for (BlockId b = 0; b < 8; ++b) fill_hot(*st, b, 5);
+  }
+  // The expected bytes: the copy alone on the twin (a copy is checked above), then the codec.
+  ASSERT_EQ(twin.execute(std::vector<KvOp>{op(kCopy, hot(7), hot(0))})[0], KvOpStatus::kOk);
+  const std::vector<uint8_t> want = reference_warm(twin, f, blocks);
+  ASSERT_NE(want, reference_warm(s, f, blocks)) << "the copy must change what is encoded";
+  const std::vector<KvOp> ops{op(kCopy, hot(7), hot(0)), reencode_op(1, blocks)};
+  s.start_reencodes(ops);
+  EXPECT_EQ(s.execute(ops), (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+  EXPECT_EQ(warm_bytes(s, 1), want);
+  EXPECT_EQ(s.transfer_stats().reencode_ops, 1);
+  EXPECT_EQ(s.transfer_stats().reencode_ops_ahead, 0);
+}
+
+TEST(KvStorage, AReencodeStartedAheadButDroppedStandsForNoOtherOp) {
+  // A re-encode started ahead and then dropped from the list (its sequence ended: KvManager drops
+  // it) must not stand for a different op into the same slot, in this execute() or a later one.
+  const WarmFormat f = WarmFormat::kInt4;
+  KvStorage s(kGeo, warm_config(f));
+  const int32_t span = s.capacity().warm_span;
+  std::vector<BlockId> a, b;
+  for (int32_t j = 0; j < span; ++j) {
+    a.push_back(j);
+    b.push_back(span + j);
+  }
+  for (BlockId x = 0; x < 2 * span; ++x) fill_hot(s, x, 6);
+  const std::vector<uint8_t> want_b = reference_warm(s, f, b), want_a = reference_warm(s, f, a);
+  s.start_reencodes(std::vector<KvOp>{reencode_op(0, a)});
+  EXPECT_EQ(s.execute(std::vector<KvOp>{reencode_op(0, b)}), std::vector<KvOpStatus>{KvOpStatus::kOk});
+  EXPECT_EQ(warm_bytes(s, 0), want_b);
+  EXPECT_EQ(s.transfer_stats().reencode_ops_ahead, 0);
+  // Started ahead, then an empty list: nothing is left over for the next one.
+  s.start_reencodes(std::vector<KvOp>{reencode_op(0, a)});
+  EXPECT_TRUE(s.execute({}).empty());
+  fill_hot(s, a[0], 8);  // a new content of block a[0]: a later re-encode of `a` must see it
+  const std::vector<uint8_t> want_a2 = reference_warm(s, f, a);
+  ASSERT_NE(want_a2, want_a);
+  EXPECT_EQ(s.execute(std::vector<KvOp>{reencode_op(0, a)}), std::vector<KvOpStatus>{KvOpStatus::kOk});
+  EXPECT_EQ(warm_bytes(s, 0), want_a2);
+  EXPECT_EQ(s.transfer_stats().reencode_ops_ahead, 0);
+}
+
+TEST(KvStorage, ReencodesAheadAreOffOnRequest) {
+  KvConfig cfg = warm_config(WarmFormat::kInt8);
+  cfg.reencode_ahead = false;
+  KvStorage s(kGeo, cfg);
+  EXPECT_FALSE(s.reencodes_ahead());
+  const int32_t span = s.capacity().warm_span;
+  std::vector<BlockId> a;
+  for (int32_t j = 0; j < span; ++j) {
+    a.push_back(j);
+    fill_hot(s, j, 2);
+  }
+  const std::vector<uint8_t> want = reference_warm(s, WarmFormat::kInt8, a);
+  const std::vector<KvOp> ops{reencode_op(0, a)};
+  s.start_reencodes(ops);
+  EXPECT_EQ(s.execute(ops)[0], KvOpStatus::kOk);
+  EXPECT_EQ(warm_bytes(s, 0), want);
+  EXPECT_EQ(s.transfer_stats().reencode_ops_ahead, 0);
+  EXPECT_FALSE(KvStorage(kGeo, config(8)).reencodes_ahead()) << "no warm tier, nothing to start";
+}
+
 TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
   const std::string dir = test::make_temp_dir("strata-kvs");
   KvConfig cfg = config(0);
