@@ -95,6 +95,10 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
     cold_bad_.assign(static_cast<size_t>(cap_.cold_slots), 0);
     if (cfg.offload && cap_.cold_host_slots > 0) set_host_views();
   }
+  // Re-encodes ahead (start_reencodes): host backends with a warm tier.
+  const char* ahead = std::getenv("STRATA_KV_REENCODE_AHEAD");
+  ahead_enabled_ = cfg.reencode_ahead && device_ == nullptr && warm_format_ != WarmFormat::kNone && cap_.warm_slots > 0 &&
+                   !(ahead != nullptr && std::string_view(ahead) == "0");
 }
 
 void KvStorage::set_host_views() {
@@ -115,10 +119,6 @@ void KvStorage::set_host_views() {
     v.host_k_offset = header + static_cast<int64_t>(l) * 2 * v.block_stride_bytes();
     v.host_v_offset = v.host_k_offset + v.block_stride_bytes();
   }
-  // Re-encodes ahead (start_reencodes): host backends with a warm tier.
-  const char* ahead = std::getenv("STRATA_KV_REENCODE_AHEAD");
-  ahead_enabled_ = cfg.reencode_ahead && device_ == nullptr && warm_format_ != WarmFormat::kNone && cap_.warm_slots > 0 &&
-                   !(ahead != nullptr && std::string_view(ahead) == "0");
 }
 
 KvStorage::~KvStorage() {
