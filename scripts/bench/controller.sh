@@ -74,20 +74,7 @@ out=${OUT_DIR:-/tmp/strata-controller}
 mkdir -p "$out"
 [[ -x $strata ]] || { echo "STRATA=$strata is not an executable" >&2; exit 2; }
 
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# GET http://127.0.0.1:PORT/PATH to stdout; fails unless 200 (python3 only: no curl needed).
-http_get() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "http://127.0.0.1:$1$2" 2>/dev/null; }
-# Up to 5 minutes: a large model loads onto a GPU before /health answers 200.
-wait_health() { for _ in $(seq 1500); do http_get "$1" /health >/dev/null && return 0; sleep 0.2; done; echo "server on port $1 did not come up" >&2; return 1; }
+source "$(dirname "$0")/serve-lib.sh"  # pids/cleanup, free_port, http_get, wait_health
 
 model=${MODEL:-$out/model.gguf}
 if [[ ! -f $model ]]; then

@@ -36,29 +36,9 @@ out=${OUT_DIR:-/tmp/strata-host-tier-serve}
 threads=()
 [[ -n ${THREADS:-} ]] && threads=(-t "$THREADS")
 mkdir -p "$out"
-for tool in jq curl python3 awk; do command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }; done
+for tool in jq python3 awk; do command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }; done
 
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# Waits for /health while the server is alive (a large model on a GPU takes a while to load).
-wait_health() {
-  local i
-  for i in $(seq 3000); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "server on port $1 exited; see $3" >&2; return 1; }
-    sleep 0.2
-  done
-  echo "server on port $1 did not come up in 600 s" >&2
-  return 1
-}
+source "$(dirname "$0")/serve-lib.sh"  # pids/cleanup, free_port, http_get, wait_health
 # The sum of a metric over its label sets whose labels contain $3 (e.g. 'tier="host"'), in a page.
 metric() { awk -v m="$2" -v l="${3:-}" '($1 == m || index($1, m "{") == 1) && index($1, l) { s += $NF } END { printf "%.0f", s }' "$1"; }
 
@@ -104,13 +84,13 @@ run() {
   pids+=("$spid")
   wait_health "$port" "$spid" "$log"
   local url=http://127.0.0.1:$port
-  curl -sf "$url/metrics" >"$out/metrics-$cfg$round-before.txt"
+  http_get "$port" /metrics >"$out/metrics-$cfg$round-before.txt"
   json=$out/bench-$cfg$round.json
   "$strata" bench serve --base-url "$url" --endpoint chat --dataset multi-turn --turns "$turns" \
     --num-prompts $((conversations * turns)) --input-len "$input_len" --output-len "$output_len" --ignore-eos \
     --max-concurrency "$concurrency" --seed 1 --quiet --json-out "$json" >"$out/bench-$cfg$round.txt"
   local m=$out/metrics-$cfg$round.txt mb=$out/metrics-$cfg$round-before.txt
-  curl -sf "$url/metrics" >"$m"
+  http_get "$port" /metrics >"$m"
   kill "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
   local hit=$(($(metric "$m" strata_prefix_cache_hit_tokens_total) - $(metric "$mb" strata_prefix_cache_hit_tokens_total)))

@@ -31,17 +31,7 @@ model=${MODEL:-$root/../shared/models/stories260K.gguf}
 out=${OUT_DIR:-/tmp/strata-remote-kv}
 mkdir -p "$out"
 
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_health() { for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "server on port $1 did not come up" >&2; return 1; }
+source "$(dirname "$0")/serve-lib.sh"  # pids/cleanup, free_port, http_get, wait_health
 # The sum of a counter over all its label sets in a /metrics page.
 metric() { awk -v m="$2" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d", s }' "$1"; }
 
@@ -65,7 +55,7 @@ serve_run() {
     spids[i]=$!
     pids+=("${spids[i]}")
   done
-  for i in 0 1; do wait_health "${ports[i]}"; urls+=("http://127.0.0.1:${ports[i]}"); done
+  for i in 0 1; do wait_health "${ports[i]}" "${spids[i]}" "$out/serve-$cfg$round-$i.log"; urls+=("http://127.0.0.1:${ports[i]}"); done
   local json=$out/bench-$cfg$round.json
   load=$(cut -d' ' -f1 /proc/loadavg)
   "$strata" bench serve --base-url "${urls[0]}" --base-url "${urls[1]}" --route round-robin --endpoint chat \
@@ -74,7 +64,7 @@ serve_run() {
     --json-out "$json" >"$out/bench-$cfg$round.txt"
   local rh=0 rhb=0 rmb=0 rrb=0 rwb=0 pub=0 to=0
   for i in 0 1; do
-    curl -sf "${urls[i]}/metrics" >"$out/metrics-$cfg$round-$i.txt"
+    http_get "${ports[i]}" /metrics >"$out/metrics-$cfg$round-$i.txt"
     local m=$out/metrics-$cfg$round-$i.txt
     rh=$((rh + $(metric "$m" strata_kv_remote_hit_tokens_total)))
     rhb=$((rhb + $(metric "$m" strata_kv_remote_hit_blocks_total)))
