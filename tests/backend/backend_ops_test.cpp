@@ -42,6 +42,9 @@
 #include "core/error.h"
 #include "gguf/quant.h"
 #include "kv/warm_format.h"
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+#include "backend/cuda/attention_mma_stats.h"
+#endif
 
 namespace strata {
 namespace {
@@ -876,6 +879,50 @@ TEST_P(BackendOps, PagedAttentionPrefillShapes) {
       attention_case(be(), dtype, 16, 14, 2, hd, {{1000, 64}, {3, 2}}, WarmFormat::kNone, rng);
       attention_case(be(), dtype, 16, 8, 2, hd, decodes_and_chunk, WarmFormat::kNone, rng);
       attention_case(be(), dtype, 16, 4, 1, hd, {{2500, 3}}, WarmFormat::kNone, rng);
+    }
+  }
+}
+
+// The same prefill shapes over tables mixing hot and warm ids (int8, fp8, int4: each sequence's
+// older blocks re-encoded into warm slots, its last block hot), f16 and bf16 hot KV, head_dim 64
+// and 128, GQA 1, 4 and 8, blocks of 16 (int4: slots of 2 blocks) and 32 tokens, chunks starting
+// and ending mid-block and mid-tile, batched with decodes, a long context split across thread
+// blocks. On CUDA each case must reach the tensor-core kernel (its launch counter moves), unless
+// STRATA_CUDA_MMA_ATTN=0 turns that kernel off.
+TEST_P(BackendOps, PagedAttentionPrefillWarm) {
+  std::mt19937 rng(32);
+  const std::vector<SeqSpec> mixed = {{0, 37}, {50, 1}, {16, 16}, {100, 5}, {0, 1}};
+  std::vector<SeqSpec> decodes_and_chunk;
+  for (int i = 0; i < 12; ++i) decodes_and_chunk.push_back({200 + 29 * i, 1});
+  decodes_and_chunk.push_back({75, 50});
+  struct Shape {
+    int32_t bs, n_head, n_kv;
+    std::vector<SeqSpec> specs;
+  };
+  const std::vector<Shape> shapes = {
+      {16, 32, 8, {{0, 200}}},               // GQA 4, llama-1b's heads: the prompt's own keys warm
+      {16, 8, 1, {{300, 45}, {700, 1}}},     // GQA 8: a chunk from mid-block to mid-block
+      {32, 4, 4, mixed},                     // GQA 1, blocks of 32
+      {16, 16, 2, {{1000, 64}, {3, 2}}},     // GQA 8: a long context over several splits
+      {16, 8, 2, decodes_and_chunk},         // GQA 4: a chunk batched with decodes
+  };
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBF16}) {
+      for (int32_t hd : {64, 128}) {
+        for (const Shape& sh : shapes) {
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+          const int64_t before = cuda::attn::mma_launches();
+#endif
+          attention_case(be(), dtype, sh.bs, sh.n_head, sh.n_kv, hd, sh.specs, f, rng);
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+          if (cuda::attn::mma_enabled()) {
+            EXPECT_GT(cuda::attn::mma_launches(), before)
+                << warm_format_name(f) << " " << kv_dtype_name(dtype) << " head_dim " << hd << " block " << sh.bs
+                << " heads " << sh.n_head << "/" << sh.n_kv << ": the chunk did not take the tensor-core kernel";
+          }
+#endif
+        }
+      }
     }
   }
 }

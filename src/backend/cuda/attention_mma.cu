@@ -1,5 +1,6 @@
-// Paged attention on the tensor cores (FlashAttention-2 style) for prompt chunks over hot f16/bf16
-// KV, head_dim 64 or 128 (attention_mma.cuh says when attention.cu takes this path).
+// Paged attention on the tensor cores (FlashAttention-2 style) for prompt chunks over f16/bf16 KV
+// with or without a warm tier (int8 / fp8 / int4 sub-blocks) and blocks in host slots, head_dim 64
+// or 128 (attention_mma.cuh says when attention.cu takes this path).
 //
 // A block of 4 warps takes one sequence, one kv head, one split of the keys and 64 consecutive
 // "query vectors" of the sequence (vector v = query row v / group, head v % group of the kv head's
@@ -16,6 +17,29 @@
 // inputs (q in [-2, 2], K and V in [-1, 1]) that is within 2e-7 of a double reference with f16 KV
 // (FP32 rounding) and 3e-6 with bf16 KV (P's two bf16 parts hold 16 bits); the suite allows 2e-5.
 //
+// Warm tiles. A tile whose keys include a warm sub-block (block-uniform: __syncthreads_or of the
+// threads' rows; tiles of hot rows only run exactly as above, same bits) is decoded by all threads
+// after its hot rows have landed: each warm element x, in f32 exactly as kv_rows.cuh's row_elem
+// (warm_decode_row) computes it, is split into hi = round16(x) in the tile and lo = round16(x - hi)
+// in one more K and V buffer (lo = 0 for the tile's hot rows), and the tile takes two more MMAs
+// per fragment: Q hi times K lo, and P hi times V lo (Q lo times K lo and P lo times V lo are
+// below 2^-22 of a product, under Q's and P's own splits). Precision of hi + lo:
+//   f16 KV: 22 bits. int8 elements (7-bit code times an f16 scale: 18 bits) and int4 (|q - zero|
+//     <= 143 times an f16 scale: 19 bits) are exact, except where lo falls below f16's normal range
+//     (absolute error <= 2^-25 per element); fp8 (an f32 scale times a 4-bit e4m3 value, rounded in
+//     f32) within 2^-23 relative. Warm tiles keep the hot bound (~2e-7 on the suite's inputs).
+//   bf16 KV: 16 bits, relative error <= 2^-17 per warm element. Values: each output moves by at
+//     most 2^-17 max|v| (7.6e-6 for |v| <= 1), added to P's 3e-6. Keys: a score moves by at most
+//     2^-17 * scale * sum |q_d k_d| (worst case 1.7e-4 for D = 128 on the suite's inputs, but the
+//     rounding errors have random signs), an output by less than the spread of its scores' errors
+//     times the spread of its values. A host model of this arithmetic on the suite's inputs (bf16
+//     values in [-1, 1] encoded int8 / int4 / fp8, q in [-2, 2]) stays within 8e-6 of the double
+//     reference (contexts of 1..8 keys: values barely averaged) and 3e-6 for contexts up to 1,100;
+//     the suite holds the bf16 warm cases to its 2e-5. (A third part would need 2 more buffers:
+//     one block per SM at D = 128.)
+// Cost: the lo buffers (only for views with a warm tier: see MmaCfg) and the decode, which is not
+// overlapped with the previous tile's MMAs as the cp.async copies of hot rows are.
+//
 // Scratch (nsplit > 1): the partials {m, l, acc[hd]} of attention.cu's combine kernel.
 #include "backend/cuda/attention_mma.cuh"
 
@@ -24,11 +48,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "backend/cuda/attention_mma_stats.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/seq_slots.cuh"
@@ -42,13 +68,19 @@ constexpr int kVecs = kWarps * kRows;    // query vectors per block
 constexpr int kKeys = 64;                // keys per tile
 constexpr int kThreads = kWarps * 32;
 
+std::atomic<int64_t> g_launches{0};
+
 // Shared memory: K [2][kKeys][STRIDE] then V [2][kKeys][STRIDE], 16-bit elements; rows padded by
-// 16 bytes so that the 8 row addresses of an ldmatrix phase fall in distinct banks.
+// 16 bytes so that the 8 row addresses of an ldmatrix phase fall in distinct banks. A view with a
+// warm tier adds the low parts of a warm tile, K lo [kKeys][STRIDE] then V lo [kKeys][STRIDE]
+// (one buffer: a warm tile is decoded after the barrier that ends the copies of its hot rows).
+// D = 128: 68 KiB hot only, 102 KiB with a warm tier, both two blocks per SM (227 KiB).
 template <int D>
 struct MmaCfg {
   static constexpr int STRIDE = D + 8;
   static constexpr int TILE_BYTES = kKeys * STRIDE * 2;
   static constexpr int SMEM = 4 * TILE_BYTES;
+  static constexpr int SMEM_WARM = 6 * TILE_BYTES;
 };
 
 template <bool BF>
@@ -128,14 +160,21 @@ __device__ __forceinline__ void tile_ids(const int32_t* table, int32_t bs, int32
   }
 }
 
+// Whether block id `id` of a table is a warm sub-block (not hot, not in a host slot).
+__device__ __forceinline__ bool is_warm(const KvLayerView& kv, int32_t id) {
+  return kv.warm_format != WarmFormat::kNone && id >= kv.n_hot_blocks && id < kv.host_base;
+}
+
 // The thread's part of the tile at k0 (block ids from tile_ids): K and V rows to the tile buffers
 // at shared addresses ks and vs, zeros for keys past the range (so that masked products stay
-// finite).
+// finite) and for warm rows (stage_warm writes them). Returns whether one of the thread's rows is
+// warm.
 template <int D>
-__device__ __forceinline__ void load_tile(const KvLayerView& kv, const int32_t (&ids)[kKeys / kRpp<D>], int32_t kvh,
+__device__ __forceinline__ bool load_tile(const KvLayerView& kv, const int32_t (&ids)[kKeys / kRpp<D>], int32_t kvh,
                                           int32_t k0, uint32_t ks, uint32_t vs, int tid) {
   const int c = tid % (D / 8);
   const int32_t bs = kv.block_size;
+  bool warm = false;
 #pragma unroll
   for (int i = 0; i < kKeys / kRpp<D>; ++i) {
     const int j = tid / (D / 8) + i * kRpp<D>;
@@ -143,7 +182,9 @@ __device__ __forceinline__ void load_tile(const KvLayerView& kv, const int32_t (
     const uint8_t* kp = kv.k;
     const uint8_t* vp = kv.v;
     int bytes = 0;
-    if (ids[i] >= 0) {  // a hot block, or one in a host slot (hot_row: --kv-offload)
+    if (is_warm(kv, ids[i])) {
+      warm = true;
+    } else if (ids[i] >= 0) {  // a hot block, or one in a host slot (hot_row: --kv-offload)
       kp = hot_row(kv, false, ids[i], key % bs, kvh, 2) + c * 16;
       vp = hot_row(kv, true, ids[i], key % bs, kvh, 2) + c * 16;
       bytes = 16;
@@ -151,6 +192,73 @@ __device__ __forceinline__ void load_tile(const KvLayerView& kv, const int32_t (
     const uint32_t o = static_cast<uint32_t>((j * MmaCfg<D>::STRIDE + c * 8) * 2);
     cp_async16(ks + o, kp, bytes);
     cp_async16(vs + o, vp, bytes);
+  }
+  return warm;
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Elements [d, d + 8) of the K (value = false) or V row of warm sub-block `id` (token `slot`, kv
+// head `head`), each as kv_rows.cuh's row_elem (kv/warm_format.cpp's warm_decode_row) computes it.
+// Code bytes by 4-byte loads: slots are multiples of 4 bytes and d is a multiple of 8.
+__device__ __forceinline__ void warm_chunk(const KvLayerView& kv, bool value, int32_t id, int32_t slot, int32_t head,
+                                           int d, float (&x)[8]) {
+  const RowSrc r = row_src(kv, value, id, slot, head);
+  if (r.kind == 3 || r.kind == 4) {  // int8 / fp8: byte e of the chunk is element d + e
+    const uint32_t w[2] = {ld_u32(r.data + d), ld_u32(r.data + d + 4)};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const uint8_t b = static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4)));
+      x[e] = r.kind == 3 ? r.scale * static_cast<float>(static_cast<int8_t>(b)) : r.scale * e4m3_decode(b);
+    }
+  } else {  // int4: element d + e is nibble e of the chunk's 4 bytes (low nibble first)
+    const uint32_t w = ld_u32(r.data + d / 2);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int nib = static_cast<int>((w >> (4 * e)) & 0xfu);
+      const int m = r.kind == 5 ? d + e : (d + e) / r.gv;
+      x[e] = ld_f16(r.sc + 2 * m) * static_cast<float>(nib - r.zr[m]);
+    }
+  }
+}
+
+// The warm rows of the tile at k0 (keys < ke), the thread's chunks of them as load_tile's: each
+// element x decoded to f32 and split into hi = round16(x) (to the tile buffers at byte offsets khi
+// and vhi of shared memory, where load_tile left zeros) and lo = round16(x - hi) (to the lo
+// buffers at klo and vlo); lo = 0 for the tile's other rows, so that the extra MMAs of a warm tile
+// add exact zeros for them.
+template <int D, bool BF>
+__device__ __forceinline__ void stage_warm(const KvLayerView& kv, const int32_t* table, int32_t kvh, int32_t k0,
+                                           int32_t ke, char* smem, int khi, int vhi, int klo, int vlo, int tid) {
+  constexpr int R = kKeys / kRpp<D>;
+  const int c = tid % (D / 8);
+  const int32_t bs = kv.block_size;
+#pragma unroll 1
+  for (int i = 0; i < R; ++i) {
+    const int j = tid / (D / 8) + i * kRpp<D>;
+    const int32_t key = k0 + j;
+    const int32_t id = key < ke ? table[key / bs] : -1;
+    const int o = (j * MmaCfg<D>::STRIDE + c * 8) * 2;
+    uint4 lo[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+    if (is_warm(kv, id)) {
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {  // K, V
+        float x[8];
+        warm_chunk(kv, w == 1, id, key % bs, kvh, c * 8, x);
+        uint32_t hi[4], lw[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          uint32_t parts[2];
+          split_pack<BF, 2>(x[2 * e], x[2 * e + 1], parts);
+          hi[e] = parts[0];
+          lw[e] = parts[1];
+        }
+        *reinterpret_cast<uint4*>(smem + (w == 1 ? vhi : khi) + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        lo[w] = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+      }
+    }
+    *reinterpret_cast<uint4*>(smem + klo + o) = lo[0];
+    *reinterpret_cast<uint4*>(smem + vlo + o) = lo[1];
   }
 }
 
@@ -165,6 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int NT_O = D / 8;       // n-tiles of O
   constexpr int STRIDE = C::STRIDE;
   extern __shared__ float4 smem4[];
+  char* const smem = reinterpret_cast<char*>(smem4);
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem4));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;  // fragment row (and row + 8), column pair 2 tig
@@ -237,25 +346,36 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int32_t ntiles = kb < ke ? (ke - kb + kKeys - 1) / kKeys : 0;
   int32_t ids[kKeys / kRpp<D>];
+  bool warm_cur = false;  // whether one of the thread's rows of the current tile is warm
   if (ntiles > 0) {
     tile_ids<D>(table, kv.block_size, kb, ke, tid, ids);
-    load_tile<D>(kv, ids, kvh, kb, sbase, sbase + 2 * C::TILE_BYTES, tid);
+    warm_cur = load_tile<D>(kv, ids, kvh, kb, sbase, sbase + 2 * C::TILE_BYTES, tid);
     tile_ids<D>(table, kv.block_size, kb + kKeys, ke, tid, ids);
   }
   cp_commit();
   for (int32_t it = 0; it < ntiles; ++it) {
     const int32_t k0 = kb + it * kKeys;
+    bool warm_next = false;
     if (it + 1 < ntiles) {
       const uint32_t nb = static_cast<uint32_t>((it + 1) & 1) * C::TILE_BYTES;
-      load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid);
+      warm_next = load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid);
       tile_ids<D>(table, kv.block_size, k0 + 2 * kKeys, ke, tid, ids);  // used by the next iteration
     }
     cp_commit();
-    cp_wait_1();      // this tile's copies (all but the group just committed) are done
-    __syncthreads();  // ... for every thread's copies
+    cp_wait_1();  // this tile's copies (all but the group just committed) are done
+    // ... for every thread's copies; and whether the tile has a warm row (block-uniform).
+    const bool warm = __syncthreads_or(warm_cur) != 0;
+    warm_cur = warm_next;
+    const int cur = (it & 1) * C::TILE_BYTES;
+    if (warm) {  // its warm rows decoded into the tile (hi) and the lo buffers, by every thread
+      stage_warm<D, BF>(kv, table, kvh, k0, ke, smem, cur, 2 * C::TILE_BYTES + cur, 4 * C::TILE_BYTES,
+                        5 * C::TILE_BYTES, tid);
+      __syncthreads();
+    }
     if (k0 < kend_w) {  // warp-uniform
-      const uint32_t kt = sbase + static_cast<uint32_t>(it & 1) * C::TILE_BYTES;
+      const uint32_t kt = sbase + static_cast<uint32_t>(cur);
       const uint32_t vt = kt + 2 * C::TILE_BYTES;
+      const uint32_t klo = sbase + 4 * C::TILE_BYTES, vlo = sbase + 5 * C::TILE_BYTES;
       // S = Q K^T: one ldmatrix.x4 gives the B fragments of n-tile n for k-steps t and t + 1.
       float s[NT_S][4];
 #pragma unroll
@@ -265,7 +385,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int n = 0; n < NT_S; ++n) {
           uint32_t kf[4];
-          ldsm_x4(kf, kt + static_cast<uint32_t>(((n * 8 + (lane & 7)) * STRIDE + t * 16 + (lane >> 3) * 8) * 2));
+          const uint32_t ko = static_cast<uint32_t>(((n * 8 + (lane & 7)) * STRIDE + t * 16 + (lane >> 3) * 8) * 2);
+          ldsm_x4(kf, kt + ko);
+          if (warm) {  // Q hi times K lo (Q lo times K lo is below Q's own precision)
+            uint32_t kl[4];
+            ldsm_x4(kl, klo + ko);
+            mma<BF>(s[n], qf[0][t], kl[0], kl[1]);
+            mma<BF>(s[n], qf[0][t + 1], kl[2], kl[3]);
+          }
 #pragma unroll
           for (int p = NQ - 1; p >= 0; --p) {
             mma<BF>(s[n], qf[p][t], kf[0], kf[1]);
@@ -336,9 +463,15 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int dt = 0; dt < D / 16; ++dt) {
           uint32_t vf[4];
-          ldsm_x4_trans(vf, vt + static_cast<uint32_t>(((kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE +
-                                                        dt * 16 + (lane >> 4) * 8) *
-                                                       2));
+          const uint32_t vo = static_cast<uint32_t>(
+              ((kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 16 + (lane >> 4) * 8) * 2);
+          ldsm_x4_trans(vf, vt + vo);
+          if (warm) {  // P hi times V lo
+            uint32_t vl[4];
+            ldsm_x4_trans(vl, vlo + vo);
+            mma<BF>(o[2 * dt], pf[0], vl[0], vl[1]);
+            mma<BF>(o[2 * dt + 1], pf[0], vl[2], vl[3]);
+          }
           mma<BF>(o[2 * dt], pf[1], vf[0], vf[1]);
           mma<BF>(o[2 * dt], pf[0], vf[0], vf[1]);
           mma<BF>(o[2 * dt + 1], pf[1], vf[2], vf[3]);
@@ -394,10 +527,13 @@ int32_t launch_t(const float* q, const KvLayerView& kv, const AttnBatch& b, int3
   static bool configured = false;  // one flag per instantiation; launchers run on the engine thread only
   if (!configured) {
     STRATA_CUDA(cudaFuncSetAttribute(attention_mma_kernel<D, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     MmaCfg<D>::SMEM));
+                                     MmaCfg<D>::SMEM_WARM));
     configured = true;
   }
-  attention_mma_kernel<D, BF><<<static_cast<unsigned>(blocks), kThreads, MmaCfg<D>::SMEM, s>>>(
+  // The lo buffers only where a tile can be warm (hot-only views keep their occupancy).
+  const int smem = kv.warm_format != WarmFormat::kNone ? MmaCfg<D>::SMEM_WARM : MmaCfg<D>::SMEM;
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  attention_mma_kernel<D, BF><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
       q, kv, b, n_head, group, scale, out, nsplit, group_slots);
   STRATA_CUDA_LAUNCH_CHECK();
   return nsplit;
@@ -414,11 +550,13 @@ bool mma_enabled() {
   return on;
 }
 
+int64_t mma_launches() { return g_launches.load(std::memory_order_relaxed); }
+
 bool mma_eligible(const KvLayerView& kv) {
   if (!mma_enabled()) return false;
   const bool aligned = (reinterpret_cast<uintptr_t>(kv.k) | reinterpret_cast<uintptr_t>(kv.v)) % 16 == 0;
   return (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kBF16) && (kv.head_dim == 64 || kv.head_dim == 128) &&
-         kv.warm_format == WarmFormat::kNone && aligned;
+         aligned;
 }
 
 // Enough blocks for one per SM of an H200 (132) when the batch alone does not give them

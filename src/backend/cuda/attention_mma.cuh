@@ -1,6 +1,7 @@
 // The tensor-core path of paged attention (attention_mma.cu), for attention.cu's dispatcher:
-// chunks of prompt (any batch with a sequence of n_q > 1) over hot f16/bf16 KV with head_dim 64 or
-// 128 and no warm tier. Everything else keeps attention.cu's FP32 kernels.
+// chunks of prompt (any batch with a sequence of n_q > 1) over f16/bf16 KV with head_dim 64 or 128,
+// hot blocks, blocks in host slots and warm (int8/fp8/int4) sub-blocks alike. Everything else
+// keeps attention.cu's FP32 kernels.
 // Thread-safety: launchers are called from the engine thread only.
 #pragma once
 
@@ -13,7 +14,8 @@
 
 namespace strata::cuda::attn {
 
-// Whether launch_mma takes this layer's KV (dtype, head_dim, no warm tier, 16-byte aligned rows).
+// Whether launch_mma takes this layer's KV (dtype, head_dim, 16-byte aligned hot rows; any warm
+// format).
 bool mma_eligible(const KvLayerView& kv);
 // Splits of the context per block of query vectors that launch_mma uses for a batch of this shape
 // (max_ctx may be an upper bound of the batch's contexts).
