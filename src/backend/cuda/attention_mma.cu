@@ -140,6 +140,11 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
+// 16 bytes to shared memory. No "memory" clobber: the compiler may move global loads (the next
+// rows' warm codes) above it; the barrier after stage_warm orders it before the ldmatrix reads.
+__device__ __forceinline__ void st_shared16(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
@@ -200,7 +205,8 @@ __device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) { return *reinterpr
 
 // Elements [d, d + 8) of the K (value = false) or V row of warm sub-block `id` (token `slot`, kv
 // head `head`), each as kv_rows.cuh's row_elem (kv/warm_format.cpp's warm_decode_row) computes it.
-// Code bytes by 4-byte loads: slots are multiples of 4 bytes and d is a multiple of 8.
+// Code bytes (and int4 keys' scales and zeros) by 4-byte loads: slots and their sections start at
+// multiples of 4 bytes and d is a multiple of 8.
 __device__ __forceinline__ void warm_chunk(const KvLayerView& kv, bool value, int32_t id, int32_t slot, int32_t head,
                                            int d, float (&x)[8]) {
   const RowSrc r = row_src(kv, value, id, slot, head);
@@ -211,14 +217,26 @@ __device__ __forceinline__ void warm_chunk(const KvLayerView& kv, bool value, in
       const uint8_t b = static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4)));
       x[e] = r.kind == 3 ? r.scale * static_cast<float>(static_cast<int8_t>(b)) : r.scale * e4m3_decode(b);
     }
-  } else {  // int4: element d + e is nibble e of the chunk's 4 bytes (low nibble first)
+  } else if (r.kind == 5) {  // int4 K: element d + e is nibble e of the chunk's 4 bytes (low nibble
+                             // first), with its channel's f16 scale and int8 zero (4-byte aligned)
     const uint32_t w = ld_u32(r.data + d / 2);
+    const uint8_t* sc = r.sc + 2 * d;
+    const uint8_t* zr = reinterpret_cast<const uint8_t*>(r.zr) + d;
+    const uint32_t scw[4] = {ld_u32(sc), ld_u32(sc + 4), ld_u32(sc + 8), ld_u32(sc + 12)};
+    const uint32_t zrw[2] = {ld_u32(zr), ld_u32(zr + 4)};
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int nib = static_cast<int>((w >> (4 * e)) & 0xfu);
-      const int m = r.kind == 5 ? d + e : (d + e) / r.gv;
-      x[e] = ld_f16(r.sc + 2 * m) * static_cast<float>(nib - r.zr[m]);
+      const float scale = half_bits_to_f32(static_cast<uint16_t>(scw[e / 2] >> (16 * (e % 2))));
+      const int zero = static_cast<int8_t>(static_cast<uint8_t>(zrw[e / 4] >> (8 * (e % 4))));
+      x[e] = scale * static_cast<float>(nib - zero);
     }
+  } else {  // int4 V: the chunk lies in one group of r.gv channels (8 divides gv)
+    const uint32_t w = ld_u32(r.data + d / 2);
+    const float scale = ld_f16(r.sc + 2 * (d / r.gv));
+    const int zero = r.zr[d / r.gv];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = scale * static_cast<float>(static_cast<int>((w >> (4 * e)) & 0xfu) - zero);
   }
 }
 
@@ -229,16 +247,20 @@ __device__ __forceinline__ void warm_chunk(const KvLayerView& kv, bool value, in
 // add exact zeros for them.
 template <int D, bool BF>
 __device__ __forceinline__ void stage_warm(const KvLayerView& kv, const int32_t* table, int32_t kvh, int32_t k0,
-                                           int32_t ke, char* smem, int khi, int vhi, int klo, int vlo, int tid) {
+                                           int32_t ke, uint32_t khi, uint32_t vhi, uint32_t klo, uint32_t vlo,
+                                           int tid) {
   constexpr int R = kKeys / kRpp<D>;
   const int c = tid % (D / 8);
   const int32_t bs = kv.block_size;
-#pragma unroll 1
+  // All rows' loads in flight together at D = 64; at D = 128 two rows at a time, one with bf16
+  // (registers: the kernel holds O and Q's parts across this; bf16 has three).
+  constexpr int U = D == 64 ? R : (BF ? 1 : 2);
+#pragma unroll U
   for (int i = 0; i < R; ++i) {
     const int j = tid / (D / 8) + i * kRpp<D>;
     const int32_t key = k0 + j;
     const int32_t id = key < ke ? table[key / bs] : -1;
-    const int o = (j * MmaCfg<D>::STRIDE + c * 8) * 2;
+    const uint32_t o = static_cast<uint32_t>((j * MmaCfg<D>::STRIDE + c * 8) * 2);
     uint4 lo[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
     if (is_warm(kv, id)) {
 #pragma unroll
@@ -253,12 +275,12 @@ __device__ __forceinline__ void stage_warm(const KvLayerView& kv, const int32_t*
           hi[e] = parts[0];
           lw[e] = parts[1];
         }
-        *reinterpret_cast<uint4*>(smem + (w == 1 ? vhi : khi) + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        st_shared16((w == 1 ? vhi : khi) + o, make_uint4(hi[0], hi[1], hi[2], hi[3]));
         lo[w] = make_uint4(lw[0], lw[1], lw[2], lw[3]);
       }
     }
-    *reinterpret_cast<uint4*>(smem + klo + o) = lo[0];
-    *reinterpret_cast<uint4*>(smem + vlo + o) = lo[1];
+    st_shared16(klo + o, lo[0]);
+    st_shared16(vlo + o, lo[1]);
   }
 }
 
@@ -273,7 +295,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int NT_O = D / 8;       // n-tiles of O
   constexpr int STRIDE = C::STRIDE;
   extern __shared__ float4 smem4[];
-  char* const smem = reinterpret_cast<char*>(smem4);
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem4));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tig = lane & 3;  // fragment row (and row + 8), column pair 2 tig
@@ -368,8 +389,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     warm_cur = warm_next;
     const int cur = (it & 1) * C::TILE_BYTES;
     if (warm) {  // its warm rows decoded into the tile (hi) and the lo buffers, by every thread
-      stage_warm<D, BF>(kv, table, kvh, k0, ke, smem, cur, 2 * C::TILE_BYTES + cur, 4 * C::TILE_BYTES,
-                        5 * C::TILE_BYTES, tid);
+      stage_warm<D, BF>(kv, table, kvh, k0, ke, sbase + cur, sbase + 2 * C::TILE_BYTES + cur,
+                        sbase + 4 * C::TILE_BYTES, sbase + 5 * C::TILE_BYTES, tid);
       __syncthreads();
     }
     if (k0 < kend_w) {  // warp-uniform
