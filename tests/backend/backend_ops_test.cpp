@@ -888,7 +888,7 @@ TEST_P(BackendOps, PagedAttentionPrefillShapes) {
 // and 128, GQA 1, 4 and 8, blocks of 16 (int4: slots of 2 blocks) and 32 tokens, chunks starting
 // and ending mid-block and mid-tile, batched with decodes, a long context split across thread
 // blocks. On CUDA each case must reach the tensor-core kernel (its launch counter moves), unless
-// STRATA_CUDA_MMA_ATTN=0 turns that kernel off.
+// STRATA_CUDA_MMA_ATTN=0 or STRATA_CUDA_MMA_WARM=0 sends it to the FP32 kernels.
 TEST_P(BackendOps, PagedAttentionPrefillWarm) {
   std::mt19937 rng(32);
   const std::vector<SeqSpec> mixed = {{0, 37}, {50, 1}, {16, 16}, {100, 5}, {0, 1}};
@@ -915,7 +915,7 @@ TEST_P(BackendOps, PagedAttentionPrefillWarm) {
 #endif
           attention_case(be(), dtype, sh.bs, sh.n_head, sh.n_kv, hd, sh.specs, f, rng);
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
-          if (cuda::attn::mma_enabled()) {
+          if (cuda::attn::mma_enabled() && cuda::attn::mma_warm_enabled()) {
             EXPECT_GT(cuda::attn::mma_launches(), before)
                 << warm_format_name(f) << " " << kv_dtype_name(dtype) << " head_dim " << hd << " block " << sh.bs
                 << " heads " << sh.n_head << "/" << sh.n_kv << ": the chunk did not take the tensor-core kernel";

@@ -37,8 +37,10 @@
 //     reference (contexts of 1..8 keys: values barely averaged) and 3e-6 for contexts up to 1,100;
 //     the suite holds the bf16 warm cases to its 2e-5. (A third part would need 2 more buffers:
 //     one block per SM at D = 128.)
-// Cost: the lo buffers (only for views with a warm tier: see MmaCfg) and the decode, which is not
-// overlapped with the previous tile's MMAs as the cp.async copies of hot rows are.
+// Cost: the lo buffers (only for views with a warm tier: see MmaCfg), the two MMAs, and the decode,
+// which runs between two barriers rather than behind the previous tile's MMAs as the cp.async
+// copies of hot rows do; its code bytes are prefetched into L1 when the tile's ids are read, one
+// tile ahead, and its loads are free to run ahead of its stores.
 //
 // Scratch (nsplit > 1): the partials {m, l, acc[hd]} of attention.cu's combine kernel.
 #include "backend/cuda/attention_mma.cuh"
@@ -170,13 +172,29 @@ __device__ __forceinline__ bool is_warm(const KvLayerView& kv, int32_t id) {
   return kv.warm_format != WarmFormat::kNone && id >= kv.n_hot_blocks && id < kv.host_base;
 }
 
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.L1 [%0];" ::"l"(p)); }
+
+// The code bytes stage_warm will read for elements [d, d + 8) of the K and V rows of warm
+// sub-block `id` (token `slot`, kv head `head`; the addresses of row_src). Issued a tile ahead, so
+// that the decode after the barrier finds them in L1 (or L2) rather than waiting on HBM. Scales
+// and zero points are left out: a few lines per slot, shared by many rows.
+__device__ __forceinline__ void prefetch_warm(const KvLayerView& kv, int32_t id, int32_t slot, int32_t head, int d) {
+  const int32_t w = id - kv.n_hot_blocks;
+  const int64_t t = int64_t{w % kv.warm_span} * kv.block_size + slot;
+  const int64_t row = t * kv.n_kv_heads + head;
+  const int sh = kv.warm_format == WarmFormat::kInt4 ? 1 : 0;  // int4: two elements a byte
+  const int64_t off = ((row * kv.head_dim) >> sh) + (d >> sh);
+  prefetch_l1(kv.warm_k + (w / kv.warm_span) * kv.warm_k_slot_bytes + off);
+  prefetch_l1(kv.warm_v + (w / kv.warm_span) * kv.warm_v_slot_bytes + off);
+}
+
 // The thread's part of the tile at k0 (block ids from tile_ids): K and V rows to the tile buffers
 // at shared addresses ks and vs, zeros for keys past the range (so that masked products stay
-// finite) and for warm rows (stage_warm writes them). Returns whether one of the thread's rows is
-// warm.
+// finite) and for warm rows (stage_warm writes them; with `prefetch` their code bytes are
+// prefetched). Returns whether one of the thread's rows is warm.
 template <int D>
 __device__ __forceinline__ bool load_tile(const KvLayerView& kv, const int32_t (&ids)[kKeys / kRpp<D>], int32_t kvh,
-                                          int32_t k0, uint32_t ks, uint32_t vs, int tid) {
+                                          int32_t k0, uint32_t ks, uint32_t vs, int tid, bool prefetch) {
   const int c = tid % (D / 8);
   const int32_t bs = kv.block_size;
   bool warm = false;
@@ -189,6 +207,7 @@ __device__ __forceinline__ bool load_tile(const KvLayerView& kv, const int32_t (
     int bytes = 0;
     if (is_warm(kv, ids[i])) {
       warm = true;
+      if (prefetch) prefetch_warm(kv, ids[i], key % bs, kvh, c * 8);
     } else if (ids[i] >= 0) {  // a hot block, or one in a host slot (hot_row: --kv-offload)
       kp = hot_row(kv, false, ids[i], key % bs, kvh, 2) + c * 16;
       vp = hot_row(kv, true, ids[i], key % bs, kvh, 2) + c * 16;
@@ -287,7 +306,8 @@ __device__ __forceinline__ void stage_warm(const KvLayerView& kv, const int32_t*
 template <int D, bool BF>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_mma_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t group,
-                         float scale, float* __restrict__ out, int32_t nsplit, int64_t group_slots) {
+                         float scale, float* __restrict__ out, int32_t nsplit, int64_t group_slots,
+                         bool warm_prefetch) {
   using C = MmaCfg<D>;
   constexpr int NQ = Elem<BF>::kQParts;
   constexpr int KSTEPS = D / 16;    // k-steps of S = Q K^T
@@ -370,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   bool warm_cur = false;  // whether one of the thread's rows of the current tile is warm
   if (ntiles > 0) {
     tile_ids<D>(table, kv.block_size, kb, ke, tid, ids);
-    warm_cur = load_tile<D>(kv, ids, kvh, kb, sbase, sbase + 2 * C::TILE_BYTES, tid);
+    warm_cur = load_tile<D>(kv, ids, kvh, kb, sbase, sbase + 2 * C::TILE_BYTES, tid, warm_prefetch);
     tile_ids<D>(table, kv.block_size, kb + kKeys, ke, tid, ids);
   }
   cp_commit();
@@ -379,7 +399,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     bool warm_next = false;
     if (it + 1 < ntiles) {
       const uint32_t nb = static_cast<uint32_t>((it + 1) & 1) * C::TILE_BYTES;
-      warm_next = load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid);
+      warm_next = load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid,
+                                          warm_prefetch);
       tile_ids<D>(table, kv.block_size, k0 + 2 * kKeys, ke, tid, ids);  // used by the next iteration
     }
     cp_commit();
@@ -538,6 +559,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// STRATA_CUDA_MMA_WARM_PREFETCH=0: no prefetch of warm lines a tile ahead (for comparisons; read
+// once).
+bool warm_prefetch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_CUDA_MMA_WARM_PREFETCH");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 template <int D, bool BF>
 int32_t launch_t(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
                  cudaStream_t s) {
@@ -555,7 +586,7 @@ int32_t launch_t(const float* q, const KvLayerView& kv, const AttnBatch& b, int3
   const int smem = kv.warm_format != WarmFormat::kNone ? MmaCfg<D>::SMEM_WARM : MmaCfg<D>::SMEM;
   g_launches.fetch_add(1, std::memory_order_relaxed);
   attention_mma_kernel<D, BF><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
-      q, kv, b, n_head, group, scale, out, nsplit, group_slots);
+      q, kv, b, n_head, group, scale, out, nsplit, group_slots, warm_prefetch_enabled());
   STRATA_CUDA_LAUNCH_CHECK();
   return nsplit;
 }
@@ -573,8 +604,19 @@ bool mma_enabled() {
 
 int64_t mma_launches() { return g_launches.load(std::memory_order_relaxed); }
 
+// STRATA_CUDA_MMA_WARM=0 sends views with a warm tier to the FP32 kernels, as before this kernel
+// read warm tiles (for comparisons; read once).
+bool mma_warm_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_CUDA_MMA_WARM");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 bool mma_eligible(const KvLayerView& kv) {
   if (!mma_enabled()) return false;
+  if (kv.warm_format != WarmFormat::kNone && !mma_warm_enabled()) return false;
   const bool aligned = (reinterpret_cast<uintptr_t>(kv.k) | reinterpret_cast<uintptr_t>(kv.v)) % 16 == 0;
   return (kv.dtype == KvDtype::kF16 || kv.dtype == KvDtype::kBF16) && (kv.head_dim == 64 || kv.head_dim == 128) &&
          aligned;

@@ -10,6 +10,8 @@ namespace strata::cuda::attn {
 
 // false when STRATA_CUDA_MMA_ATTN=0 sends every batch to the FP32 kernels.
 bool mma_enabled();
+// false when STRATA_CUDA_MMA_WARM=0 sends views with a warm tier to the FP32 kernels.
+bool mma_warm_enabled();
 // Launches of the tensor-core kernel since the process started.
 int64_t mma_launches();
 
