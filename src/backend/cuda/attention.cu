@@ -1,8 +1,9 @@
 // Paged attention of the CUDA backend over block tables (hot f32/f16/bf16 rows and warm
 // int8/fp8/int4 rows, decoded in the inner loop exactly as kv/warm_format.cpp's warm_decode_row).
 //
-// Batches with a sequence of n_q > 1 over hot f16/bf16 KV of head_dim 64 or 128 (no warm tier) take
-// the tensor-core kernel of attention_mma.cu (its partials merged by the combine kernel below).
+// Batches with a sequence of n_q > 1 over f16/bf16 KV of head_dim 64 or 128 (hot, warm and host-slot
+// blocks alike) take the tensor-core kernel of attention_mma.cu (its partials merged by the combine
+// kernel below).
 // Batches whose sequences all have n_q <= 1 (decode) take attention_decode_kernel (below: block per
 // sequence, kv head, split; its warps split the keys and merge in shared memory; no combine kernel
 // when the contexts are short). Everything else takes attention_kernel:
