@@ -399,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     bool warm_next = false;
     if (it + 1 < ntiles) {
       const uint32_t nb = static_cast<uint32_t>((it + 1) & 1) * C::TILE_BYTES;
-      warm_next = load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid,
-                                          warm_prefetch);
+      warm_next =
+          load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid, warm_prefetch);
       tile_ids<D>(table, kv.block_size, k0 + 2 * kKeys, ke, tid, ids);  // used by the next iteration
     }
     cp_commit();
