@@ -927,6 +927,71 @@ TEST_P(BackendOps, PagedAttentionPrefillWarm) {
   }
 }
 
+// A warm tier leaves the bits of tiles whose keys are all hot alone: prefill chunks (and a decode)
+// over hot blocks give the same outputs through a view without a warm tier and through the same
+// view with an int8 / fp8 / int4 tier whose slots (0xff bytes) no table names; on CUDA both take
+// the tensor-core kernel (the second with its warm-tier shared memory and per-tile vote).
+TEST_P(BackendOps, PagedAttentionWarmTierKeepsHotBits) {
+  std::mt19937 rng(33);
+  const int32_t bs = 16, n_head = 8, n_kv = 2;
+  const std::vector<SeqSpec> specs = {{0, 100}, {300, 45}, {64, 1}};
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBF16}) {
+    for (int32_t hd : {64, 128}) {
+      SCOPED_TRACE(::testing::Message() << kv_dtype_name(dtype) << " head_dim " << hd);
+      int32_t total = 0;
+      for (const auto& sp : specs) total += (sp.start_pos + sp.n_q + bs - 1) / bs;
+      std::vector<BlockId> ids(static_cast<size_t>(total));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      KvLayer kv(dtype, bs, n_kv, hd, total);
+      fill_blocks(kv, ids, rng);
+      std::vector<std::vector<BlockId>> tables;
+      std::vector<AttentionSeq> seqs;
+      int32_t used = 0, q_rows = 0;
+      for (const auto& sp : specs) {
+        const int32_t nb = (sp.start_pos + sp.n_q + bs - 1) / bs;
+        tables.emplace_back(ids.begin() + used, ids.begin() + used + nb);
+        used += nb;
+        seqs.push_back({q_rows, sp.n_q, sp.start_pos, nullptr, nb});
+        q_rows += sp.n_q;
+      }
+      for (size_t i = 0; i < seqs.size(); ++i) seqs[i].blocks = tables[i].data();
+      kv.upload(be());
+      const auto q = random_floats(static_cast<size_t>(q_rows * n_head * hd), rng, -2.0f, 2.0f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const DevArray dq = upload(be(), q, q_rows, n_head * hd), dout = alloc(be(), q_rows, n_head * hd);
+      be().paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
+      const std::vector<float> plain = download(be(), dout.view);
+      for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+        KvLayerView tiered = kv.dev;
+        tiered.n_hot_blocks = total;
+        tiered.warm_format = f;
+        tiered.warm_span = warm_span(f, bs);
+        tiered.warm_k_slot_bytes = warm_slot_bytes(f, false, bs, n_kv, hd);
+        tiered.warm_v_slot_bytes = warm_slot_bytes(f, true, bs, n_kv, hd);
+        const std::vector<uint8_t> junk(static_cast<size_t>(2 * (tiered.warm_k_slot_bytes + tiered.warm_v_slot_bytes)), 0xff);
+        std::unique_ptr<DeviceBuffer> warm_mem = be().allocate(junk.size(), MemoryUse::kKvCache);
+        be().copy_to_device(warm_mem->data(), junk.data(), junk.size());
+        tiered.warm_k = warm_mem->data();
+        tiered.warm_v = warm_mem->data() + 2 * tiered.warm_k_slot_bytes;
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+        const int64_t before = cuda::attn::mma_launches();
+#endif
+        const DevArray dout2 = alloc(be(), q_rows, n_head * hd);
+        be().paged_attention(dq.view, tiered, seqs, n_head, scale, dout2.view);
+        const std::vector<float> got = download(be(), dout2.view);
+        EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), got.size() * sizeof(float)))
+            << warm_format_name(f) << " tier: max diff " << max_abs_diff(got, plain);
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+        if (cuda::attn::mma_enabled() && cuda::attn::mma_warm_enabled()) {
+          EXPECT_GT(cuda::attn::mma_launches(), before) << warm_format_name(f) << ": not the tensor-core kernel";
+        }
+#endif
+      }
+    }
+  }
+}
+
 // rope_kv_store_attention (the attention block from its raw projections; one decode kernel on
 // CUDA) against rope_kv_store then paged_attention on the same backend: the same output bits and
 // the same KV arena bytes, for decode batches (contexts from the first token to thousands, ending
