@@ -22,7 +22,8 @@
 //     host<->device copies: exact.
 //   paged_attention: 2e-5 absolute (outputs are convex combinations of values in [-1, 1]), over
 //     hot blocks of f32/f16/bf16 and tables mixing hot and warm (int8/fp8/int4) ids; tables mixing
-//     hot ids and ids of blocks in host slots (--kv-offload): the bits of the all-hot table.
+//     hot ids and ids of blocks in host slots (--kv-offload): the bits of the all-hot table; a
+//     view with a warm tier that its tables do not use: the bits of the view without one.
 //   kv_warm_encode: the reference encoder's bytes; kv_warm_decode: the reference decoder's values.
 //   attention importance (AttentionSeq::importance): 1e-4 absolute + 1e-4 relative of the mass
 //     (the CUDA kernels use fast exp/log); kv_move_rows: exact.
