@@ -61,6 +61,11 @@ constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kB
                                   GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
                                   GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
+// Outputs that are NaN or infinite (max_abs_diff skips NaN: std::max(m, NaN) keeps m).
+int64_t count_nonfinite(const std::vector<float>& v) {
+  return std::count_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+}
+
 bool is_float(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
 
 // Host data copied into backend memory, and back.
@@ -642,6 +647,7 @@ void attention_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int3
   be.paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
   const std::vector<float> got = download(be, dout.view);
   EXPECT_LE(max_abs_diff(got, ref), 2e-5);
+  EXPECT_EQ(count_nonfinite(got), 0);
   if (imp_from == nullptr) return;
   ASSERT_TRUE(be.reports_attention_importance());
   ASSERT_EQ(imp_from->size(), seqs.size());
@@ -774,6 +780,7 @@ void host_slot_case(Backend& be, KvDtype dtype, int32_t bs, int32_t n_head, int3
   const DevArray dout2 = alloc(be, q_rows, n_head * head_dim);
   be.paged_attention(dq.view, dev2, seqs2, n_head, scale, dout2.view);
   const std::vector<float> got = download(be, dout2.view);
+  EXPECT_EQ(count_nonfinite(got), 0);
   EXPECT_EQ(0, std::memcmp(got.data(), all_hot.data(), got.size() * sizeof(float)))
       << "attention over host slots differs from the same blocks in the arena (max diff " << max_abs_diff(got, all_hot) << ")";
   // And the reference, reading the host slots through kv_row.
@@ -963,6 +970,7 @@ TEST_P(BackendOps, PagedAttentionWarmTierKeepsHotBits) {
       const DevArray dq = upload(be(), q, q_rows, n_head * hd), dout = alloc(be(), q_rows, n_head * hd);
       be().paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
       const std::vector<float> plain = download(be(), dout.view);
+      ASSERT_EQ(count_nonfinite(plain), 0);
       for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
         KvLayerView tiered = kv.dev;
         tiered.n_hot_blocks = total;
@@ -986,6 +994,100 @@ TEST_P(BackendOps, PagedAttentionWarmTierKeepsHotBits) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
         if (cuda::attn::mma_enabled() && cuda::attn::mma_warm_enabled()) {
           EXPECT_GT(cuda::attn::mma_launches(), before) << warm_format_name(f) << ": not the tensor-core kernel";
+        }
+#endif
+      }
+    }
+  }
+}
+
+// One table naming all three kinds of block: each sequence's oldest groups of warm_span blocks
+// warm (int8 / fp8 / int4), every other one of its next blocks moved into a host slot
+// (--kv-offload: the pinned slots read in place, their arena copies overwritten with 0xff), the
+// rest hot; prefill chunks and a decode against the CPU reference reading the same slots. On CUDA
+// the batch must take the tensor-core kernel.
+TEST_P(BackendOps, PagedAttentionPrefillWarmHotAndHostSlots) {
+  std::mt19937 rng(34);
+  const int32_t bs = 16, n_head = 8, n_kv = 2;
+  const std::vector<SeqSpec> specs = {{0, 150}, {300, 70}, {90, 1}};
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBF16}) {
+      for (int32_t hd : {64, 128}) {
+        SCOPED_TRACE(::testing::Message() << warm_format_name(f) << " " << kv_dtype_name(dtype) << " head_dim " << hd);
+        const int32_t span = warm_span(f, bs);
+        int32_t total = 0, warm_groups = 0;
+        for (const auto& sp : specs) {
+          const int32_t nb = (sp.start_pos + sp.n_q + bs - 1) / bs;
+          total += nb;
+          warm_groups += nb / 2 / span;  // the older half, whole groups
+        }
+        std::vector<BlockId> ids(static_cast<size_t>(total));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        KvLayer kv(dtype, bs, n_kv, hd, total, f, warm_groups);
+        fill_blocks(kv, ids, rng);
+        std::vector<std::vector<BlockId>> tables;
+        std::vector<std::pair<size_t, size_t>> to_host;  // (sequence, table index)
+        std::vector<AttentionSeq> seqs;
+        int32_t used = 0, q_rows = 0, slot = 0;
+        for (const auto& sp : specs) {
+          const int32_t nb = (sp.start_pos + sp.n_q + bs - 1) / bs;
+          std::vector<BlockId> table(ids.begin() + used, ids.begin() + used + nb);
+          used += nb;
+          const int32_t groups = nb / 2 / span;
+          for (int32_t g = 0; g < groups; ++g, ++slot) {
+            warm_encode(f, kv.host, table.data() + g * span, span, kv.hwk.data() + slot * kv.host.warm_k_slot_bytes,
+                        kv.hwv.data() + slot * kv.host.warm_v_slot_bytes);
+            for (int32_t j = 0; j < span; ++j) table[static_cast<size_t>(g * span + j)] = total + slot * span + j;
+          }
+          for (int32_t b = groups * span; b + 1 < nb; b += 2) to_host.emplace_back(tables.size(), b);
+          tables.push_back(std::move(table));
+          seqs.push_back({q_rows, sp.n_q, sp.start_pos, nullptr, nb});
+          q_rows += sp.n_q;
+        }
+        ASSERT_FALSE(to_host.empty());
+        kv.upload(be());
+        const int64_t bstride = kv.host.block_stride_bytes();
+        const int64_t k_off = 256, v_off = k_off + bstride;
+        const int64_t slot_bytes = (v_off + bstride + 255) / 256 * 256;
+        std::unique_ptr<DeviceBuffer> host_mem =
+            be().allocate(static_cast<uint64_t>(slot_bytes) * to_host.size(), MemoryUse::kPinnedHost);
+        std::memset(host_mem->data(), 0xff, static_cast<size_t>(slot_bytes) * to_host.size());
+        const int32_t host_base = total + warm_groups * span + 5;
+        const std::vector<uint8_t> junk(static_cast<size_t>(bstride), 0xff);
+        for (size_t m = 0; m < to_host.size(); ++m) {
+          const auto [i, b] = to_host[m];
+          const BlockId id = tables[i][b];
+          uint8_t* dst = host_mem->data() + static_cast<int64_t>(m) * slot_bytes;
+          std::memcpy(dst + k_off, kv.hk.data() + id * bstride, static_cast<size_t>(bstride));
+          std::memcpy(dst + v_off, kv.hv.data() + id * bstride, static_cast<size_t>(bstride));
+          be().copy_to_device(kv.dev.k + id * bstride, junk.data(), junk.size());
+          be().copy_to_device(kv.dev.v + id * bstride, junk.data(), junk.size());
+          tables[i][b] = host_base + static_cast<int32_t>(m);
+        }
+        for (size_t i = 0; i < seqs.size(); ++i) seqs[i].blocks = tables[i].data();
+        for (KvLayerView* v : {&kv.dev, &kv.host}) {
+          v->host_base = host_base;
+          v->host = host_mem->data();
+          v->host_slot_bytes = slot_bytes;
+          v->host_k_offset = k_off;
+          v->host_v_offset = v_off;
+        }
+        const auto q = random_floats(static_cast<size_t>(q_rows * n_head * hd), rng, -2.0f, 2.0f);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        std::vector<float> ref(q.size());
+        cpu::ref::paged_attention(q.data(), kv.host, seqs, n_head, scale, ref.data());
+        const DevArray dq = upload(be(), q, q_rows, n_head * hd), dout = alloc(be(), q_rows, n_head * hd);
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+        const int64_t before = cuda::attn::mma_launches();
+#endif
+        be().paged_attention(dq.view, kv.dev, seqs, n_head, scale, dout.view);
+        const std::vector<float> got = download(be(), dout.view);
+        EXPECT_LE(max_abs_diff(got, ref), 2e-5);
+        EXPECT_EQ(count_nonfinite(got), 0);
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+        if (cuda::attn::mma_enabled() && cuda::attn::mma_warm_enabled()) {
+          EXPECT_GT(cuda::attn::mma_launches(), before) << "not the tensor-core kernel";
         }
 #endif
       }
