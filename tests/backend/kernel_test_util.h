@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -132,9 +133,18 @@ inline double rms(const std::vector<float>& v) {
   return std::sqrt(s / static_cast<double>(std::max<size_t>(1, v.size())));
 }
 
+// Infinite when the sizes differ or an element is NaN (or infinite) on one side only: std::max
+// would skip a NaN difference and let a NaN output pass any tolerance. Equal infinities (and two
+// NaNs) count as equal.
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
+    const double d = std::abs(static_cast<double>(a[i]) - b[i]);
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
+    m = std::max(m, d);
+  }
   return m;
 }
 
