@@ -870,6 +870,35 @@ TEST_P(BackendOps, PagedAttentionWarm) {
   }
 }
 
+// Decode batches (every sequence one new token) over tables mostly of warm blocks, against the CPU
+// reference (warm_decode_row's values): on CUDA the decode kernel, which stages int8/fp8 rows
+// without their scales and folds them into the score and the softmax weight, decodes int4 in
+// registers with per-group scales and zero points. One sequence 2,500 deep (many splits), 48
+// sequences of contexts 1..2,500 (keys on both sides of every tile and block edge), GQA 1/2/4/8,
+// head_dim 40 (a partial group of int4 V, channels past head_dim), 64, 96, 128, int4 blocks of 8,
+// 16 (spans 4, 2) and 32, hot f16/bf16/f32.
+TEST_P(BackendOps, PagedAttentionWarmDecode) {
+  std::mt19937 rng(24);
+  std::vector<SeqSpec> many;
+  for (int32_t p : {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 511, 700, 1000, 1023,
+                    1024, 1500, 2047, 2048, 2499}) {
+    many.push_back({p, 1});
+  }
+  for (int32_t i = 0; many.size() < 48; ++i) many.push_back({(i * 389 + 77) % 2500, 1});
+  const std::vector<SeqSpec> one_long = {{2500, 1}};
+  const std::vector<SeqSpec> few = {{40, 1}, {300, 1}, {95, 1}, {64, 1}, {777, 1}};
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    attention_case(be(), KvDtype::kF16, 16, 32, 8, 64, one_long, f, rng);   // GQA 4
+    attention_case(be(), KvDtype::kF16, 16, 8, 1, 128, many, f, rng);       // GQA 8, B = 48
+    attention_case(be(), KvDtype::kF16, 32, 4, 4, 64, few, f, rng);         // GQA 1, int4 span 1
+    attention_case(be(), KvDtype::kF16, 8, 8, 4, 128, few, f, rng);         // GQA 2, int4 span 4
+    attention_case(be(), KvDtype::kBF16, 16, 16, 2, 96, few, f, rng);       // head_dim 96
+    attention_case(be(), KvDtype::kF16, 16, 4, 2, 40, few, f, rng);         // head_dim 40
+    attention_case(be(), KvDtype::kF32, 16, 8, 2, 64, few, f, rng);         // f32 hot rows
+    attention_case(be(), KvDtype::kF16, 16, 32, 8, 64, {{3583, 1}, {3700, 1}, {3600, 1}}, f, rng);  // llama-1b's
+  }
+}
+
 // The shapes the CUDA backend's tensor-core prefill kernel takes (f16/bf16 hot KV, head_dim 64 and
 // 128, n_q > 1): a whole 512-token prompt, chunks that start mid-block and end mid-block, GQA 1..8,
 // block sizes 7/16/32, chunks batched with decodes, long contexts split across thread blocks.

@@ -23,6 +23,17 @@
 // splits down to one tile of keys) each split writes a partial (max, sum, acc[hd]) to scratch and a
 // combine kernel merges (splits that got no keys write m = -INF and are skipped).
 //
+// Warm rows (both kernels) are decoded in registers right after their code's wide load: a row's
+// scale (int8, fp8) or group scale and zero point (int4 V) once per chunk of 4 or 8 elements, int4
+// K's per-channel ones once per group through a per-thread cache. The general kernel stages the
+// values of row_elem (warm_decode_row's, bit for bit). The decode kernel (fused or not, the same
+// code: the fused kernel stays bit-identical to the two ops) folds the per-token int8 and per-block
+// fp8 scales instead: K rows are staged as the code's value and the key's score is scale_t * (q .
+// code_t); V rows likewise and the softmax weight in P.V is p_t * scale_t (the sum l takes p_t).
+// This rounds differently from scaling each element first (one product per key instead of one per
+// element; a few ulps of the score and of the output), well within the op suite's 2e-5 of the CPU
+// reference (PagedAttentionWarmDecode). int4 rows are staged as row_elem's values.
+//
 // Scratch layout (nsplit > 1, either kernel): float [n_tokens][n_head][nsplit][head_dim + 2] = {m, l, acc...}.
 // Assumption: the batch's sequences cover rows [0, n_tokens) of q/out (the combine kernel reads
 // every row's partials).
@@ -114,28 +125,113 @@ ATT_HD void load_warm_code(const RowSrc& r, int d, uint32_t (&code)[CE / 4]) {
   }
 }
 
-// Elements [d, d + CE) of warm row r from its code bytes, each exactly as row_elem computes it.
+// Row r's element d as row_elem computes it, except that with UNSCALED the int8 / fp8 rows (kinds 3
+// and 4) give their code's value without the row's scale (the caller applies it: FOLD below).
+template <bool UNSCALED>
+ATT_HD float row_elem_maybe_unscaled(const RowSrc& r, int d) {
+  if constexpr (UNSCALED) {
+    if (r.kind == 3) return static_cast<float>(reinterpret_cast<const int8_t*>(r.data)[d]);
+    if (r.kind == 4) return e4m3_decode(r.data[d]);
+  }
+  return row_elem(r, d);
+}
+
+// The e4m3 values of the low (x) and high (y) bytes of `two` (exact: every e4m3 value is an f16);
+// the hardware conversion on sm_89 and later, else e4m3_decode's bits.
+__device__ __forceinline__ float2 e4m3x2_to_f32(uint16_t two) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(two));
+  return make_float2(half_bits_to_f32(static_cast<uint16_t>(h2 & 0xffffu)), half_bits_to_f32(static_cast<uint16_t>(h2 >> 16)));
+#else
+  return make_float2(e4m3_decode(static_cast<uint8_t>(two & 0xffu)), e4m3_decode(static_cast<uint8_t>(two >> 8)));
+#endif
+}
+
+// Per-thread cache of the int4 K per-channel scales and zero points of one chunk ([d, d + CE) of
+// one group and head): a thread's chunks keep their channels from row to row (for head dims of 32,
+// 64, 128 and 256 always), so they are loaded once per group, not once per element.
 template <int CE>
-ATT_HD void decode_warm_code(const RowSrc& r, int d, const uint32_t (&code)[CE / 4], float* f) {
-  if (r.kind == 3 || r.kind == 4) {
+struct Int4KCache {
+  const uint8_t* key = nullptr;  // r.sc + 2 d of the cached chunk
+  float s[CE];
+  int z[CE];
+  __device__ __forceinline__ void load(const RowSrc& r, int d) {
+    const uint8_t* ps = r.sc + 2 * d;
+    if (ps == key) return;
+    key = ps;
+    const int8_t* pz = r.zr + d;
+    if (((reinterpret_cast<uintptr_t>(ps) | reinterpret_cast<uintptr_t>(pz)) & 3u) == 0) {
+#pragma unroll
+      for (int i = 0; i < CE / 2; ++i) {
+        const uint32_t w = reinterpret_cast<const uint32_t*>(ps)[i];
+        s[2 * i] = half_bits_to_f32(static_cast<uint16_t>(w & 0xffffu));
+        s[2 * i + 1] = half_bits_to_f32(static_cast<uint16_t>(w >> 16));
+      }
+#pragma unroll
+      for (int i = 0; i < CE / 4; ++i) {
+        const uint32_t w = reinterpret_cast<const uint32_t*>(pz)[i];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) z[4 * i + b] = static_cast<int>(static_cast<int8_t>(w >> (8 * b)));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < CE; ++e) {
+        s[e] = ld_f16(ps + 2 * e);
+        z[e] = pz[e];
+      }
+    }
+  }
+};
+
+// Elements [d, d + CE) of warm row r (kind 3..6) from its code bytes (load_warm_code), in registers:
+// the row's scale (int8, fp8) or its group's scale and zero point (int4 V; a chunk never straddles
+// a group) read once per chunk, int4 K's per-channel ones through the thread's cache. Each value is
+// row_elem's (same operations, same bits), except that with UNSCALED int8 / fp8 rows give their
+// code's value without the row's scale.
+template <int CE, bool UNSCALED>
+__device__ __forceinline__ void decode_warm_chunk(const RowSrc& r, int d, const uint32_t (&code)[CE / 4], float* f,
+                                                  Int4KCache<CE>& kc) {
+  const int kind = r.kind;
+  if (kind == 3) {
+    const float sc = r.scale;
 #pragma unroll
     for (int e = 0; e < CE; ++e) {
-      const uint8_t b = static_cast<uint8_t>(code[e / 4] >> (8 * (e % 4)));
-      f[e] = r.kind == 3 ? r.scale * static_cast<float>(static_cast<int8_t>(b)) : r.scale * e4m3_decode(b);
+      const float x = static_cast<float>(static_cast<int8_t>(code[e / 4] >> (8 * (e % 4))));
+      f[e] = UNSCALED ? x : sc * x;
     }
-    return;
-  }
+  } else if (kind == 4) {
+    const float sc = r.scale;
 #pragma unroll
-  for (int e = 0; e < CE; ++e) {
-    const uint32_t b = code[e / 8] >> (8 * ((e % 8) / 2));
-    const int nib = (e & 1) ? static_cast<int>((b >> 4) & 0xfu) : static_cast<int>(b & 0xfu);
-    const int m = r.kind == 5 ? d + e : (d + e) / r.gv;
-    f[e] = ld_f16(r.sc + 2 * m) * static_cast<float>(nib - r.zr[m]);
+    for (int e = 0; e < CE; e += 2) {
+      const float2 x = e4m3x2_to_f32(static_cast<uint16_t>(code[e / 4] >> (8 * (e % 4))));
+      f[e] = UNSCALED ? x.x : sc * x.x;
+      f[e + 1] = UNSCALED ? x.y : sc * x.y;
+    }
+  } else if (kind == 6) {
+    const int m = d / r.gv;
+    const float sc = ld_f16(r.sc + 2 * m);
+    const int z = r.zr[m];
+#pragma unroll
+    for (int e = 0; e < CE; ++e) {
+      const int nib = static_cast<int>((code[e / 8] >> (4 * (e % 8))) & 0xfu);
+      f[e] = sc * static_cast<float>(nib - z);
+    }
+  } else {  // 5: int4 K
+    kc.load(r, d);
+#pragma unroll
+    for (int e = 0; e < CE; ++e) {
+      const int nib = static_cast<int>((code[e / 8] >> (4 * (e % 8))) & 0xfu);
+      f[e] = kc.s[e] * static_cast<float>(nib - kc.z[e]);
+    }
   }
 }
 
-template <int VEC, int WQ, int ES, int NBX = 0>
-ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, int hot_kind) {
+// FOLD (the decode kernel): int8 / fp8 rows are staged without their per-token (int8) or per-block
+// (fp8) scale, which the caller applies to the key's score and to the value's softmax weight
+// (row_scale below).
+template <int VEC, int WQ, int ES, int NBX = 0, bool FOLD = false>
+__device__ __forceinline__ void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, int hot_kind) {
   constexpr int D = VEC * 32, NT = WQ * 32, KS = D + 4;
   if constexpr (ES == 0) {
     constexpr int RC = kKT * D;
@@ -149,7 +245,7 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
         const int c = tid + NT * (b0 + u);
         const int which = c / RC, rem = c % RC, j = rem / D, d = rem % D;
         const RowSrc& r = rs[which * kKT + j];
-        const float v = (r.kind >= 0 && d < hd) ? row_elem(r, d) : 0.0f;
+        const float v = (r.kind >= 0 && d < hd) ? row_elem_maybe_unscaled<FOLD>(r, d) : 0.0f;
         if (which) {
           Vs[j * D + d] = v;
         } else {
@@ -164,52 +260,67 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
     constexpr int PER = 2 * RC / NT;
     constexpr int NB = NBX > 0 ? NBX : (VEC <= 4 ? 8 : 4);
     static_assert((2 * RC) % NT == 0, "chunks spread evenly over the block");
+    static_assert(kKT == 32, "one warp lane per key of the tile");
+    // Which passes the tile needs (the same answer in every warp: each lane looks at its key's two
+    // rows). Warm rows are kinds 3..6; hot rows (hot_kind) and keys past the range (-1) are not.
+    // Chunks of warm rows with d < hd are written by the warm pass only; everything else (hot
+    // rows, zeros past the range or past hd) by the hot pass.
+    const int lane = tid & 31;
+    const bool k_warm = rs[lane].kind >= 3, v_warm = rs[kKT + lane].kind >= 3;
+    const bool any_warm = __any_sync(0xffffffffu, k_warm || v_warm);
+    const bool need_hot = hd < D || !__all_sync(0xffffffffu, k_warm && v_warm);
+    if (need_hot) {
 #pragma unroll 1
-    for (int b0 = 0; b0 < PER; b0 += NB) {
-      uint4 raw[NB];
+      for (int b0 = 0; b0 < PER; b0 += NB) {
+        uint4 raw[NB];
 #pragma unroll
-      for (int u = 0; u < NB; ++u) {
-        raw[u] = make_uint4(0u, 0u, 0u, 0u);
-        if (b0 + u < PER) {
+        for (int u = 0; u < NB; ++u) {
+          raw[u] = make_uint4(0u, 0u, 0u, 0u);
+          if (b0 + u < PER) {
+            const int c = tid + NT * (b0 + u);
+            const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+            const RowSrc& r = rs[which * kKT + j];
+            if (r.kind == hot_kind && d < hd) raw[u] = *reinterpret_cast<const uint4*>(r.data + d * ES);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+          if (b0 + u >= PER) break;
           const int c = tid + NT * (b0 + u);
           const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
           const RowSrc& r = rs[which * kKT + j];
-          if (r.kind == hot_kind && d < hd) raw[u] = *reinterpret_cast<const uint4*>(r.data + d * ES);
-        }
-      }
+          if (r.kind >= 3 && d < hd) continue;  // the warm pass's
+          float f[CE];
+          if (r.kind == hot_kind && d < hd) {
+            const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+            if constexpr (ES == 4) {
 #pragma unroll
-      for (int u = 0; u < NB; ++u) {
-        if (b0 + u >= PER) break;
-        const int c = tid + NT * (b0 + u);
-        const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-        const RowSrc& r = rs[which * kKT + j];
-        float f[CE];
-        if (r.kind == hot_kind && d < hd) {
-          const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-          if constexpr (ES == 4) {
+              for (int e = 0; e < 4; ++e) f[e] = bits_f32(w[e]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) f[e] = bits_f32(w[e]);
+              for (int e = 0; e < 4; ++e) {
+                const uint16_t lo = static_cast<uint16_t>(w[e] & 0xffffu), hi = static_cast<uint16_t>(w[e] >> 16);
+                f[2 * e] = hot_kind == 1 ? half_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+                f[2 * e + 1] = hot_kind == 1 ? half_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+              }
+            }
           } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const uint16_t lo = static_cast<uint16_t>(w[e] & 0xffffu), hi = static_cast<uint16_t>(w[e] >> 16);
-              f[2 * e] = hot_kind == 1 ? half_bits_to_f32(lo) : bf16_bits_to_f32(lo);
-              f[2 * e + 1] = hot_kind == 1 ? half_bits_to_f32(hi) : bf16_bits_to_f32(hi);
-            }
+            for (int e = 0; e < CE; ++e) f[e] = 0.0f;  // past the range or hd
           }
-        } else {
+          float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
 #pragma unroll
-          for (int e = 0; e < CE; ++e) f[e] = 0.0f;  // past the range or hd; warm rows: next pass
+          for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
         }
-        float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
-#pragma unroll
-        for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
       }
     }
-    // Warm rows (a tile may mix hot and warm blocks), NB chunks at a time as the hot rows: the
-    // chunks' code bytes (CE of int8/fp8, CE / 2 of int4 nibbles) in one aligned load each, all in
-    // flight before any is decoded; then each element as row_elem (warm_decode_row) computes it.
-    // A chunk whose bytes are not aligned for the wide load is read byte by byte.
+    if (!any_warm) return;
+    // Warm rows, NB chunks at a time as the hot rows: the chunks' code bytes (CE of int8/fp8, CE / 2
+    // of int4 nibbles) in one aligned load each, all in flight before any is decoded (a chunk whose
+    // bytes are not aligned for the wide load is read byte by byte); each chunk's code parked in its
+    // own destination (the thread's own shared memory), so that the decode is one loop body, not NB
+    // unrolled copies of it; then decoded in registers (decode_warm_chunk) over its parked code.
+    Int4KCache<CE> kc;
 #pragma unroll 1
     for (int b0 = 0; b0 < PER; b0 += NB) {
       uint32_t code[NB][CE / 4];  // the chunk's code bytes, little-endian
@@ -221,18 +332,16 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
           const int c = tid + NT * (b0 + u);
           const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
           const RowSrc& r = rs[which * kKT + j];
-          if (r.kind >= 3 && r.kind != hot_kind && d < hd) load_warm_code<CE>(r, d, code[u]);
+          if (r.kind >= 3 && d < hd) load_warm_code<CE>(r, d, code[u]);
         }
       }
-      // Each chunk's code parked in its own destination (the thread's own shared memory), so
-      // that the decode below is one loop body, not NB unrolled copies of it.
 #pragma unroll
       for (int u = 0; u < NB; ++u) {
         if (b0 + u >= PER) break;
         const int c = tid + NT * (b0 + u);
         const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
         const RowSrc& r = rs[which * kKT + j];
-        if (r.kind < 3 || r.kind == hot_kind || d >= hd) continue;
+        if (r.kind < 3 || d >= hd) continue;
         auto* dst = reinterpret_cast<uint32_t*>(which ? Vs + j * D + d : Ks + j * KS + d);
 #pragma unroll
         for (int i = 0; i < CE / 4; ++i) dst[i] = code[u][i];
@@ -243,19 +352,22 @@ ATT_HD void stage_tile(const RowSrc* rs, float* Ks, float* Vs, int hd, int tid, 
         const int c = tid + NT * (b0 + u);
         const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
         const RowSrc& r = rs[which * kKT + j];
-        if (r.kind < 3 || r.kind == hot_kind || d >= hd) continue;
+        if (r.kind < 3 || d >= hd) continue;
         float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
         uint32_t cw[CE / 4];
 #pragma unroll
         for (int i = 0; i < CE / 4; ++i) cw[i] = reinterpret_cast<const uint32_t*>(dst)[i];
         float f[CE];
-        decode_warm_code<CE>(r, d, cw, f);
+        decode_warm_chunk<CE, FOLD>(r, d, cw, f, kc);
 #pragma unroll
         for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
       }
     }
   }
 }
+
+// FOLD's factor of a staged row: the scale of an int8 / fp8 row (staged without it), else 1.
+__device__ __forceinline__ float row_scale(const RowSrc& r) { return r.kind == 3 || r.kind == 4 ? r.scale : 1.0f; }
 
 // Number of tiles (kR vectors) of a sequence of n_q rows and of its groups of WQ tiles.
 ATT_HD int64_t seq_tiles(int32_t n_q, int32_t group) { return (int64_t{n_q} * group + kR - 1) / kR; }
@@ -607,11 +719,11 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
   constexpr int NBX = VEC <= 4 ? 16 : 8;
   auto stage = [&] {
     if (stage_mode == 2) {
-      stage_tile<VEC, 1, 2, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
+      stage_tile<VEC, 1, 2, NBX, true>(rs, Ks, Vs, hd, lane, hot_kind);
     } else if (stage_mode == 4) {
-      stage_tile<VEC, 1, 4, NBX>(rs, Ks, Vs, hd, lane, hot_kind);
+      stage_tile<VEC, 1, 4, NBX, true>(rs, Ks, Vs, hd, lane, hot_kind);
     } else {
-      stage_tile<VEC, 1, 0>(rs, Ks, Vs, hd, lane, hot_kind);
+      stage_tile<VEC, 1, 0, 0, true>(rs, Ks, Vs, hd, lane, hot_kind);
     }
   };
   int32_t k0 = kb + warp * kKT;
@@ -695,7 +807,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
         }
       }
     }
-    __syncwarp();  // K/V tile ready; row sources free
+    __syncwarp();  // K/V tile ready (the row sources are read again for their scales, then replaced)
     const int32_t kn = k0 + stride;
     const int32_t nid = kn + lane < ke ? table[(kn + lane) / bs] : 0;  // next tile's entries
 
@@ -717,6 +829,11 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
         }
       }
     }
+    // The staged K/V rows of int8 / fp8 keys lack their scale (stage_tile's FOLD): the key's
+    // score and the value's softmax weight take it (the row sources are still this tile's).
+    const float kf = row_scale(rs[lane]), vf = row_scale(rs[kKT + lane]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] *= kf;
     if (b.imp_scores != nullptr && lane < nk) {  // importance asked: the scores, for importance_decode_mass
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -736,7 +853,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1)
       l[r] = l[r] * corr + p;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) acc[r][i] *= corr;
-      Ps[r * kKT + lane] = p;
+      Ps[r * kKT + lane] = p * vf;
     }
     __syncwarp();
 
