@@ -154,8 +154,8 @@ __device__ __forceinline__ float2 e4m3x2_to_f32(uint16_t two) {
 template <int CE>
 struct Int4KCache {
   const uint8_t* key = nullptr;  // r.sc + 2 d of the cached chunk
-  float s[CE];
-  int z[CE];
+  uint32_t sw[CE / 2];           // the CE f16 scales, two a word (low first)
+  uint32_t zw[CE / 4];           // the CE int8 zero points, four a word
   __device__ __forceinline__ void load(const RowSrc& r, int d) {
     const uint8_t* ps = r.sc + 2 * d;
     if (ps == key) return;
@@ -163,32 +163,38 @@ struct Int4KCache {
     const int8_t* pz = r.zr + d;
     if (((reinterpret_cast<uintptr_t>(ps) | reinterpret_cast<uintptr_t>(pz)) & 3u) == 0) {
 #pragma unroll
-      for (int i = 0; i < CE / 2; ++i) {
-        const uint32_t w = reinterpret_cast<const uint32_t*>(ps)[i];
-        s[2 * i] = half_bits_to_f32(static_cast<uint16_t>(w & 0xffffu));
-        s[2 * i + 1] = half_bits_to_f32(static_cast<uint16_t>(w >> 16));
-      }
+      for (int i = 0; i < CE / 2; ++i) sw[i] = reinterpret_cast<const uint32_t*>(ps)[i];
 #pragma unroll
-      for (int i = 0; i < CE / 4; ++i) {
-        const uint32_t w = reinterpret_cast<const uint32_t*>(pz)[i];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) z[4 * i + b] = static_cast<int>(static_cast<int8_t>(w >> (8 * b)));
-      }
+      for (int i = 0; i < CE / 4; ++i) zw[i] = reinterpret_cast<const uint32_t*>(pz)[i];
     } else {
 #pragma unroll
-      for (int e = 0; e < CE; ++e) {
-        s[e] = ld_f16(ps + 2 * e);
-        z[e] = pz[e];
+      for (int i = 0; i < CE / 2; ++i) sw[i] = static_cast<uint32_t>(ps[4 * i]) | (static_cast<uint32_t>(ps[4 * i + 1]) << 8) |
+                                                (static_cast<uint32_t>(ps[4 * i + 2]) << 16) | (static_cast<uint32_t>(ps[4 * i + 3]) << 24);
+#pragma unroll
+      for (int i = 0; i < CE / 4; ++i) {
+        zw[i] = static_cast<uint32_t>(static_cast<uint8_t>(pz[4 * i])) | (static_cast<uint32_t>(static_cast<uint8_t>(pz[4 * i + 1])) << 8) |
+                (static_cast<uint32_t>(static_cast<uint8_t>(pz[4 * i + 2])) << 16) |
+                (static_cast<uint32_t>(static_cast<uint8_t>(pz[4 * i + 3])) << 24);
       }
     }
   }
+  __device__ __forceinline__ float scale(int e) const { return half_bits_to_f32(static_cast<uint16_t>(sw[e / 2] >> (16 * (e % 2)))); }
+  __device__ __forceinline__ int zero(int e) const { return static_cast<int>(static_cast<int8_t>(zw[e / 4] >> (8 * (e % 4)))); }
 };
 
+// An int4 V chunk's group scale (f16 bits, low half) and zero point (high half), loaded with its
+// code (a chunk never straddles a group: groups of 32 channels or of all head_dim).
+__device__ __forceinline__ uint32_t load_int4v_aux(const RowSrc& r, int d) {
+  const int m = r.gv == 32 ? d >> 5 : 0;  // d / gv: gv is 32 or head_dim (> d)
+  return static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(r.sc + 2 * m)) |
+         (static_cast<uint32_t>(static_cast<uint8_t>(r.zr[m])) << 16);
+}
+
 // Elements [d, d + CE) of warm row r (kind 3..6) from its code bytes (load_warm_code), in registers:
-// the row's scale (int8, fp8) or its group's scale and zero point (int4 V; a chunk never straddles
-// a group) read once per chunk, int4 K's per-channel ones through the thread's cache. Each value is
-// row_elem's (same operations, same bits), except that with UNSCALED int8 / fp8 rows give their
-// code's value without the row's scale.
+// the row's scale (int8, fp8) once per chunk, int4 V's group scale and zero point once per chunk
+// (chunks of 8: loaded with the code, in code[1], which the 4 bytes of nibbles leave free), int4 K's
+// per-channel ones through the thread's cache. Each value is row_elem's (same operations, same
+// bits), except that with UNSCALED int8 / fp8 rows give their code's value without the row's scale.
 template <int CE, bool UNSCALED>
 __device__ __forceinline__ void decode_warm_chunk(const RowSrc& r, int d, const uint32_t (&code)[CE / 4], float* f,
                                                   Int4KCache<CE>& kc) {
@@ -209,9 +215,14 @@ __device__ __forceinline__ void decode_warm_chunk(const RowSrc& r, int d, const 
       f[e + 1] = UNSCALED ? x.y : sc * x.y;
     }
   } else if (kind == 6) {
-    const int m = d / r.gv;
-    const float sc = ld_f16(r.sc + 2 * m);
-    const int z = r.zr[m];
+    uint32_t aux;
+    if constexpr (CE == 8) {
+      aux = code[1];
+    } else {
+      aux = load_int4v_aux(r, d);
+    }
+    const float sc = half_bits_to_f32(static_cast<uint16_t>(aux & 0xffffu));
+    const int z = static_cast<int>(static_cast<int8_t>(aux >> 16));
 #pragma unroll
     for (int e = 0; e < CE; ++e) {
       const int nib = static_cast<int>((code[e / 8] >> (4 * (e % 8))) & 0xfu);
@@ -222,7 +233,7 @@ __device__ __forceinline__ void decode_warm_chunk(const RowSrc& r, int d, const 
 #pragma unroll
     for (int e = 0; e < CE; ++e) {
       const int nib = static_cast<int>((code[e / 8] >> (4 * (e % 8))) & 0xfu);
-      f[e] = kc.s[e] * static_cast<float>(nib - kc.z[e]);
+      f[e] = kc.scale(e) * static_cast<float>(nib - kc.zero(e));
     }
   }
 }
@@ -261,14 +272,104 @@ __device__ __forceinline__ void stage_tile(const RowSrc* rs, float* Ks, float* V
     constexpr int NB = NBX > 0 ? NBX : (VEC <= 4 ? 8 : 4);
     static_assert((2 * RC) % NT == 0, "chunks spread evenly over the block");
     static_assert(kKT == 32, "one warp lane per key of the tile");
+    // Chunk u of a batch: its row source (index into rs), its first element d and its destination.
+    struct Chunk {
+      int ri, d;
+      float* dst;
+    };
+    auto chunk = [&](int u) {
+      const int c = tid + NT * u;
+      const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
+      return Chunk{which * kKT + j, d, which ? Vs + j * D + d : Ks + j * KS + d};
+    };
     // Which passes the tile needs (the same answer in every warp: each lane looks at its key's two
     // rows). Warm rows are kinds 3..6; hot rows (hot_kind) and keys past the range (-1) are not.
-    // Chunks of warm rows with d < hd are written by the warm pass only; everything else (hot
-    // rows, zeros past the range or past hd) by the hot pass.
+    // The warm pass runs first and writes the chunks of warm rows with d < hd (parking its codes
+    // in any chunk's destination); the hot pass then writes every other chunk (hot rows, zeros past
+    // the range or past hd).
     const int lane = tid & 31;
     const bool k_warm = rs[lane].kind >= 3, v_warm = rs[kKT + lane].kind >= 3;
     const bool any_warm = __any_sync(0xffffffffu, k_warm || v_warm);
     const bool need_hot = hd < D || !__all_sync(0xffffffffu, k_warm && v_warm);
+    if (any_warm) {
+      // NB chunks at a time as the hot rows: the chunks' code bytes (CE of int8/fp8, CE / 2 of
+      // int4 nibbles) in one aligned load each (byte loads where the address does not allow it),
+      // with chunks of 8 int4 V's group scale and zero point (load_int4v_aux, in code[1]), all in
+      // flight before any is decoded; each chunk's code parked in its own destination (the
+      // thread's own shared memory), so that the decode is one loop body, not NB unrolled copies
+      // of it; the decode loop reads chunk u + 1's parked code before it decodes chunk u in
+      // registers (decode_warm_chunk) and stores it.
+#pragma unroll 1
+      for (int b0 = 0; b0 < PER; b0 += NB) {
+        uint32_t code[NB][CE / 4];  // the chunk's code bytes, little-endian
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+#pragma unroll
+          for (int i = 0; i < CE / 4; ++i) code[u][i] = 0u;
+          if (b0 + u < PER) {
+            const Chunk ch = chunk(b0 + u);
+            const RowSrc& r = rs[ch.ri];
+            if (r.kind >= 3 && ch.d < hd) {
+              load_warm_code<CE>(r, ch.d, code[u]);
+              if constexpr (CE == 8) {
+                if (r.kind == 6) code[u][1] = load_int4v_aux(r, ch.d);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+          if (b0 + u >= PER) break;
+          auto* dst = reinterpret_cast<uint32_t*>(chunk(b0 + u).dst);
+#pragma unroll
+          for (int i = 0; i < CE / 4; ++i) dst[i] = code[u][i];
+        }
+        // The parked inputs of chunk u: kind (-1: not a warm chunk), code, int8/fp8 scale.
+        struct In {
+          int kind;
+          uint32_t cw[CE / 4];
+          float scale;
+        };
+        auto fetch = [&](int u) {
+          In in;
+          const Chunk ch = chunk(b0 + u);
+          const RowSrc& r = rs[ch.ri];
+          const int kind = r.kind;
+          in.kind = b0 + u < PER && ch.d < hd ? kind : -1;
+          in.scale = r.scale;
+          const auto* src = reinterpret_cast<const uint32_t*>(ch.dst);
+#pragma unroll
+          for (int i = 0; i < CE / 4; ++i) in.cw[i] = src[i];
+          return in;
+        };
+        Int4KCache<CE> kc;  // (per batch: not live during the loads)
+        In cur = fetch(0);
+#pragma unroll 1
+        for (int u = 0; u < NB; ++u) {
+          if (b0 + u >= PER) break;
+          In nxt = cur;
+          if (u + 1 < NB && b0 + u + 1 < PER) nxt = fetch(u + 1);  // before this chunk's stores
+          if (cur.kind >= 3) {
+            const Chunk ch = chunk(b0 + u);
+            RowSrc r;
+            r.kind = cur.kind;
+            r.scale = cur.scale;
+            if (cur.kind == 5 || (CE == 4 && cur.kind == 6)) {
+              r.sc = rs[ch.ri].sc;
+              r.zr = rs[ch.ri].zr;
+              r.gv = rs[ch.ri].gv;
+            }
+            float f[CE];
+            decode_warm_chunk<CE, FOLD>(r, ch.d, cur.cw, f, kc);
+#pragma unroll
+            for (int e = 0; e < CE; e += 4) {
+              *reinterpret_cast<float4*>(ch.dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+            }
+          }
+          cur = nxt;
+        }
+      }
+    }
     if (need_hot) {
 #pragma unroll 1
       for (int b0 = 0; b0 < PER; b0 += NB) {
@@ -277,21 +378,19 @@ __device__ __forceinline__ void stage_tile(const RowSrc* rs, float* Ks, float* V
         for (int u = 0; u < NB; ++u) {
           raw[u] = make_uint4(0u, 0u, 0u, 0u);
           if (b0 + u < PER) {
-            const int c = tid + NT * (b0 + u);
-            const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-            const RowSrc& r = rs[which * kKT + j];
-            if (r.kind == hot_kind && d < hd) raw[u] = *reinterpret_cast<const uint4*>(r.data + d * ES);
+            const Chunk ch = chunk(b0 + u);
+            const RowSrc& r = rs[ch.ri];
+            if (r.kind == hot_kind && ch.d < hd) raw[u] = *reinterpret_cast<const uint4*>(r.data + ch.d * ES);
           }
         }
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
           if (b0 + u >= PER) break;
-          const int c = tid + NT * (b0 + u);
-          const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-          const RowSrc& r = rs[which * kKT + j];
-          if (r.kind >= 3 && d < hd) continue;  // the warm pass's
+          const Chunk ch = chunk(b0 + u);
+          const int kind = rs[ch.ri].kind;
+          if (kind >= 3 && ch.d < hd) continue;  // the warm pass's
           float f[CE];
-          if (r.kind == hot_kind && d < hd) {
+          if (kind == hot_kind && ch.d < hd) {
             const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
             if constexpr (ES == 4) {
 #pragma unroll
@@ -308,59 +407,11 @@ __device__ __forceinline__ void stage_tile(const RowSrc* rs, float* Ks, float* V
 #pragma unroll
             for (int e = 0; e < CE; ++e) f[e] = 0.0f;  // past the range or hd
           }
-          float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
 #pragma unroll
-          for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+          for (int e = 0; e < CE; e += 4) {
+            *reinterpret_cast<float4*>(ch.dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+          }
         }
-      }
-    }
-    if (!any_warm) return;
-    // Warm rows, NB chunks at a time as the hot rows: the chunks' code bytes (CE of int8/fp8, CE / 2
-    // of int4 nibbles) in one aligned load each, all in flight before any is decoded (a chunk whose
-    // bytes are not aligned for the wide load is read byte by byte); each chunk's code parked in its
-    // own destination (the thread's own shared memory), so that the decode is one loop body, not NB
-    // unrolled copies of it; then decoded in registers (decode_warm_chunk) over its parked code.
-    Int4KCache<CE> kc;
-#pragma unroll 1
-    for (int b0 = 0; b0 < PER; b0 += NB) {
-      uint32_t code[NB][CE / 4];  // the chunk's code bytes, little-endian
-#pragma unroll
-      for (int u = 0; u < NB; ++u) {
-#pragma unroll
-        for (int i = 0; i < CE / 4; ++i) code[u][i] = 0u;
-        if (b0 + u < PER) {
-          const int c = tid + NT * (b0 + u);
-          const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-          const RowSrc& r = rs[which * kKT + j];
-          if (r.kind >= 3 && d < hd) load_warm_code<CE>(r, d, code[u]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < NB; ++u) {
-        if (b0 + u >= PER) break;
-        const int c = tid + NT * (b0 + u);
-        const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-        const RowSrc& r = rs[which * kKT + j];
-        if (r.kind < 3 || d >= hd) continue;
-        auto* dst = reinterpret_cast<uint32_t*>(which ? Vs + j * D + d : Ks + j * KS + d);
-#pragma unroll
-        for (int i = 0; i < CE / 4; ++i) dst[i] = code[u][i];
-      }
-#pragma unroll 1
-      for (int u = 0; u < NB; ++u) {
-        if (b0 + u >= PER) break;
-        const int c = tid + NT * (b0 + u);
-        const int which = c / RC, rem = c % RC, j = rem / CPR, d = rem % CPR * CE;
-        const RowSrc& r = rs[which * kKT + j];
-        if (r.kind < 3 || d >= hd) continue;
-        float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
-        uint32_t cw[CE / 4];
-#pragma unroll
-        for (int i = 0; i < CE / 4; ++i) cw[i] = reinterpret_cast<const uint32_t*>(dst)[i];
-        float f[CE];
-        decode_warm_chunk<CE, FOLD>(r, d, cw, f, kc);
-#pragma unroll
-        for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
       }
     }
   }
