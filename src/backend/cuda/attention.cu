@@ -15,7 +15,7 @@
 //   phase A (warp 0, lane per key; table entries prefetched during the previous tile's math): the
 //     K and V row sources (RowSrc) of the tile's keys into shared memory;
 //   phase B (all threads): K rows to Ks [kKT][D + 4] and V rows to Vs [kKT][D], decoded to f32, hot
-//     rows by independent 16-byte loads all in flight together, warm rows through row_elem;
+//     rows by independent 16-byte loads all in flight together, warm rows likewise (below);
 //   each warp (skipping tiles past its own causal end, but keeping every barrier): scores
 //     lane-per-key, online softmax per vector (max by warp shuffles, lane-partial sums), P.V
 //     lane-per-channel (d = lane + 32 i) from Vs.
@@ -101,8 +101,9 @@ ATT_HD void set_rowsrc(const KvLayerView& kv, RowSrc* rs, int lane, int32_t key,
 // Phase B of a tile, thread `tid` of the block's NT: decoded K rows to Ks [kKT][D + 4] and V rows
 // to Vs [kKT][D] (zeros past hd and for keys past the range). Hot rows of kind hot_kind are read
 // with 16-byte loads (CE = 16 / ES elements, hd % CE == 0 and 16-byte aligned rows, checked by the
-// launcher), all of a batch in flight together; other (warm) rows element by element via row_elem.
-// ES = 0: element by element for every row (any hd).
+// launcher), all of a batch in flight together; warm rows by chunks of CE elements too (their
+// code bytes in one load, decoded in registers: decode_warm_chunk).
+// ES = 0: element by element for every row (any hd; row_elem).
 // NBX: 16-byte loads in flight per thread (0: the default by VEC).
 // The code bytes of warm row r's elements [d, d + CE) (CE = 4 or 8, d a multiple of CE): int8 /
 // fp8 one byte per element, int4 one nibble (element d + e is nibble e of the chunk, low first).
@@ -137,7 +138,8 @@ ATT_HD float row_elem_maybe_unscaled(const RowSrc& r, int d) {
 }
 
 // The e4m3 values of the low (x) and high (y) bytes of `two` (exact: every e4m3 value is an f16);
-// the hardware conversion on sm_89 and later, else e4m3_decode's bits.
+// the hardware conversion on sm_89 and later (e4m3_decode's values; a NaN code, which the encoder
+// never writes, gives a NaN without its sign), else e4m3_decode's bits.
 __device__ __forceinline__ float2 e4m3x2_to_f32(uint16_t two) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint32_t h2;
