@@ -57,6 +57,8 @@ std::optional<DeviceKind> device_kind_from_name(std::string_view name);
 struct BackendOptions {
   DeviceKind device = DeviceKind::kAuto;
   int n_threads = 0;  // CPU compute threads (host threads of a GPU backend); <= 0: one per physical core
+  // --tensor-parallel: ranks the model is split over (Model::load; make_backend makes one backend).
+  int tensor_parallel = 1;
 };
 
 // The concrete device `d` stands for in this build on this machine: kAuto becomes kCuda when a GPU

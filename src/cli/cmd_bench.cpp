@@ -66,8 +66,8 @@ struct BenchModelOptions {
 // on a GPU); released between repetitions.
 class BenchKv {
  public:
-  BenchKv(const KvGeometry& g, const KvConfig& base, int32_t n_blocks, Backend& backend)
-      : storage_(g, hot_only(base, n_blocks), backend.thread_pool(), &backend),
+  BenchKv(const KvGeometry& g, const KvConfig& base, int32_t n_blocks, Model& model)
+      : storage_(g, hot_only(base, n_blocks), model.backend().thread_pool(), model.rank_backends()),
         pool_(storage_.capacity().hot_blocks),
         block_size_(g.block_size) {
     const KvLayerView& v = storage_.views().front();
@@ -148,12 +148,12 @@ int run_bench_model(const BenchModelOptions& o) {
   if (o.depth < 0) fail("--depth must be >= 0, got {}", o.depth);
   auto model = Model::load(o.model.model, o.model.backend_options());
   const ModelConfig& mc = model->config();
-  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
+  const KvGeometry geo = model->kv_geometry(kvc.block_size, kvc.dtype);
   const int32_t per_seq_blocks = (std::max(o.pp, o.depth + o.tg + 1) + kvc.block_size - 1) / kvc.block_size;
   const int32_t needed = per_seq_blocks * std::max(1, o.batch);
   int32_t n_blocks = needed;
   if (kvc.num_blocks || kvc.memory_bytes) n_blocks = kvc.resolve_num_blocks(geo);
-  BenchKv kv(geo, kvc, n_blocks, model->backend());
+  BenchKv kv(geo, kvc, n_blocks, *model);
 
   std::mt19937 rng(1234);
   auto random_tokens = [&](int32_t n) {

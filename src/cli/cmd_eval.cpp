@@ -81,7 +81,7 @@ constexpr int64_t kMaxKlFloats = int64_t{32} << 20;
 PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, int32_t chunk, int32_t prompt,
                const KvConfig& kvc, std::vector<float>* ref_out = nullptr, const std::vector<float>* ref_in = nullptr) {
   const ModelConfig& mc = model.config();
-  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
+  const KvGeometry geo = model.kv_geometry(kvc.block_size, kvc.dtype);
   PplRun run;
   const int64_t V = mc.n_vocab;
   std::vector<double> scratch;
@@ -90,7 +90,7 @@ PplRun run_ppl(Model& model, const std::vector<TokenId>& tokens, int32_t ctx, in
     const size_t w1 = std::min(tokens.size(), w0 + static_cast<size_t>(ctx));
     std::vector<TokenId> window(tokens.begin() + static_cast<long>(w0), tokens.begin() + static_cast<long>(w1));
     if (window.size() < 2) break;
-    KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
+    KvStorage storage(geo, kvc, model.backend().thread_pool(), model.rank_backends());
     KvManager kv(geo, kvc, storage.capacity(), model.fingerprint());
     std::unique_ptr<KvEvictor> evictor;
     if (kvc.evict.enabled()) {
@@ -183,6 +183,9 @@ int run_eval_ppl(const EvalOptions& o) {
   if (o.ctx < 0) fail("--ctx must be >= 0 (0: the model's context), got {}", o.ctx);
   if (o.chunk < 0) fail("--chunk must be >= 0 (0: the KV block size), got {}", o.chunk);
   if (o.prompt < 0) fail("--prompt must be >= 0, got {}", o.prompt);
+  if (kvc.evict.enabled() && o.model.tensor_parallel > 1) {
+    fail("--kv-evict {} is not supported with --tensor-parallel {} yet", evict_kind_name(kvc.evict.kind), o.model.tensor_parallel);
+  }
   auto model = Model::load(o.model.model, o.model.backend_options());
   if (kvc.evict.enabled() && !model->backend().reports_attention_importance()) {
     fail("--kv-evict {} needs attention kernels that report token importance (--device cpu or cuda); the {} backend's do not",

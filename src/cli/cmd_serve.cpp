@@ -64,6 +64,7 @@ int run_serve(ServeOptions o) {
   cfg.engine = o.engine.to_config(o.kv, cfg.device);
   cfg.model_path = o.model.model;
   cfg.n_threads = o.model.threads;
+  cfg.tensor_parallel = o.model.tensor_parallel;
   cfg.api_keys = load_api_keys(o);
   // The monitor reports the tenants the operator named (keys, --tenant-weight) one by one.
   std::vector<std::string>& tenants = cfg.engine.monitor.tenants;

@@ -78,12 +78,22 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
                   "Where the model runs: cpu, cuda (an NVIDIA GPU; needs a build with CUDA), or auto (cuda when "
                   "built with it and a GPU is usable, else cpu)")
       ->capture_default_str();
+  cmd->add_option("--tensor-parallel", f.tensor_parallel,
+                  "Split the model over N ranks (attention heads, feed-forward slices and the vocabulary, "
+                  "Megatron-style; KV heads per rank): N CPU backends in threads of this process, --threads split "
+                  "between them (at least 1 each). The model's head, KV head, feed-forward and vocabulary counts must "
+                  "divide by N (KV heads: or divide N). CUDA ranks are not built yet; the cold KV tier, --kv-evict and "
+                  "--kv-remote are refused with N > 1")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
 }
 
 BackendOptions ModelFlags::backend_options() const {
   const auto d = device_kind_from_name(device);
   if (!d) fail("--device '{}' is not one of cpu, cuda, auto", device);
-  return BackendOptions{resolve_device(*d), threads};
+  BackendOptions o{resolve_device(*d), threads};
+  o.tensor_parallel = tensor_parallel;
+  return o;
 }
 
 void add_kv_flags(CLI::App* cmd, KvFlags& f) {

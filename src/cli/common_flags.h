@@ -19,6 +19,7 @@ struct ModelFlags {
   std::string model;
   int threads = 0;  // 0 = physical cores
   std::string device = "auto";
+  int tensor_parallel = 1;  // --tensor-parallel: ranks (threads of CPU backends), threads split between them
 
   // The backend to load the model on; throws strata::Error for an unknown or unusable --device
   // (e.g. cuda in a build without CUDA), so commands fail before any work.

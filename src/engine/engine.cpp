@@ -69,7 +69,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
     : model_(model), tokenizer_(tokenizer), cfg_(cfg) {
   const ModelConfig& mc = model.config();
   n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
-  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, cfg.kv.block_size, cfg.kv.dtype};
+  // Under tensor parallelism a rank's KV heads; the storage holds every rank's arenas.
+  const KvGeometry geo = model.kv_geometry(cfg.kv.block_size, cfg.kv.dtype);
+  if (const int32_t tp = model.tensor_parallel(); tp > 1) {
+    if (cfg.kv.evict.enabled()) fail("--kv-evict {} is not supported with --tensor-parallel {} yet", evict_kind_name(cfg.kv.evict.kind), tp);
+    if (!cfg.kv.remote_url.empty()) fail("--kv-remote is not supported with --tensor-parallel {} yet", tp);
+  }
   // On a GPU the KV cache takes, unless sized by a flag, a share of the memory left free after the
   // weights (kDeviceKvShare; the rest stays for activations, cuBLAS and CUDA graphs).
   if (!cfg_.kv.memory_bytes && !cfg_.kv.num_blocks) {
@@ -84,7 +89,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
                    static_cast<double>(*free) / (uint64_t{1} << 30));  // stderr: stdout may carry JSON
     }
   }
-  storage_ = std::make_unique<KvStorage>(geo, cfg_.kv, model.backend().thread_pool(), &model.backend());
+  const std::vector<Backend*> rank_backends = model.rank_backends();
+  storage_ = std::make_unique<KvStorage>(geo, cfg_.kv, model.backend().thread_pool(), rank_backends);
   // The bus KV blocks cross to and from the cold tier on a GPU: its pinned bandwidth each way, the
   // limit transfers are reported against (/metrics strata_kv_pcie_bandwidth_gbs).
   if (!model.backend().host_visible() && storage_->has_cold_tier()) {

@@ -19,37 +19,59 @@
 namespace strata {
 
 KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads, Backend* backend)
+    : KvStorage(geo, cfg, threads, backend != nullptr ? std::span<Backend* const>(&backend, 1) : std::span<Backend* const>()) {}
+
+KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads, std::span<Backend* const> rank_backends)
     : geo_(geo),
       warm_format_(cfg.warm_format),
       threads_(threads),
-      device_(backend != nullptr && !backend->host_visible() ? backend : nullptr),
-      transfers_(backend) {
+      device_(!rank_backends.empty() && !rank_backends[0]->host_visible() ? rank_backends[0] : nullptr),
+      transfers_(rank_backends.empty() ? nullptr : rank_backends[0]),
+      ranks_(std::max<int32_t>(1, static_cast<int32_t>(rank_backends.size()))) {
   STRATA_CHECK(geo.n_layer > 0 && geo.block_size > 0 && geo.block_size == cfg.block_size && geo.dtype == cfg.dtype);
+  if (ranks_ > 1 && (cfg.host_bytes > 0 || !cfg.spill_dir.empty() || cfg.offload || cfg.cold_store_factory)) {
+    fail("--tensor-parallel {}: the cold KV tier (--kv-host-memory, --kv-spill-dir, --kv-offload) is not supported with "
+         "tensor parallelism yet",
+         ranks_);
+  }
+  Backend* const backend = device_ != nullptr ? device_ : transfers_;  // rank 0's (the cold tier's memory)
   const KvConfig::PoolSizes sizes = cfg.resolve_pools(geo);
   cap_.hot_blocks = sizes.hot_blocks;
   cap_.hot_block_bytes = geo.bytes_per_block();
-  auto allocate = [&](uint64_t bytes, std::unique_ptr<DeviceBuffer>& buffer, AnonymousMemory& memory) -> uint8_t* {
-    if (backend != nullptr) {
-      buffer = backend->allocate(bytes, MemoryUse::kKvCache);
-      return buffer->data();
+  hot_buffer_.resize(static_cast<size_t>(ranks_));
+  warm_buffer_.resize(static_cast<size_t>(ranks_));
+  hot_memory_.resize(static_cast<size_t>(ranks_));
+  warm_memory_.resize(static_cast<size_t>(ranks_));
+  for (int32_t r = 0; r < ranks_; ++r) {
+    Backend* b = rank_backends.empty() ? nullptr : rank_backends[static_cast<size_t>(r)];
+    rank_devices_.push_back(b != nullptr && !b->host_visible() ? b : nullptr);
+  }
+  auto allocate = [&](int32_t rank, uint64_t bytes, std::vector<std::unique_ptr<DeviceBuffer>>& buffers,
+                      std::vector<AnonymousMemory>& memories) -> uint8_t* {
+    const auto r = static_cast<size_t>(rank);
+    if (!rank_backends.empty()) {
+      buffers[r] = rank_backends[r]->allocate(bytes, MemoryUse::kKvCache);
+      return buffers[r]->data();
     }
-    memory = AnonymousMemory(bytes);
-    return memory.data();
+    memories[r] = AnonymousMemory(bytes);
+    return memories[r].data();
   };
 
   // Hot arena: per layer K then V, each [hot_blocks][block_size][kv_heads][head_dim] (as KvArena).
   const uint64_t hot_layer_bytes = geo.bytes_per_block() / (2 * static_cast<uint64_t>(geo.n_layer)) *
                                    static_cast<uint64_t>(sizes.hot_blocks);
-  uint8_t* hot = allocate(geo.bytes_per_block() * static_cast<uint64_t>(sizes.hot_blocks), hot_buffer_, hot_memory_);
-  views_.resize(static_cast<size_t>(geo.n_layer));
-  for (int32_t l = 0; l < geo.n_layer; ++l) {
-    KvLayerView& v = views_[static_cast<size_t>(l)];
-    v.k = hot + static_cast<uint64_t>(l) * 2 * hot_layer_bytes;
-    v.v = v.k + hot_layer_bytes;
-    v.dtype = geo.dtype;
-    v.block_size = geo.block_size;
-    v.n_kv_heads = geo.n_kv_heads;
-    v.head_dim = geo.head_dim;
+  views_.resize(static_cast<size_t>(geo.n_layer) * static_cast<size_t>(ranks_));
+  for (int32_t r = 0; r < ranks_; ++r) {
+    uint8_t* hot = allocate(r, geo.bytes_per_block() * static_cast<uint64_t>(sizes.hot_blocks), hot_buffer_, hot_memory_);
+    for (int32_t l = 0; l < geo.n_layer; ++l) {
+      KvLayerView& v = views_[static_cast<size_t>(r * geo.n_layer + l)];
+      v.k = hot + static_cast<uint64_t>(l) * 2 * hot_layer_bytes;
+      v.v = v.k + hot_layer_bytes;
+      v.dtype = geo.dtype;
+      v.block_size = geo.block_size;
+      v.n_kv_heads = geo.n_kv_heads;
+      v.head_dim = geo.head_dim;
+    }
   }
 
   if (cfg.warm_format != WarmFormat::kNone) {
@@ -60,17 +82,19 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
     cap_.warm_slot_bytes = static_cast<uint64_t>(geo.n_layer) * static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_);
     const uint64_t layer_bytes = static_cast<uint64_t>(warm_k_slot_bytes_ + warm_v_slot_bytes_) *
                                  static_cast<uint64_t>(sizes.warm_slots);
-    uint8_t* warm = allocate(layer_bytes * static_cast<uint64_t>(geo.n_layer), warm_buffer_, warm_memory_);
-    for (int32_t l = 0; l < geo.n_layer; ++l) {
-      uint8_t* base = warm + layer_bytes * static_cast<uint64_t>(l);
-      KvLayerView& v = views_[static_cast<size_t>(l)];
-      v.n_hot_blocks = sizes.hot_blocks;
-      v.warm_format = cfg.warm_format;
-      v.warm_span = cap_.warm_span;
-      v.warm_k = base;
-      v.warm_v = base + static_cast<uint64_t>(warm_k_slot_bytes_) * static_cast<uint64_t>(sizes.warm_slots);
-      v.warm_k_slot_bytes = warm_k_slot_bytes_;
-      v.warm_v_slot_bytes = warm_v_slot_bytes_;
+    for (int32_t r = 0; r < ranks_; ++r) {
+      uint8_t* warm = allocate(r, layer_bytes * static_cast<uint64_t>(geo.n_layer), warm_buffer_, warm_memory_);
+      for (int32_t l = 0; l < geo.n_layer; ++l) {
+        uint8_t* base = warm + layer_bytes * static_cast<uint64_t>(l);
+        KvLayerView& v = views_[static_cast<size_t>(r * geo.n_layer + l)];
+        v.n_hot_blocks = sizes.hot_blocks;
+        v.warm_format = cfg.warm_format;
+        v.warm_span = cap_.warm_span;
+        v.warm_k = base;
+        v.warm_v = base + static_cast<uint64_t>(warm_k_slot_bytes_) * static_cast<uint64_t>(sizes.warm_slots);
+        v.warm_k_slot_bytes = warm_k_slot_bytes_;
+        v.warm_v_slot_bytes = warm_v_slot_bytes_;
+      }
     }
   }
 
@@ -337,7 +361,7 @@ bool KvStorage::read_cold(int32_t cold, KvTier content, uint64_t ticket, std::ve
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
   if (device_ != nullptr) {
-    for (const KvLayerView& v : views_) device_->kv_copy_block(v, src, dst);
+    for (size_t i = 0; i < views_.size(); ++i) device_of(i)->kv_copy_block(views_[i], src, dst);
     return;
   }
   for (const KvLayerView& v : views_) {
@@ -354,7 +378,7 @@ void KvStorage::compact(std::span<const KvTokenMove> moves) {
       src[i] = moves[i].src_block * geo_.block_size + moves[i].src_slot;
       dst[i] = moves[i].dst_block * geo_.block_size + moves[i].dst_slot;
     }
-    for (const KvLayerView& v : views_) device_->kv_move_rows(v, src, dst);
+    for (size_t i = 0; i < views_.size(); ++i) device_of(i)->kv_move_rows(views_[i], src, dst);
     return;
   }
   for (const KvLayerView& v : views_) {
@@ -367,6 +391,7 @@ void KvStorage::compact(std::span<const KvTokenMove> moves) {
   }
 }
 
+// `layer`: an index of views_ (every rank's layers under tensor parallelism).
 void KvStorage::encode_layer(const KvOp& op, int32_t layer) {
   const KvLayerView& v = views_[static_cast<size_t>(layer)];
   warm_encode(warm_format_, v, op.hot.data(), cap_.warm_span, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
@@ -376,24 +401,27 @@ void KvStorage::encode_layer(const KvOp& op, int32_t layer) {
 void KvStorage::reencode(const KvOp& op) {
   STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
   if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
-    for (const KvLayerView& v : views_) {
-      device_->kv_warm_encode(warm_format_, v, op.hot, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
-                              v.warm_v + op.dst.slot * warm_v_slot_bytes_);
+    for (size_t i = 0; i < views_.size(); ++i) {
+      const KvLayerView& v = views_[i];
+      device_of(i)->kv_warm_encode(warm_format_, v, op.hot, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
+                                   v.warm_v + op.dst.slot * warm_v_slot_bytes_);
     }
     return;
   }
   if (threads_ != nullptr && threads_->size() > 1) {
-    threads_->parallel_for(geo_.n_layer, 1, [&](int64_t b, int64_t e) {
+    // Every layer view: under tensor parallelism each rank's (a rank encodes its own heads).
+    threads_->parallel_for(static_cast<int64_t>(views_.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t l = b; l < e; ++l) encode_layer(op, static_cast<int32_t>(l));
     });
   } else {
-    for (int32_t l = 0; l < geo_.n_layer; ++l) encode_layer(op, l);
+    for (size_t l = 0; l < views_.size(); ++l) encode_layer(op, static_cast<int32_t>(l));
   }
 }
 
 void KvStorage::run_tasks(AheadJob& job) {
   for (int64_t t = job.next.fetch_add(1); t < job.n_tasks; t = job.next.fetch_add(1)) {
-    encode_layer(job.ops[static_cast<size_t>(t / geo_.n_layer)], static_cast<int32_t>(t % geo_.n_layer));
+    const auto n_views = static_cast<int64_t>(views_.size());  // every rank's layers
+    encode_layer(job.ops[static_cast<size_t>(t / n_views)], static_cast<int32_t>(t % n_views));
     if (job.done.fetch_add(1) + 1 == job.n_tasks) {
       std::lock_guard<std::mutex> lock(ahead_mutex_);  // so that a waiter cannot miss the notification
       ahead_cv_.notify_all();
@@ -433,7 +461,7 @@ void KvStorage::start_reencodes(std::span<const KvOp> pending) {
     job->ops.push_back(op);
   }
   if (job->ops.empty()) return;
-  job->n_tasks = static_cast<int64_t>(job->ops.size()) * geo_.n_layer;
+  job->n_tasks = static_cast<int64_t>(job->ops.size()) * static_cast<int64_t>(views_.size());
   if (!encoder_.joinable()) encoder_ = std::thread([this] { encoder_loop(); });
   {
     std::lock_guard<std::mutex> lock(ahead_mutex_);

@@ -76,6 +76,13 @@ class KvStorage {
   // device backend, else anonymous memory (what the CPU backend's kPinnedHost is too).
   // Throws strata::Error for impossible sizes or an unusable spill directory.
   KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads = nullptr, Backend* backend = nullptr);
+  // Tensor parallelism (--tensor-parallel N): one arena set per rank, each from its own backend
+  // (`rank_backends`, rank order; geo.n_kv_heads is a rank's KV heads), the same block ids in
+  // every rank's arenas. views() then holds every rank's layer views, rank after rank, and every
+  // op is executed on each rank's bytes (re-encodes too, ahead or not). --kv-memory sizes one
+  // rank's pools. The cold tier (and --kv-offload) is refused with N > 1 in this first version
+  // (strata::Error).
+  KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* threads, std::span<Backend* const> rank_backends);
   ~KvStorage();  // waits for the cold tier's queued I/O and a re-encode started ahead
   KvStorage(const KvStorage&) = delete;
   KvStorage& operator=(const KvStorage&) = delete;
@@ -87,7 +94,9 @@ class KvStorage {
 
   // What attention reads, one per layer: hot blocks by id, warm sub-blocks by id >= hot_blocks,
   // and with cfg.offload the host slots of the cold tier by id >= KvLayerView::host_base.
+  // Under tensor parallelism n_layer per rank, rank after rank ([rank][layer]).
   std::span<const KvLayerView> views() const { return views_; }
+  int32_t ranks() const { return ranks_; }
 
   // Performs `ops` in order and returns one status per op (see KvOpStatus). Never throws for a
   // failed cold read: that op's destination is lost, and so is whatever a later op of the list
@@ -183,9 +192,12 @@ class KvStorage {
   KvCapacity cap_;
   int64_t warm_k_slot_bytes_ = 0, warm_v_slot_bytes_ = 0;  // one layer
 
-  // The bytes: from the backend, or anonymous memory (lazily zeroed) without one.
-  std::unique_ptr<DeviceBuffer> hot_buffer_, warm_buffer_;
-  AnonymousMemory hot_memory_, warm_memory_;
+  // The bytes, per rank: from the rank's backend, or anonymous memory (lazily zeroed) without one.
+  int32_t ranks_ = 1;
+  std::vector<Backend*> rank_devices_;  // per rank: its backend when its memory is device memory, else null
+  Backend* device_of(size_t view) const { return rank_devices_[view / static_cast<size_t>(geo_.n_layer)]; }
+  std::vector<std::unique_ptr<DeviceBuffer>> hot_buffer_, warm_buffer_;
+  std::vector<AnonymousMemory> hot_memory_, warm_memory_;
   std::vector<KvLayerView> views_;
 
   std::unique_ptr<ColdStore> cold_store_;

@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <exception>
+
+#include <fmt/format.h>
 
 #define XXH_STATIC_LINKING_ONLY  // for XXH3_state_t on the stack
 #include <xxhash.h>
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 namespace {
@@ -47,7 +52,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Back
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const BackendOptions& o) {
-  return load(path, make_backend(o));
+  if (o.tensor_parallel <= 1) return load(path, make_backend(o));
+  if (resolve_device(o.device) != DeviceKind::kCpu) {
+    fail("--tensor-parallel {} on --device {}: tensor parallelism runs on CPU ranks only in this build (CUDA ranks need "
+         "{} GPUs and the NCCL communicator, not built yet); use --device cpu",
+         o.tensor_parallel, device_kind_name(resolve_device(o.device)), o.tensor_parallel);
+  }
+  auto file = GgufFile::open(path);
+  return std::unique_ptr<Model>(new Model(std::move(file), o));
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, int n_threads) {
@@ -56,7 +68,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, int n_threads) {
 
 Model::Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend)
     : backend_(std::move(backend)),
-      file_(std::move(file)),
+      owned_file_(std::move(file)),
+      file_(owned_file_.get()),
       config_(ModelConfig::from_gguf(*file_)),
       weights_(ModelWeights::load(*file_, config_, *backend_)),
       fingerprint_(model_fingerprint(*file_)) {
@@ -67,7 +80,116 @@ Model::Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend)
   rope_.freq_factors = weights_.rope_freqs;
 }
 
+Model::Model(const GgufFile& file, const ModelConfig& whole, const TpShard& shard, Communicator& comm,
+             std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)),
+      file_(&file),
+      config_(shard.config),
+      weights_(ModelWeights::load_shard(file, whole, shard, *backend_)),
+      shard_storage_(shard) {
+  shard_ = &shard_storage_;
+  comm_of_rank_ = &comm;
+  rope_.n_rot = config_.n_rot;
+  rope_.freq_base = config_.rope_freq_base;
+  rope_.freq_scale = config_.rope_freq_scale;
+  rope_.neox = config_.rope_style == RopeStyle::kNeox;
+  rope_.freq_factors = weights_.rope_freqs;
+}
+
+// Why ranks are threads of this process and not processes: the scheduler and the KV manager are
+// one, single-threaded (the engine thread), and every rank executes the same plan — in threads the
+// ranks read the plan (the batch, the block tables) in place, with no IPC; NCCL serves several
+// devices of one process as well (ncclCommInitAll).
+Model::Model(std::unique_ptr<GgufFile> file, const BackendOptions& o)
+    : owned_file_(std::move(file)), file_(owned_file_.get()), config_(ModelConfig::from_gguf(*file_)) {
+  const int32_t n = o.tensor_parallel;
+  std::vector<TpShard> shards;
+  for (int32_t r = 0; r < n; ++r) shards.push_back(tp_shard(config_, r, n));  // throws before any loading
+  ModelWeights::check(*file_, config_);
+  fingerprint_ = model_fingerprint(*file_);
+  comm_ = make_host_communicator(n);
+  const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::physical_cores();
+  BackendOptions rank_options;
+  rank_options.device = DeviceKind::kCpu;
+  rank_options.n_threads = std::max(1, threads / n);
+  for (int32_t r = 0; r < n; ++r) {
+    ranks_.push_back(std::unique_ptr<Model>(new Model(*file_, config_, shards[static_cast<size_t>(r)], *comm_, make_backend(rank_options))));
+  }
+  group_ = std::make_unique<RankGroup>(n);
+  if (const char* f = std::getenv("STRATA_TEST_TP_FAIL"); f != nullptr && *f != '\0') {
+    const std::string spec(f);
+    const size_t at = spec.find('@');
+    fail_rank_for_test(std::stoi(spec.substr(0, at)), at == std::string::npos ? 0 : std::stoll(spec.substr(at + 1)));
+  }
+}
+
 Model::~Model() = default;
+
+void Model::fail_rank_for_test(int32_t rank, int64_t step) {
+  fail_rank_ = rank;
+  fail_step_ = rank_steps_ + step;
+}
+
+std::vector<Backend*> Model::rank_backends() {
+  std::vector<Backend*> out;
+  if (ranks_.empty()) out.push_back(backend_.get());
+  for (auto& r : ranks_) out.push_back(&r->backend());
+  return out;
+}
+
+KvGeometry Model::kv_geometry(int32_t block_size, KvDtype dtype) const {
+  const int32_t n = tensor_parallel();
+  return KvGeometry{config_.n_layer, n > 1 ? tp_kv_heads(config_, n) : config_.n_head_kv, config_.head_dim, block_size, dtype};
+}
+
+uint64_t Model::step_weight_bytes() const {
+  uint64_t b = weights_.matrix_bytes;
+  for (const auto& r : ranks_) b += r->step_weight_bytes();
+  return b;
+}
+
+std::span<const float> Model::forward_ranks(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers) {
+  if (ranks_failed_) fail("tensor parallelism: a rank failed in an earlier forward pass; the model cannot run any more");
+  const auto n = static_cast<int32_t>(ranks_.size());
+  const auto L = static_cast<size_t>(config_.n_layer);
+  STRATA_CHECK(kv_layers.size() == L * static_cast<size_t>(n), "tensor parallelism: {} KV layer views for {} layers x {} ranks",
+               kv_layers.size(), L, n);
+  for (const ForwardSeq& s : batch.seqs) {
+    STRATA_CHECK(s.importance == nullptr && s.query == nullptr, "tensor parallelism: attention importance is not supported");
+  }
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::span<const float>> out(static_cast<size_t>(n));
+  const int64_t step = rank_steps_++;
+  group_->run([&](int32_t r) {
+    const auto i = static_cast<size_t>(r);
+    try {
+      if (r == fail_rank_ && step == fail_step_) fail("failure injected by the test hook (forward pass {})", step);
+      out[i] = ranks_[i]->forward(batch, kv_layers.subspan(i * L, L));
+    } catch (const CommAborted&) {
+      errors[i] = std::current_exception();
+    } catch (const std::exception& e) {
+      errors[i] = std::make_exception_ptr(Error(fmt::format("tensor-parallel rank {} of {}: {}", r, n, e.what())));
+      comm_->abort();  // the others may be waiting for this rank in a collective
+    }
+  });
+  // The error of a rank that failed, not the CommAborted of the ranks it woke.
+  std::exception_ptr cause, any;
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    if (!any) any = e;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CommAborted&) {
+    } catch (...) {
+      if (!cause) cause = e;
+    }
+  }
+  if (any) {
+    ranks_failed_ = true;
+    std::rethrow_exception(cause ? cause : any);
+  }
+  return out[0];
+}
 
 namespace {
 
@@ -114,14 +236,19 @@ void Model::ensure_buffers(int64_t n_tokens, int64_t n_logit_rows) {
     capacity_tokens_ = n_tokens;
   }
   if (n_logit_rows > capacity_logit_rows_) {
+    // A rank of tensor parallelism computes its vocabulary slice and gathers every rank's.
+    const int64_t vocab_rows = shard_ != nullptr ? shard_->n_vocab : c.n_vocab;
     Carver cv(n_logit_rows);
-    cv.take(c.n_embd);
-    cv.take(c.n_vocab);
+    auto carve = [&] {
+      logit_in_ = cv.take(c.n_embd);
+      logits_ = cv.take(vocab_rows);
+      if (shard_ != nullptr) logits_all_ = cv.take(c.n_vocab);
+    };
+    carve();  // measures
     logit_mem_.reset();
     logit_mem_ = backend_->allocate(cv.bytes(), MemoryUse::kActivations);
     cv.set_base(logit_mem_->data());
-    logit_in_ = cv.take(c.n_embd);
-    logits_ = cv.take(c.n_vocab);
+    carve();
     capacity_logit_rows_ = n_logit_rows;
   }
 }
@@ -146,6 +273,7 @@ void Model::copy_queries(const ForwardBatch& batch) {
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers) {
+  if (!ranks_.empty()) return forward_ranks(batch, kv_layers);
   const ModelConfig& c = config_;
   STRATA_CHECK(static_cast<int32_t>(kv_layers.size()) == c.n_layer);
   const int64_t T = batch.n_tokens();
@@ -208,7 +336,8 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     return std::any_of(s.blocks.begin(), s.blocks.end(), [&](BlockId b) { return b >= host_base; });
   });
   bool replay = false;
-  if (T <= kMaxReplayTokens && !host_blocks && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
+  // Not in a rank of tensor parallelism: its passes meet the other ranks in collectives.
+  if (T <= kMaxReplayTokens && !host_blocks && shard_ == nullptr && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
         return s.tokens.size() == 1;
       })) {
     int32_t max_blocks = 0;
@@ -248,7 +377,19 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   const ActView x = x_.row_range(0, T), h = h_.row_range(0, T), q = q_.row_range(0, T), k = k_.row_range(0, T),
                 v = v_.row_range(0, T), attn = attn_.row_range(0, T), gate = gate_.row_range(0, T),
                 up = up_.row_range(0, T), out = out_.row_range(0, T);
-  be.embed(weights_.token_embd, tokens_, x);
+  if (shard_ != nullptr) {
+    // A rank's table holds its vocabulary slice and a zero row after it: each token is one rank's
+    // row and zeros on the others, so the sum over the ranks is the row, exactly.
+    local_tokens_.resize(tokens_.size());
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      const TokenId t = tokens_[i] - shard_->vocab0;
+      local_tokens_[i] = t >= 0 && t < shard_->n_vocab ? t : shard_->n_vocab;
+    }
+    be.embed(weights_.token_embd, local_tokens_, x);
+    comm_of_rank_->all_reduce_sum(shard_->rank, x);
+  } else {
+    be.embed(weights_.token_embd, tokens_, x);
+  }
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   // The residual adds are fused with the norm that follows them (Backend::add_rms_norm): the
@@ -287,10 +428,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
                                  attn);
     }
     be.matmul(L.wo, attn, out);
+    if (shard_ != nullptr) comm_of_rank_->all_reduce_sum(shard_->rank, out);  // the heads of every rank
     be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
     // Feed-forward block (SiLU-gated).
     be.matmul_silu_mul(L.w_gate, L.w_up, h, gate, up);
     be.matmul(L.w_down, gate, out);
+    if (shard_ != nullptr) comm_of_rank_->all_reduce_sum(shard_->rank, out);  // the slices of every rank
     if (l + 1 < c.n_layer) {
       be.add_rms_norm(x, out, weights_.layers[l + 1].attn_norm, h, c.rms_eps);
     } else {
@@ -310,10 +453,16 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     return {};
   }
   STRATA_CHECK(static_cast<int64_t>(logit_rows_.size()) == n_logits);
-  const ActView logit_in = logit_in_.row_range(0, n_logits), logits = logits_.row_range(0, n_logits);
+  const ActView logit_in = logit_in_.row_range(0, n_logits);
+  ActView logits = logits_.row_range(0, n_logits);
   be.gather_rows(x, logit_rows_, logit_in);
   be.rms_norm(logit_in, weights_.output_norm, logit_in, c.rms_eps);
   be.matmul(weights_.output, logit_in, logits);
+  if (shard_ != nullptr) {  // every rank's vocabulary slice, in rank order: the whole rows
+    const ActView all = logits_all_.row_range(0, n_logits);
+    comm_of_rank_->all_gather(shard_->rank, logits, all);
+    logits = all;
+  }
   if (replay) be.end_replay();
   be.collect_importance();
   copy_queries(batch);

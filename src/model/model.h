@@ -10,10 +10,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "gguf/gguf_file.h"
+#include "kv/kv_arena.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
+#include "model/rank_group.h"
+#include "model/tensor_parallel.h"
 
 namespace strata {
 
@@ -23,6 +27,10 @@ class Model {
   // file's mapping); throws strata::Error naming the problem. The model owns the backend.
   static std::unique_ptr<Model> load(const std::string& path, std::unique_ptr<Backend> backend);
   // The same on make_backend(o) (--device, --threads); throws strata::Error for an unusable device.
+  // With o.tensor_parallel N > 1: N ranks (model/tensor_parallel.h), each a CPU backend of
+  // max(1, threads / N) threads driven by a thread of its own (rank 0: the caller of forward());
+  // throws strata::Error for a model that does not split N ways, and for --device cuda (CUDA ranks
+  // need N GPUs and the NCCL communicator, not built yet).
   static std::unique_ptr<Model> load(const std::string& path, const BackendOptions& o);
   // On the CPU backend with n_threads threads (<= 0: one per physical core).
   static std::unique_ptr<Model> load(const std::string& path, int n_threads = 0);
@@ -31,33 +39,55 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
   const ModelWeights& weights() const { return weights_; }
-  // The backend the model runs on; its thread_pool() is what the KV manager borrows.
-  Backend& backend() { return *backend_; }
+  // The backend the model runs on (rank 0's under tensor parallelism); its thread_pool() is what
+  // the KV manager borrows.
+  Backend& backend() { return ranks_.empty() ? *backend_ : ranks_[0]->backend(); }
+
+  // Tensor parallelism: the rank count (1 without), each rank's backend in rank order (the KV
+  // storage allocates each rank's arenas on its own), and the KV cache's geometry per rank (its
+  // KV heads: model/tensor_parallel.h). forward() then takes the KV views of every rank, rank after
+  // rank ([rank][layer]).
+  int32_t tensor_parallel() const { return ranks_.empty() ? 1 : static_cast<int32_t>(ranks_.size()); }
+  std::vector<Backend*> rank_backends();
+  KvGeometry kv_geometry(int32_t block_size, KvDtype dtype) const;
+  // Test hook: the forward pass number `step` (0 = the next one) of rank `rank` throws
+  // strata::Error before its first collective (the other ranks then fail with CommAborted and
+  // forward() rethrows the rank's error). Also set at load by STRATA_TEST_TP_FAIL="RANK[@STEP]".
+  void fail_rank_for_test(int32_t rank, int64_t step = 0);
 
   // Identifies the weights and the tokenization, computed once at load: KV caches (the prefix
   // cache, the cold tier) are keyed by it so they never mix models.
   uint64_t fingerprint() const { return fingerprint_; }
 
-  // Bytes of weight matrices streamed by one decode step (for bandwidth accounting).
-  uint64_t step_weight_bytes() const { return weights_.matrix_bytes; }
+  // Bytes of weight matrices streamed by one decode step (for bandwidth accounting; every rank's).
+  uint64_t step_weight_bytes() const;
 
   // Runs the batch: writes each new token's K and V into its slot (through the block tables) and
   // returns logits [batch.n_logit_rows()][n_vocab], rows in the order of batch.seqs, valid until
   // the next call. They are host memory: on a host-visible backend (CPU) the span points at the
   // backend's output buffer; a device backend copies them back here, the one device -> host copy
   // of a step.
-  // Preconditions: kv_layers.size() == n_layer, in the backend's memory; every block table covers
-  // its positions; positions are below n_ctx the KV was sized for.
+  // Preconditions: kv_layers.size() == n_layer * tensor_parallel(), in the backends' memory; every
+  // block table covers its positions; positions are below n_ctx the KV was sized for; under tensor
+  // parallelism no sequence asks for importance or queries (--kv-evict is refused).
+  // Under tensor parallelism a failed rank makes forward() throw its error (the others are woken
+  // by the communicator's abort), and every later call throws too: the model is unusable.
   std::span<const float> forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers);
 
  private:
   Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend);
+  // Rank shard.rank of a tensor-parallel model: its weights from `file` (owned by the parent).
+  Model(const GgufFile& file, const ModelConfig& whole, const TpShard& shard, Communicator& comm,
+        std::unique_ptr<Backend> backend);
+  Model(std::unique_ptr<GgufFile> file, const BackendOptions& o);  // the parent of o.tensor_parallel ranks
+  std::span<const float> forward_ranks(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers);
   void ensure_buffers(int64_t n_tokens, int64_t n_logit_rows);
   void copy_queries(const ForwardBatch& batch);  // query_mem_ -> the ForwardSeq::query buffers
 
-  std::unique_ptr<Backend> backend_;  // first: destroyed after everything it allocated
-  std::unique_ptr<GgufFile> file_;
-  ModelConfig config_;
+  std::unique_ptr<Backend> backend_;  // first: destroyed after everything it allocated (null in a TP parent)
+  std::unique_ptr<GgufFile> owned_file_;  // null in a rank of a TP model: the parent's
+  const GgufFile* file_ = nullptr;
+  ModelConfig config_;  // a rank's: its shard's (TpShard::config)
   ModelWeights weights_;
   uint64_t fingerprint_ = 0;
   RopeParams rope_;
@@ -75,6 +105,21 @@ class Model {
   int64_t query_capacity_rows_ = 0;
   std::vector<int32_t> query_rows_;
   std::vector<float> query_host_;
+
+  // Tensor parallelism. In the parent: the ranks, their communicator and threads. In a rank: its
+  // shard and the communicator (the parent's).
+  std::vector<std::unique_ptr<Model>> ranks_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<RankGroup> group_;
+  int32_t fail_rank_ = -1;   // fail_rank_for_test
+  int64_t fail_step_ = 0;
+  int64_t rank_steps_ = 0;   // forward passes of the ranks so far
+  bool ranks_failed_ = false;
+  const TpShard* shard_ = nullptr;  // in a rank: its shard (shard_storage_)
+  TpShard shard_storage_;
+  Communicator* comm_of_rank_ = nullptr;
+  ActView logits_all_;  // a rank's gathered logits [rows][n_vocab]
+  std::vector<TokenId> local_tokens_;  // a rank's embedding rows: its vocabulary slice, else its zero row
 
   // The batch flattened, host memory.
   std::vector<TokenId> tokens_;

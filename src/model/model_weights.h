@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf_file.h"
 #include "model/model_config.h"
+#include "model/tensor_parallel.h"
 
 namespace strata {
 
@@ -34,11 +35,19 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   uint64_t matrix_bytes = 0;          // bytes of all matrices read by one decode step
   std::vector<std::vector<float>> owned;  // host f32 copies of small vectors stored in other types
+  std::vector<std::vector<uint8_t>> owned_bytes;  // host copies of a rank's column slices and embedding
 
   // Reads every tensor from `f` and uploads it to `backend` (pointers above are backend memory).
   // Throws strata::Error naming the tensor when one is missing, misshapen or of a type the
   // backend cannot run.
   static ModelWeights load(const GgufFile& f, const ModelConfig& c, Backend& backend);
+  // Rank shard.rank's part of the weights (model/tensor_parallel.h); `c` is the whole model's config.
+  // Row slices are views (on CPU) of the file; column slices (wo, w_down) are packed copies; the
+  // embedding is a copy of the rank's vocabulary rows plus one zero row (row shard.n_vocab: what a
+  // token of another rank's slice reads). The layer matrices then have the shard config's shapes;
+  // output has shard.n_vocab rows. Throws strata::Error as load(), and when a column slice of a
+  // quantized matrix would cut its blocks.
+  static ModelWeights load_shard(const GgufFile& f, const ModelConfig& c, const TpShard& shard, Backend& backend);
   // What load() checks that needs no backend: every tensor present, with its shape, and vectors of
   // a type that can be read. Cheap (reads only the tensor table); throws as load() does.
   static void check(const GgufFile& f, const ModelConfig& c);

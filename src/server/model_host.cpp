@@ -43,6 +43,7 @@ void ModelHost::check_model(const Options& options) {
   const std::unique_ptr<GgufFile> file = GgufFile::open(options.model_path);
   const ModelConfig config = ModelConfig::from_gguf(*file);
   ModelWeights::check(*file, config);
+  for (int32_t r = 0; r < options.tensor_parallel && options.tensor_parallel > 1; ++r) tp_shard(config, r, options.tensor_parallel);
   load_text_side(*file, config.n_vocab, options.chat_template_source);
 }
 
@@ -72,7 +73,9 @@ void ModelHost::wait_loaded() {
 
 void ModelHost::load() {
   try {
-    model_ = Model::load(options_.model_path, BackendOptions{options_.device, options_.n_threads});
+    BackendOptions backend{options_.device, options_.n_threads};
+    backend.tensor_parallel = options_.tensor_parallel;
+    model_ = Model::load(options_.model_path, backend);
     TextSide text = load_text_side(model_->file(), model_->config().n_vocab, options_.chat_template_source);
     tokenizer_ = std::move(text.tokenizer);
     template_ = std::move(text.chat_template);

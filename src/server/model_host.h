@@ -30,6 +30,7 @@ class ModelHost {
     EngineConfig engine;
     std::optional<std::string> chat_template_source;  // overrides the model's tokenizer.chat_template
     DeviceKind device = DeviceKind::kAuto;
+    int tensor_parallel = 1;                          // --tensor-parallel
   };
   enum class State { kLoading, kReady, kFailed };
 

@@ -58,7 +58,8 @@ int run_server(const ServerConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   ShutdownSignal signals;
 
-  const ModelHost::Options host_options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device};
+  const ModelHost::Options host_options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device,
+                                          config.tensor_parallel};
   check_model_file(host_options);
   ModelHost host(host_options);
   ServerContext ctx(config, host);

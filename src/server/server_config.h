@@ -28,6 +28,7 @@ struct ServerConfig {
   std::string model_path;
   int n_threads = 0;
   DeviceKind device = DeviceKind::kAuto;  // --device
+  int tensor_parallel = 1;                 // --tensor-parallel
   EngineConfig engine;
   std::optional<std::string> chat_template_source;  // the text of --chat-template FILE
 };

@@ -1,0 +1,56 @@
+// Collectives between the ranks of tensor parallelism (--tensor-parallel N): every rank runs the
+// same layer loop on its shard of the weights and meets the others at an all-reduce after the
+// attention output and feed-forward down projections (and after the vocabulary-split embedding),
+// and at an all-gather of the vocabulary-split logits.
+//
+// A rank is a thread of this process driving its own backend (model/rank_group.h); the ranks of one
+// communicator call each collective in the same order, each with its own buffers of one shape.
+// make_host_communicator is the implementation for ranks whose buffers are host memory (CPU
+// backends): shared memory and a barrier. A device implementation (NCCL) keeps the interface.
+//
+// Failure: a rank that cannot go on (an exception in its forward pass) calls abort(); every rank
+// waiting in a collective, and every later call, then throws CommAborted instead of waiting for a
+// rank that will never come. The communicator is unusable afterwards.
+//
+// Thread-safety: each rank calls from its own thread; abort() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace strata {
+
+// Thrown by a collective after abort(): another rank failed.
+class CommAborted : public Error {
+ public:
+  CommAborted() : Error("tensor parallelism: another rank failed") {}
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int32_t size() const = 0;
+  // Every rank passes its own x (same rows and cols on every rank); afterwards every rank's x holds
+  // the element-wise sum over the ranks, added in rank order (x_0 + x_1 + ... + x_{N-1}), so every
+  // rank holds the same bits and the result does not depend on timing.
+  virtual void all_reduce_sum(int32_t rank, ActView x) = 0;
+  // local: [rows][cols] on every rank; out: [rows][cols * size()]; afterwards every rank's
+  // out[r][k * cols + j] = local_k[r][j] (rank k's block of columns: the vocabulary-split logits).
+  // out must not overlap any rank's local.
+  virtual void all_gather(int32_t rank, ActView local, ActView out) = 0;
+  // Returns once every rank has called it.
+  virtual void barrier(int32_t rank) = 0;
+  // Wakes every rank waiting in a collective with CommAborted; later calls throw it too.
+  virtual void abort() = 0;
+  virtual bool aborted() const = 0;
+};
+
+// Ranks whose ActViews are host memory (CPU backends), n >= 1. Each collective is two barriers: rank
+// r sums (or copies) its own share of the elements, reading every rank's buffer, between them.
+std::unique_ptr<Communicator> make_host_communicator(int32_t n);
+
+}  // namespace strata
