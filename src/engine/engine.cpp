@@ -193,6 +193,10 @@ std::shared_ptr<RequestHandle> Engine::submit(Request r) {
   }
   if (auto err = r.params.validate(model_.config().n_vocab)) reject(*err);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.empty()) {
+    ++stats_.requests_rejected;
+    fail("the engine failed: {}", failure_);
+  }
   if (!accepting_) fail("the engine is shutting down");
   const RequestId id = next_id_++;
   auto handle = std::shared_ptr<RequestHandle>(new RequestHandle(id, this));
@@ -438,6 +442,25 @@ void Engine::fail_request(RequestId id, const std::string& message) {
   for (SeqId s : sched_->sequences_of(id)) finish_seq(s, FinishReason::kAbort);
 }
 
+void Engine::fail_engine(const std::string& message) {
+  const bool first = !failed_;
+  fmt::print(stderr, "engine: a forward pass failed, failing every request: {}\n", message);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = message;
+  }
+  failed_ = true;
+  std::vector<RequestId> ids;
+  for (const auto& [id, rs] : requests_) ids.push_back(id);
+  for (RequestId id : ids) fail_request(id, "the engine failed: " + message);
+  if (first && cfg_.on_failure) cfg_.on_failure(message);
+}
+
+std::string Engine::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
 void Engine::handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost) {
   if (lost.empty()) return;
   for (SeqId id : lost) {
@@ -482,6 +505,7 @@ void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
 }
 
 bool Engine::step() {
+  if (failed_) return false;  // the loop fails what arrives
   const Clock::time_point t0 = Clock::now();
   StepRunner::Prepared p = runner_->prepare();
   SchedulerOutput& out = p.out;
@@ -510,7 +534,13 @@ bool Engine::step() {
   max_batch_seqs_ = std::max(max_batch_seqs_, static_cast<int32_t>(out.seqs.size()));
   batched_steps_ += out.seqs.size() > 1;
   const Clock::time_point t1 = Clock::now();
-  const std::span<const float> logits = runner_->forward(model_, out);
+  std::span<const float> logits;
+  try {
+    logits = runner_->forward(model_, out);
+  } catch (const std::exception& e) {
+    fail_engine(e.what());
+    return true;
+  }
   runner_->done(out);
   const Clock::time_point t2 = Clock::now();
   using Seconds = std::chrono::duration<double>;
@@ -633,6 +663,11 @@ void Engine::loop() {
     }
     for (auto& [id, r] : fresh) start_request(id, std::move(r));
     for (RequestId id : cancels) abort_request(id);
+    if (failed_) {  // requests queued before the failure was published
+      std::vector<RequestId> ids;
+      for (const auto& [id, rs] : requests_) ids.push_back(id);
+      for (RequestId id : ids) fail_request(id, "the engine failed: " + failure());
+    }
     if (stop) service_remote(/*all=*/true);
     else service_remote();
     if (stop) {

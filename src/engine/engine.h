@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +73,10 @@ struct EngineConfig {
   int32_t max_kv_losses = 3;
   ControllerConfig controller;  // --controller off|pid and its gains and targets
   MonitorConfig monitor;
+  // Called once, on the engine thread, when a forward pass throws (a failed rank of tensor
+  // parallelism, an out-of-memory device): the engine has then failed every request with the
+  // message and rejects new ones (failure()). The server stops on it.
+  std::function<void(const std::string& message)> on_failure;
 };
 
 struct EngineStats {
@@ -143,6 +148,8 @@ class Engine {
   const Model& model() const { return model_; }
   // The KV manager, for inspection once the engine thread has stopped (after shutdown()).
   const KvManager& kv_after_shutdown() const;
+  // The error that failed the engine (a forward pass that threw), or empty while it is healthy.
+  std::string failure() const;
 
  private:
   struct SeqRuntime {
@@ -174,6 +181,9 @@ class Engine {
   void finish_seq(SeqId id, FinishReason reason);
   // Ends a request with kError (then kFinish "abort" per sample and kDone).
   void fail_request(RequestId id, const std::string& message);
+  // A forward pass threw: every request fails with the message, new ones are rejected.
+  void fail_engine(const std::string& message);
+  bool failed_ = false;  // engine thread: fail_engine ran
   // Sequences whose KV this step's ops lost (already back to waiting, to recompute): fail the
   // requests that lost it too often.
   void handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost);
@@ -241,6 +251,7 @@ class Engine {
   std::vector<std::pair<RequestId, std::shared_ptr<RequestHandle>>> pending_handles_;
   std::vector<RequestId> pending_cancels_;
   bool accepting_ = true;
+  std::string failure_;  // fail_engine's message
   bool stop_ = false;
   bool drain_ = false;
   bool remote_ready_ = false;  // a remote lookup finished since the engine last looked

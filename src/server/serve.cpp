@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -58,8 +59,19 @@ int run_server(const ServerConfig& config) {
   ::signal(SIGPIPE, SIG_IGN);
   ShutdownSignal signals;
 
-  const ModelHost::Options host_options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device,
-                                          config.tensor_parallel};
+  ModelHost::Options host_options{config.model_path, config.n_threads, config.engine, config.chat_template_source, config.device,
+                                    config.tensor_parallel};
+  // A failed engine (a forward pass that threw: a failed tensor-parallel rank) stops the server
+  // with its message and a non-zero exit.
+  std::mutex failure_mutex;
+  std::string engine_failure;
+  host_options.engine.on_failure = [&](const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      engine_failure = message;
+    }
+    signals.notify();
+  };
   check_model_file(host_options);
   ModelHost host(host_options);
   ServerContext ctx(config, host);
@@ -84,6 +96,19 @@ int run_server(const ServerConfig& config) {
     http.stop();
     host.wait_loaded();
     host.rethrow_failure();
+  }
+  {
+    std::unique_lock<std::mutex> lock(failure_mutex);
+    if (!engine_failure.empty()) {
+      const std::string message = engine_failure;
+      lock.unlock();
+      fmt::print(stderr, "strata serve: the engine failed, stopping: {}\n", message);
+      std::fflush(stderr);
+      http.wait_idle(std::chrono::steady_clock::now() + kFlushGrace);  // the failed requests' answers
+      http.stop();
+      host.shutdown_engine(/*drain=*/false, std::chrono::milliseconds(0));
+      fail("the engine failed: {}", message);
+    }
   }
   fmt::print(stderr, "strata serve: signal {} received, draining (up to {} s)\n", sig, config.shutdown_timeout_s);
   std::fflush(stderr);
