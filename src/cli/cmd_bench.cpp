@@ -29,7 +29,8 @@
 namespace strata::cli {
 namespace {
 
-int n_threads(Model& m) { return m.backend().thread_pool() ? m.backend().thread_pool()->size() : 0; }
+// Compute threads of every rank (--tensor-parallel splits --threads between them).
+int n_threads(Model& m) { return m.backend().thread_pool() ? m.backend().thread_pool()->size() * m.tensor_parallel() : 0; }
 
 using Clock = std::chrono::steady_clock;
 
@@ -240,6 +241,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["model_bytes"] = file_bytes;
     j["step_weight_bytes"] = bytes_per_step;
     j["threads"] = n_threads(*model);
+    j["tensor_parallel"] = model->tensor_parallel();
     j["batch"] = o.batch;
     j["pp"] = o.pp;
     j["tg"] = o.tg;
@@ -259,8 +261,10 @@ int run_bench_model(const BenchModelOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
-  fmt::print("model: {} ({}, {} of weights streamed per decode step), threads {}, KV {}\n", o.model.model,
-             format_bytes(file_bytes), format_bytes(bytes_per_step), n_threads(*model), kv_dtype_name(kvc.dtype));
+  fmt::print("model: {} ({}, {} of weights streamed per decode step), threads {}{}, KV {}\n", o.model.model,
+             format_bytes(file_bytes), format_bytes(bytes_per_step), n_threads(*model),
+             model->tensor_parallel() > 1 ? fmt::format(" over {} tensor-parallel ranks", model->tensor_parallel()) : "",
+             kv_dtype_name(kvc.dtype));
   if (bandwidth > 0) fmt::print("memory read bandwidth: {:.1f} GB/s\n", bandwidth);
   fmt::print("| test | tok/s |\n| --- | --- |\n");
   if (o.pp > 0) fmt::print("| pp{} | {:.1f} ± {:.1f} |\n", o.pp, pp.mean, pp.sd);
@@ -426,6 +430,7 @@ int run_bench_offline(const BenchOfflineOptions& o) {
   j["shared_prefix"] = o.shared_prefix;
   j["request_rate"] = o.request_rate;
   j["threads"] = n_threads(*model);
+  j["tensor_parallel"] = model->tensor_parallel();
   j["duration_s"] = wall;
   j["prompt_tokens"] = prompt_tokens;
   j["output_tokens"] = output_tokens;
