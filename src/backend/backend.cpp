@@ -6,7 +6,9 @@
 #include "backend/cpu/cpu_backend.h"
 #ifdef STRATA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/nccl_communicator.h"
 #endif
+#include "backend/communicator.h"
 #include "core/error.h"
 
 namespace strata {
@@ -73,6 +75,23 @@ DeviceKind resolve_device(DeviceKind d) {
   fail("unknown device");
 }
 
+int cuda_device_count() {
+#ifdef STRATA_HAVE_CUDA
+  return cuda_usable() ? CudaBackend::device_count() : 0;
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Communicator> make_device_communicator(std::span<Backend* const> ranks) {
+#ifdef STRATA_HAVE_CUDA
+  return cuda::make_nccl_communicator(ranks);
+#else
+  (void)ranks;
+  fail("tensor parallelism over GPUs needs a build with CUDA (NCCL)");
+#endif
+}
+
 std::vector<DeviceKind> available_devices() {
   std::vector<DeviceKind> out{DeviceKind::kCpu};
   if (cuda_usable()) out.push_back(DeviceKind::kCuda);
@@ -83,7 +102,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   switch (resolve_device(o.device)) {
     case DeviceKind::kCpu: return std::make_unique<CpuBackend>(o.n_threads);
 #ifdef STRATA_HAVE_CUDA
-    case DeviceKind::kCuda: return std::make_unique<CudaBackend>(0);
+    case DeviceKind::kCuda: return std::make_unique<CudaBackend>(o.device_index);
 #endif
     default: break;
   }

@@ -59,7 +59,11 @@ struct BackendOptions {
   int n_threads = 0;  // CPU compute threads (host threads of a GPU backend); <= 0: one per physical core
   // --tensor-parallel: ranks the model is split over (Model::load; make_backend makes one backend).
   int tensor_parallel = 1;
+  int device_index = 0;  // the GPU (CUDA ordinal) of a CUDA backend: tensor-parallel rank r uses GPU r
 };
+
+// GPUs this build can use on this machine (0 without CUDA or without a usable device).
+int cuda_device_count();
 
 // The concrete device `d` stands for in this build on this machine: kAuto becomes kCuda when a GPU
 // is usable, else kCpu. Throws strata::Error when `d` cannot be had ("this strata was built
@@ -188,6 +192,12 @@ class Backend {
   virtual ThreadPool* thread_pool() = 0;
   // Waits for every op issued so far (no-op on CPU).
   virtual void synchronize() = 0;
+  // Makes the calling thread ready to issue this backend's ops and allocations (CUDA: selects its
+  // GPU, which the runtime keeps per thread). Tensor parallelism's rank threads call it before a
+  // pass, and the KV storage before each rank's ops; one GPU or the CPU need nothing.
+  virtual void bind_thread() {}
+  // The GPU this backend runs on (CUDA ordinal), -1 on the CPU.
+  virtual int device_ordinal() const { return -1; }
 
   // Memory. Throws strata::Error when the memory cannot be had.
   virtual std::unique_ptr<DeviceBuffer> allocate(uint64_t bytes, MemoryUse use) = 0;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -52,5 +53,10 @@ class Communicator {
 // Ranks whose ActViews are host memory (CPU backends), n >= 1. Each collective is two barriers: rank
 // r sums (or copies) its own share of the elements, reading every rank's buffer, between them.
 std::unique_ptr<Communicator> make_host_communicator(int32_t n);
+
+// Ranks that are GPU backends (CUDA, one GPU each: Backend::device_ordinal()), through NCCL
+// (backend/cuda/nccl_communicator.h). Throws strata::Error in a build without CUDA, or when NCCL
+// cannot be loaded or initialised.
+std::unique_ptr<Communicator> make_device_communicator(std::span<Backend* const> ranks);
 
 }  // namespace strata

@@ -50,6 +50,7 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
                       std::vector<AnonymousMemory>& memories) -> uint8_t* {
     const auto r = static_cast<size_t>(rank);
     if (!rank_backends.empty()) {
+      rank_backends[r]->bind_thread();  // CUDA ranks: on the rank's GPU
       buffers[r] = rank_backends[r]->allocate(bytes, MemoryUse::kKvCache);
       return buffers[r]->data();
     }
@@ -98,6 +99,7 @@ KvStorage::KvStorage(const KvGeometry& geo, const KvConfig& cfg, ThreadPool* thr
     }
   }
 
+  if (!rank_backends.empty()) rank_backends[0]->bind_thread();
   uint64_t frame = kColdHeaderBytes + std::max(cap_.hot_block_bytes, cap_.warm_slot_bytes);
   // --kv-offload: attention reads blocks in host slots, whose rows must be as aligned as the hot
   // arena's (16-byte loads on a GPU).
@@ -361,7 +363,8 @@ bool KvStorage::read_cold(int32_t cold, KvTier content, uint64_t ticket, std::ve
 
 void KvStorage::copy_block(BlockId src, BlockId dst) {
   if (device_ != nullptr) {
-    for (size_t i = 0; i < views_.size(); ++i) device_of(i)->kv_copy_block(views_[i], src, dst);
+    for (size_t i = 0; i < views_.size(); ++i) bound_device(i)->kv_copy_block(views_[i], src, dst);
+    rebind_rank0();
     return;
   }
   for (const KvLayerView& v : views_) {
@@ -378,7 +381,8 @@ void KvStorage::compact(std::span<const KvTokenMove> moves) {
       src[i] = moves[i].src_block * geo_.block_size + moves[i].src_slot;
       dst[i] = moves[i].dst_block * geo_.block_size + moves[i].dst_slot;
     }
-    for (size_t i = 0; i < views_.size(); ++i) device_of(i)->kv_move_rows(views_[i], src, dst);
+    for (size_t i = 0; i < views_.size(); ++i) bound_device(i)->kv_move_rows(views_[i], src, dst);
+    rebind_rank0();
     return;
   }
   for (const KvLayerView& v : views_) {
@@ -403,9 +407,10 @@ void KvStorage::reencode(const KvOp& op) {
   if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
     for (size_t i = 0; i < views_.size(); ++i) {
       const KvLayerView& v = views_[i];
-      device_of(i)->kv_warm_encode(warm_format_, v, op.hot, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
-                                   v.warm_v + op.dst.slot * warm_v_slot_bytes_);
+      bound_device(i)->kv_warm_encode(warm_format_, v, op.hot, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
+                                      v.warm_v + op.dst.slot * warm_v_slot_bytes_);
     }
+    rebind_rank0();
     return;
   }
   if (threads_ != nullptr && threads_->size() > 1) {

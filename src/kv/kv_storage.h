@@ -196,6 +196,16 @@ class KvStorage {
   int32_t ranks_ = 1;
   std::vector<Backend*> rank_devices_;  // per rank: its backend when its memory is device memory, else null
   Backend* device_of(size_t view) const { return rank_devices_[view / static_cast<size_t>(geo_.n_layer)]; }
+  // device_of(view), made current on this thread when there are several (CUDA ranks: its GPU);
+  // rebind_rank0() then gives the thread back to rank 0's GPU.
+  Backend* bound_device(size_t view) const {
+    Backend* b = device_of(view);
+    if (ranks_ > 1 && view % static_cast<size_t>(geo_.n_layer) == 0) b->bind_thread();
+    return b;
+  }
+  void rebind_rank0() const {
+    if (ranks_ > 1) rank_devices_[0]->bind_thread();
+  }
   std::vector<std::unique_ptr<DeviceBuffer>> hot_buffer_, warm_buffer_;
   std::vector<AnonymousMemory> hot_memory_, warm_memory_;
   std::vector<KvLayerView> views_;

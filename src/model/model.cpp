@@ -53,10 +53,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Back
 
 std::unique_ptr<Model> Model::load(const std::string& path, const BackendOptions& o) {
   if (o.tensor_parallel <= 1) return load(path, make_backend(o));
-  if (resolve_device(o.device) != DeviceKind::kCpu) {
-    fail("--tensor-parallel {} on --device {}: tensor parallelism runs on CPU ranks only in this build (CUDA ranks need "
-         "{} GPUs and the NCCL communicator, not built yet); use --device cpu",
-         o.tensor_parallel, device_kind_name(resolve_device(o.device)), o.tensor_parallel);
+  if (resolve_device(o.device) == DeviceKind::kCuda && cuda_device_count() < o.tensor_parallel) {
+    fail("--tensor-parallel {} on --device cuda: CUDA tensor parallelism needs {} GPUs (one per rank); this machine "
+         "has {}; use --device cpu",
+         o.tensor_parallel, o.tensor_parallel, cuda_device_count());
   }
   auto file = GgufFile::open(path);
   return std::unique_ptr<Model>(new Model(std::move(file), o));
@@ -107,14 +107,26 @@ Model::Model(std::unique_ptr<GgufFile> file, const BackendOptions& o)
   for (int32_t r = 0; r < n; ++r) shards.push_back(tp_shard(config_, r, n));  // throws before any loading
   ModelWeights::check(*file_, config_);
   fingerprint_ = model_fingerprint(*file_);
-  comm_ = make_host_communicator(n);
+  // CPU ranks: --threads split between them. CUDA ranks: GPU r for rank r.
+  const DeviceKind device = resolve_device(o.device);
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::physical_cores();
-  BackendOptions rank_options;
-  rank_options.device = DeviceKind::kCpu;
-  rank_options.n_threads = std::max(1, threads / n);
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<Backend*> raw;
   for (int32_t r = 0; r < n; ++r) {
-    ranks_.push_back(std::unique_ptr<Model>(new Model(*file_, config_, shards[static_cast<size_t>(r)], *comm_, make_backend(rank_options))));
+    BackendOptions rank_options;
+    rank_options.device = device;
+    rank_options.n_threads = device == DeviceKind::kCpu ? std::max(1, threads / n) : o.n_threads;
+    rank_options.device_index = device == DeviceKind::kCuda ? r : 0;
+    backends.push_back(make_backend(rank_options));
+    raw.push_back(backends.back().get());
   }
+  comm_ = device == DeviceKind::kCpu ? make_host_communicator(n) : make_device_communicator(raw);
+  for (int32_t r = 0; r < n; ++r) {
+    auto& b = backends[static_cast<size_t>(r)];
+    b->bind_thread();  // its weights go to its GPU
+    ranks_.push_back(std::unique_ptr<Model>(new Model(*file_, config_, shards[static_cast<size_t>(r)], *comm_, std::move(b))));
+  }
+  ranks_[0]->backend().bind_thread();  // the loading thread is rank 0's again
   group_ = std::make_unique<RankGroup>(n);
   if (const char* f = std::getenv("STRATA_TEST_TP_FAIL"); f != nullptr && *f != '\0') {
     const std::string spec(f);
@@ -164,6 +176,7 @@ std::span<const float> Model::forward_ranks(const ForwardBatch& batch, std::span
     const auto i = static_cast<size_t>(r);
     try {
       if (r == fail_rank_ && step == fail_step_) fail("failure injected by the test hook (forward pass {})", step);
+      ranks_[i]->backend().bind_thread();  // CUDA: this thread issues to rank r's GPU
       out[i] = ranks_[i]->forward(batch, kv_layers.subspan(i * L, L));
     } catch (const CommAborted&) {
       errors[i] = std::current_exception();
@@ -184,6 +197,7 @@ std::span<const float> Model::forward_ranks(const ForwardBatch& batch, std::span
       if (!cause) cause = e;
     }
   }
+  ranks_[0]->backend().bind_thread();  // the caller (rank 0) issues to rank 0's GPU afterwards too
   if (any) {
     ranks_failed_ = true;
     std::rethrow_exception(cause ? cause : any);

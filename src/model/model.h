@@ -27,10 +27,11 @@ class Model {
   // file's mapping); throws strata::Error naming the problem. The model owns the backend.
   static std::unique_ptr<Model> load(const std::string& path, std::unique_ptr<Backend> backend);
   // The same on make_backend(o) (--device, --threads); throws strata::Error for an unusable device.
-  // With o.tensor_parallel N > 1: N ranks (model/tensor_parallel.h), each a CPU backend of
-  // max(1, threads / N) threads driven by a thread of its own (rank 0: the caller of forward());
-  // throws strata::Error for a model that does not split N ways, and for --device cuda (CUDA ranks
-  // need N GPUs and the NCCL communicator, not built yet).
+  // With o.tensor_parallel N > 1: N ranks (model/tensor_parallel.h), each driven by a thread of
+  // its own (rank 0: the caller of forward()): CPU backends of max(1, threads / N) threads with the
+  // host communicator, or with --device cuda GPU r for rank r with NCCL (compiled, not yet run on
+  // several GPUs). Throws strata::Error for a model that does not split N ways, and for --device cuda
+  // with fewer than N GPUs.
   static std::unique_ptr<Model> load(const std::string& path, const BackendOptions& o);
   // On the CPU backend with n_threads threads (<= 0: one per physical core).
   static std::unique_ptr<Model> load(const std::string& path, int n_threads = 0);

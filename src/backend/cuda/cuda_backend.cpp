@@ -444,6 +444,19 @@ bool CudaBackend::usable(std::string* why) {
   return true;
 }
 
+int CudaBackend::device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void CudaBackend::bind_thread() { STRATA_CUDA(cudaSetDevice(impl_->device)); }
+
+int CudaBackend::device_ordinal() const { return impl_->device; }
+
 CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   std::string why;
   if (!usable(&why)) fail("--device cuda: {}", why);

@@ -35,12 +35,16 @@ class CudaBackend final : public Backend {
 
   // Whether a CUDA GPU is usable (a driver, a device, a context can be made); why not in *why.
   static bool usable(std::string* why = nullptr);
+  // GPUs the runtime sees (0 when none or no driver).
+  static int device_count();
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string description() const override;
   bool host_visible() const override { return false; }
   ThreadPool* thread_pool() override { return nullptr; }
   void synchronize() override;
+  void bind_thread() override;
+  int device_ordinal() const override;
 
   std::unique_ptr<DeviceBuffer> allocate(uint64_t bytes, MemoryUse use) override;
   void copy_to_device(void* dst_device, const void* src_host, uint64_t bytes) override;
