@@ -61,11 +61,14 @@ class AbortableBarrier {
 
 class HostCommunicator final : public Communicator {
  public:
-  explicit HostCommunicator(int32_t n) : n_(n), views_(static_cast<size_t>(n)), barrier_(n) { STRATA_CHECK(n >= 1); }
+  explicit HostCommunicator(int32_t n) : n_(n), views_(static_cast<size_t>(n)), stats_(static_cast<size_t>(n)), barrier_(n) {
+    STRATA_CHECK(n >= 1);
+  }
 
   int32_t size() const override { return n_; }
 
   void all_reduce_sum(int32_t rank, ActView x) override {
+    CollectiveTimer timer(stats_.at(static_cast<size_t>(rank)));
     publish(rank, x);
     const int64_t n = x.size();
     // Rank r adds up elements [r*n/N, (r+1)*n/N) of every rank's buffer, in rank order, and writes
@@ -86,6 +89,7 @@ class HostCommunicator final : public Communicator {
 
   void all_gather(int32_t rank, ActView local, ActView out) override {
     STRATA_CHECK(out.rows == local.rows && out.cols == local.cols * n_);
+    CollectiveTimer timer(stats_.at(static_cast<size_t>(rank)));
     publish(rank, local);
     for (int32_t k = 0; k < n_; ++k) {
       const ActView& src = views_[static_cast<size_t>(k)];
@@ -105,6 +109,7 @@ class HostCommunicator final : public Communicator {
 
   void abort() override { barrier_.abort(); }
   bool aborted() const override { return barrier_.aborted(); }
+  Stats stats(int32_t rank) const override { return stats_.at(static_cast<size_t>(rank)); }
 
  private:
   // Makes x visible to the other ranks and waits until every rank has done so.
@@ -116,6 +121,7 @@ class HostCommunicator final : public Communicator {
 
   const int32_t n_;
   std::vector<ActView> views_;  // entry r: written by rank r before the first barrier of a collective
+  std::vector<Stats> stats_;    // entry r: rank r's
   AbortableBarrier barrier_;
 };
 

@@ -15,6 +15,7 @@
 // Thread-safety: each rank calls from its own thread; abort() from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,6 +49,31 @@ class Communicator {
   // Wakes every rank waiting in a collective with CommAborted; later calls throw it too.
   virtual void abort() = 0;
   virtual bool aborted() const = 0;
+
+  // The all-reduces and all-gathers rank `rank` made since start and the wall seconds spent in them, waiting
+  // for the other ranks included (so a rank that arrives first also counts the others' lateness).
+  // Written by the rank's thread; read it when the ranks are idle (between forward passes).
+  struct Stats {
+    int64_t calls = 0;
+    double seconds = 0;
+  };
+  virtual Stats stats(int32_t rank) const = 0;
+};
+
+// Adds the wall time of its scope to a Stats (the implementations' collectives).
+class CollectiveTimer {
+ public:
+  explicit CollectiveTimer(Communicator::Stats& s) : s_(s), t0_(std::chrono::steady_clock::now()) {}
+  ~CollectiveTimer() {
+    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    ++s_.calls;
+  }
+  CollectiveTimer(const CollectiveTimer&) = delete;
+  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
+
+ private:
+  Communicator::Stats& s_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 // Ranks whose ActViews are host memory (CPU backends), n >= 1. Each collective is two barriers: rank

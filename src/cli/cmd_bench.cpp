@@ -181,6 +181,8 @@ int run_bench_model(const BenchModelOptions& o) {
   // (greedy, to keep the work realistic); returns the seconds it took.
   // With --depth D each sequence starts at position D, its first D positions placed, not computed.
   int32_t host_blocks = 0;
+  Communicator::Stats tg_collectives;  // rank 0's, over the timed decode steps (--tensor-parallel)
+  int64_t tg_steps = 0;
   auto decode = [&] {
     std::vector<TokenId> toks = random_tokens(o.batch);
     if (o.depth > 0) {
@@ -188,6 +190,7 @@ int run_bench_model(const BenchModelOptions& o) {
       for (int32_t s = 0; s < o.batch; ++s) kv.place_depth(static_cast<size_t>(s), o.depth, keep);
       host_blocks = kv.host_blocks();
     }
+    const Communicator::Stats c0 = model->collective_stats();
     const auto t0 = Clock::now();
     for (int32_t step = 0; step < o.tg; ++step) {
       ForwardBatch b;
@@ -204,13 +207,21 @@ int run_bench_model(const BenchModelOptions& o) {
       }
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const Communicator::Stats c1 = model->collective_stats();
+    tg_collectives.calls += c1.calls - c0.calls;
+    tg_collectives.seconds += c1.seconds - c0.seconds;
+    tg_steps += o.tg;
     kv.release_all();
     return secs;
   };
   // GPU: one untimed decode of the measured shape too, so that recording its CUDA graphs (one per
   // context-length bucket, made on first use and replayed after, as in a serving steady state)
   // does not land in the first repetition.
-  if (!model->backend().host_visible() && o.tg > 0) decode();
+  if (!model->backend().host_visible() && o.tg > 0) {
+    decode();
+    tg_collectives = {};
+    tg_steps = 0;
+  }
 
   std::vector<double> pp_runs, tg_runs;
   for (int32_t rep = 0; rep < o.reps; ++rep) {
@@ -258,6 +269,11 @@ int run_bench_model(const BenchModelOptions& o) {
     j["bandwidth_gb_s"] = bandwidth;
     j["tg_weight_gb_s"] = achieved_gbs;
     j["tg_bandwidth_pct"] = pct;
+    if (model->tensor_parallel() > 1 && tg_steps > 0) {
+      // Rank 0's wall time in collectives per decode step (waiting for slower ranks included).
+      j["tg_collectives_per_step"] = static_cast<double>(tg_collectives.calls) / static_cast<double>(tg_steps);
+      j["tg_collective_ms_per_step"] = 1e3 * tg_collectives.seconds / static_cast<double>(tg_steps);
+    }
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
@@ -277,6 +293,13 @@ int run_bench_model(const BenchModelOptions& o) {
     }
     if (bandwidth > 0) {
       fmt::print("generation streams {:.1f} GB/s of weights = {:.1f}% of the measured bandwidth limit\n", achieved_gbs, pct);
+    }
+    if (model->tensor_parallel() > 1 && tg_steps > 0 && tg.mean > 0) {
+      const double ms = 1e3 * tg_collectives.seconds / static_cast<double>(tg_steps);
+      fmt::print("collectives of rank 0: {:.1f} per decode step, {:.3f} ms per step ({:.1f}% of the step; waiting for the "
+                 "other ranks included)\n",
+                 static_cast<double>(tg_collectives.calls) / static_cast<double>(tg_steps), ms,
+                 100.0 * ms / (1e3 * o.batch / tg.mean));
     }
   }
   return kExitOk;

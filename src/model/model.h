@@ -55,6 +55,9 @@ class Model {
   // strata::Error before its first collective (the other ranks then fail with CommAborted and
   // forward() rethrows the rank's error). Also set at load by STRATA_TEST_TP_FAIL="RANK[@STEP]".
   void fail_rank_for_test(int32_t rank, int64_t step = 0);
+  // Rank 0's collectives so far (Communicator::stats): count and wall seconds, waiting for the
+  // other ranks included; zero without tensor parallelism. Call between forward passes.
+  Communicator::Stats collective_stats() const { return comm_ ? comm_->stats(0) : Communicator::Stats{}; }
 
   // Identifies the weights and the tokenization, computed once at load: KV caches (the prefix
   // cache, the cold tier) are keyed by it so they never mix models.

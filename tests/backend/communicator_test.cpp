@@ -51,6 +51,7 @@ TEST(HostCommunicator, AllReduceSumIsTheSumInRankOrderOnEveryRank) {
     for (int32_t r = 0; r < n; ++r) {
       EXPECT_EQ(std::memcmp(buf[static_cast<size_t>(r)].data(), want.data(), want.size() * sizeof(float)), 0)
           << "rank " << r << " of " << n;
+      EXPECT_EQ(comm->stats(r).calls, 1) << "the all-reduce is a collective; the barrier is not counted";
     }
     // Again on the results: every rank holds want, so the sum is n * want in rank order.
     on_ranks(n, [&](int32_t r) { comm->all_reduce_sum(r, ActView{buf[static_cast<size_t>(r)].data(), rows, cols}); });

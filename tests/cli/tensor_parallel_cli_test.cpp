@@ -130,7 +130,11 @@ TEST_F(TensorParallelCli, BenchModelAndOfflineRunOverRanks) {
   auto r = run_command({strata_bin(), "bench", "model", "--model", kModel, "--device", "cpu", "-t", "2", "--tensor-parallel", "2",
                         "--pp", "32", "--tg", "8", "--reps", "1", "--no-bandwidth", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(Json::parse(r.out)["tensor_parallel"], 2);
+  const Json m = Json::parse(r.out);
+  EXPECT_EQ(m["tensor_parallel"], 2);
+  // Per decode step: the embedding's all-reduce, two per layer (stories260K has 5), the logits' gather.
+  EXPECT_EQ(m["tg_collectives_per_step"], 12.0);
+  EXPECT_GT(m["tg_collective_ms_per_step"].get<double>(), 0.0);
   r = run_command({strata_bin(), "bench", "offline", "--model", kModel, "--device", "cpu", "-t", "2", "--tensor-parallel", "4",
                    "--num-prompts", "4", "--input-len", "16", "--output-len", "8", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

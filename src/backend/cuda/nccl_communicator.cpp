@@ -78,6 +78,7 @@ class NcclCommunicator final : public Communicator {
     const ncclResult_t r = api_.init_all(comms_.data(), n, devices_.data());
     if (r != ncclSuccess) fail("tensor parallelism: ncclCommInitAll over {} GPUs failed: {}", n, api_.error_string(r));
     streams_.resize(static_cast<size_t>(n));
+    stats_.resize(static_cast<size_t>(n));
     gather_.resize(static_cast<size_t>(n));
     gather_bytes_.assign(static_cast<size_t>(n), 0);
     for (int32_t i = 0; i < n; ++i) {
@@ -103,12 +104,14 @@ class NcclCommunicator final : public Communicator {
   int32_t size() const override { return static_cast<int32_t>(comms_.size()); }
 
   void all_reduce_sum(int32_t rank, ActView x) override {
+    CollectiveTimer timer(stats_.at(static_cast<size_t>(rank)));
     const auto i = enter(rank);
     check_nccl(api_.all_reduce(x.data, x.data, static_cast<size_t>(x.size()), ncclFloat, ncclSum, comms_[i], streams_[i]));
     wait(i);
   }
 
   void all_gather(int32_t rank, ActView local, ActView out) override {
+    CollectiveTimer timer(stats_.at(static_cast<size_t>(rank)));
     const auto i = enter(rank);
     const int64_t n = size();
     STRATA_CHECK(out.rows == local.rows && out.cols == local.cols * n);
@@ -151,6 +154,7 @@ class NcclCommunicator final : public Communicator {
     for (ncclComm_t c : comms_) (void)api_.abort(c);
   }
   bool aborted() const override { return aborted_.load(); }
+  Stats stats(int32_t rank) const override { return stats_.at(static_cast<size_t>(rank)); }
 
  private:
   // The rank's GPU selected and its backend's ops done: the collective reads what they wrote.
@@ -190,6 +194,7 @@ class NcclCommunicator final : public Communicator {
   std::vector<cudaStream_t> streams_;
   std::vector<float*> gather_;  // per rank: all_gather's scratch on its GPU
   std::vector<uint64_t> gather_bytes_;
+  std::vector<Stats> stats_;  // per rank, written by its thread
   std::atomic<bool> aborted_{false};
 };
 
