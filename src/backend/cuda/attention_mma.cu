@@ -191,8 +191,9 @@ __device__ __forceinline__ void prefetch_warm(const KvLayerView& kv, int32_t id,
 // The thread's part of the tile at k0 (block ids from tile_ids): K and V rows to the tile buffers
 // at shared addresses ks and vs, zeros for keys past the range (so that masked products stay
 // finite) and for warm rows (stage_warm writes them; with `prefetch` their code bytes are
-// prefetched). Returns whether one of the thread's rows is warm.
-template <int D>
+// prefetched). Returns whether one of the thread's rows is warm (never without WARM: a view with no
+// warm tier compiles the check away).
+template <int D, bool WARM>
 __device__ __forceinline__ bool load_tile(const KvLayerView& kv, const int32_t (&ids)[kKeys / kRpp<D>], int32_t kvh,
                                           int32_t k0, uint32_t ks, uint32_t vs, int tid, bool prefetch) {
   const int c = tid % (D / 8);
@@ -205,7 +206,7 @@ __device__ __forceinline__ bool load_tile(const KvLayerView& kv, const int32_t (
     const uint8_t* kp = kv.k;
     const uint8_t* vp = kv.v;
     int bytes = 0;
-    if (is_warm(kv, ids[i])) {
+    if (WARM && is_warm(kv, ids[i])) {
       warm = true;
       if (prefetch) prefetch_warm(kv, ids[i], key % bs, kvh, c * 8);
     } else if (ids[i] >= 0) {  // a hot block, or one in a host slot (hot_row: --kv-offload)
@@ -303,7 +304,11 @@ __device__ __forceinline__ void stage_warm(const KvLayerView& kv, const int32_t*
   }
 }
 
-template <int D, bool BF>
+// WARM: the view has a warm tier (int8 / fp8 / int4 sub-blocks). Without it the warm checks, the
+// staging and the extra MMAs are compiled out, so hot-only views (and host slots) run the kernel
+// they ran before warm tiles were read here (device call 1 of 2026-12-03: the runtime checks cost
+// hot prefill ~16%).
+template <int D, bool BF, bool WARM>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_mma_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t group,
                          float scale, float* __restrict__ out, int32_t nsplit, int64_t group_slots,
@@ -390,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   bool warm_cur = false;  // whether one of the thread's rows of the current tile is warm
   if (ntiles > 0) {
     tile_ids<D>(table, kv.block_size, kb, ke, tid, ids);
-    warm_cur = load_tile<D>(kv, ids, kvh, kb, sbase, sbase + 2 * C::TILE_BYTES, tid, warm_prefetch);
+    warm_cur = load_tile<D, WARM>(kv, ids, kvh, kb, sbase, sbase + 2 * C::TILE_BYTES, tid, warm_prefetch);
     tile_ids<D>(table, kv.block_size, kb + kKeys, ke, tid, ids);
   }
   cp_commit();
@@ -400,19 +405,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (it + 1 < ntiles) {
       const uint32_t nb = static_cast<uint32_t>((it + 1) & 1) * C::TILE_BYTES;
       warm_next =
-          load_tile<D>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid, warm_prefetch);
+          load_tile<D, WARM>(kv, ids, kvh, k0 + kKeys, sbase + nb, sbase + 2 * C::TILE_BYTES + nb, tid, warm_prefetch);
       tile_ids<D>(table, kv.block_size, k0 + 2 * kKeys, ke, tid, ids);  // used by the next iteration
     }
     cp_commit();
     cp_wait_1();  // this tile's copies (all but the group just committed) are done
     // ... for every thread's copies; and whether the tile has a warm row (block-uniform).
-    const bool warm = __syncthreads_or(warm_cur) != 0;
+    bool warm = false;
+    if constexpr (WARM) {
+      warm = __syncthreads_or(warm_cur) != 0;
+    } else {
+      __syncthreads();
+    }
     warm_cur = warm_next;
     const int cur = (it & 1) * C::TILE_BYTES;
-    if (warm) {  // its warm rows decoded into the tile (hi) and the lo buffers, by every thread
-      stage_warm<D, BF>(kv, table, kvh, k0, ke, sbase + cur, sbase + 2 * C::TILE_BYTES + cur,
-                        sbase + 4 * C::TILE_BYTES, sbase + 5 * C::TILE_BYTES, tid);
-      __syncthreads();
+    if constexpr (WARM) {
+      if (warm) {  // its warm rows decoded into the tile (hi) and the lo buffers, by every thread
+        stage_warm<D, BF>(kv, table, kvh, k0, ke, sbase + cur, sbase + 2 * C::TILE_BYTES + cur,
+                          sbase + 4 * C::TILE_BYTES, sbase + 5 * C::TILE_BYTES, tid);
+        __syncthreads();
+      }
     }
     if (k0 < kend_w) {  // warp-uniform
       const uint32_t kt = sbase + static_cast<uint32_t>(cur);
@@ -429,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           uint32_t kf[4];
           const uint32_t ko = static_cast<uint32_t>(((n * 8 + (lane & 7)) * STRIDE + t * 16 + (lane >> 3) * 8) * 2);
           ldsm_x4(kf, kt + ko);
-          if (warm) {  // Q hi times K lo (Q lo times K lo is below Q's own precision)
+          if (WARM && warm) {  // Q hi times K lo (Q lo times K lo is below Q's own precision)
             uint32_t kl[4];
             ldsm_x4(kl, klo + ko);
             mma<BF>(s[n], qf[0][t], kl[0], kl[1]);
@@ -508,7 +520,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           const uint32_t vo = static_cast<uint32_t>(
               ((kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + dt * 16 + (lane >> 4) * 8) * 2);
           ldsm_x4_trans(vf, vt + vo);
-          if (warm) {  // P hi times V lo
+          if (WARM && warm) {  // P hi times V lo
             uint32_t vl[4];
             ldsm_x4_trans(vl, vlo + vo);
             mma<BF>(o[2 * dt], pf[0], vl[0], vl[1]);
@@ -569,26 +581,45 @@ bool warm_prefetch_enabled() {
   return on;
 }
 
-template <int D, bool BF>
-int32_t launch_t(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
-                 cudaStream_t s) {
+template <int D, bool BF, bool WARM>
+int32_t launch_warm_t(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                      float* out, cudaStream_t s) {
   const int32_t group = n_head / kv.n_kv_heads;
   const int32_t nsplit = mma_splits(b.n_tokens, n_head, b.max_ctx);
   const int64_t group_slots = (int64_t{b.n_tokens} * group + kVecs - 1) / kVecs + b.n_seqs;
   const int64_t blocks = group_slots * kv.n_kv_heads * nsplit;
   static bool configured = false;  // one flag per instantiation; launchers run on the engine thread only
   if (!configured) {
-    STRATA_CUDA(cudaFuncSetAttribute(attention_mma_kernel<D, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    STRATA_CUDA(cudaFuncSetAttribute(attention_mma_kernel<D, BF, WARM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      MmaCfg<D>::SMEM_WARM));
     configured = true;
   }
   // The lo buffers only where a tile can be warm (hot-only views keep their occupancy).
   const int smem = kv.warm_format != WarmFormat::kNone ? MmaCfg<D>::SMEM_WARM : MmaCfg<D>::SMEM;
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  attention_mma_kernel<D, BF><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
+  attention_mma_kernel<D, BF, WARM><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
       q, kv, b, n_head, group, scale, out, nsplit, group_slots, warm_prefetch_enabled());
   STRATA_CUDA_LAUNCH_CHECK();
   return nsplit;
+}
+
+// STRATA_CUDA_MMA_HOT_AS_WARM=1 runs hot-only views through the warm instantiation too (to measure
+// what its runtime checks cost; read once).
+bool hot_as_warm() {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_CUDA_MMA_HOT_AS_WARM");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
+template <int D, bool BF>
+int32_t launch_t(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
+                 cudaStream_t s) {
+  if (kv.warm_format != WarmFormat::kNone || hot_as_warm()) {
+    return launch_warm_t<D, BF, true>(q, kv, b, n_head, scale, out, s);
+  }
+  return launch_warm_t<D, BF, false>(q, kv, b, n_head, scale, out, s);
 }
 
 }  // namespace
