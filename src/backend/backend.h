@@ -318,6 +318,12 @@ class Backend {
   // K into k_slot and V into v_slot (kv/warm_format.h layouts; backend memory).
   virtual void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                               uint8_t* v_slot) = 0;
+  // Encodes dst_slots.size() warm slots of one layer: slot dst_slots[i] (K at
+  // hot.warm_k + slot * hot.warm_k_slot_bytes, V likewise) from the warm_span(f, block_size) hot
+  // blocks blocks[i * span, (i + 1) * span), as kv_warm_encode would one by one. The default calls
+  // kv_warm_encode per slot; a device backend does the whole list in one launch.
+  virtual void kv_warm_encode_many(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks,
+                                   std::span<const int32_t> dst_slots);
   // Decodes warm sub-block `id` (>= kv.n_hot_blocks) of one layer to f32 K and V rows:
   // k, v: [block_size][n_kv_heads * head_dim] (the values attention reads).
   virtual void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) = 0;

@@ -423,6 +423,16 @@ void KvStorage::reencode(const KvOp& op) {
   }
 }
 
+void KvStorage::flush_reencodes() {
+  if (reencode_slots_.empty()) return;
+  for (size_t i = 0; i < views_.size(); ++i) {
+    bound_device(i)->kv_warm_encode_many(warm_format_, views_[i], reencode_blocks_, reencode_slots_);
+  }
+  rebind_rank0();
+  reencode_blocks_.clear();
+  reencode_slots_.clear();
+}
+
 void KvStorage::run_tasks(AheadJob& job) {
   for (int64_t t = job.next.fetch_add(1); t < job.n_tasks; t = job.next.fetch_add(1)) {
     const auto n_views = static_cast<int64_t>(views_.size());  // every rank's layers
@@ -534,6 +544,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     const bool demote = op.kind == KvOp::Kind::kDemote;
     const bool spill = (op.kind == KvOp::Kind::kSpill || demote) && host_slot(op.dst.slot) != nullptr;
     const bool fetch = op.kind == KvOp::Kind::kFetch && host_slot(op.src.slot) != nullptr;
+    if (op.kind != KvOp::Kind::kReencode) flush_reencodes();
     if (!batch_.empty() &&
         ((!spill && !fetch) ||
          (spill && (batch_.fetched_blocks.count({op.src.tier, op.src.slot}) || batch_.fetched_slots.count(op.dst.slot))) ||
@@ -552,6 +563,10 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         if (ahead != ahead_done_.end()) {  // encoded ahead, from the same bytes (start_reencodes)
           ahead_done_.erase(ahead);
           ++transfer_.reencode_ops_ahead;
+        } else if (device_ != nullptr) {  // issued with the list's next re-encodes (flush_reencodes)
+          STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
+          reencode_blocks_.insert(reencode_blocks_.end(), op.hot.begin(), op.hot.end());
+          reencode_slots_.push_back(op.dst.slot);
         } else {
           const auto t0 = std::chrono::steady_clock::now();
           reencode(op);
@@ -664,6 +679,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     }
     if (status[i] != KvOpStatus::kOk) lost.insert({op.dst.tier, op.dst.slot});
   }
+  flush_reencodes();
   if (!batch_.empty()) flush_transfers();
   ahead_done_.clear();  // re-encodes started ahead whose op was dropped (KvManager::free_sequence)
   return status;

@@ -157,6 +157,13 @@ class KvStorage {
   void copy_block(BlockId src, BlockId dst);
   void compact(std::span<const KvTokenMove> moves);  // kCompact: token rows, every layer
   void reencode(const KvOp& op);
+  // On a device backend, consecutive re-encodes of one execute() list are queued here and issued
+  // as one kv_warm_encode_many per layer (a launch per layer instead of one per op and layer)
+  // before the next op of another kind and at the end of the list: the stream order is that of
+  // the list.
+  std::vector<BlockId> reencode_blocks_;
+  std::vector<int32_t> reencode_slots_;
+  void flush_reencodes();
   void encode_layer(const KvOp& op, int32_t layer);
 
   // Re-encodes started ahead (start_reencodes): one task per (op, layer), taken in order by the

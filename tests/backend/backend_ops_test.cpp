@@ -587,6 +587,43 @@ TEST_P(BackendOps, KvWarmEncodeAndDecodeEveryFormat) {
   }
 }
 
+// kv_warm_encode_many: several warm slots of a layer in one call (on CUDA one launch), slots in any
+// order, some slots left out (their bytes must stay as uploaded), against the reference encoder
+// slot by slot.
+TEST_P(BackendOps, KvWarmEncodeManyEqualsTheReferenceSlotBySlot) {
+  std::mt19937 rng(21);
+  for (WarmFormat f : {WarmFormat::kInt8, WarmFormat::kFp8, WarmFormat::kInt4}) {
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kBF16}) {
+      for (int32_t bs : {16, 7}) {
+        SCOPED_TRACE(::testing::Message() << warm_format_name(f) << " " << kv_dtype_name(dt) << " block " << bs);
+        const int32_t n_kv = 3, head_dim = 64, span = warm_span(f, bs), slots = 7, n_enc = 5, n_hot = n_enc * span + 3;
+        KvLayer kv(dt, bs, n_kv, head_dim, n_hot, f, slots);
+        std::vector<BlockId> hot(static_cast<size_t>(n_hot));
+        std::iota(hot.begin(), hot.end(), 0);
+        std::shuffle(hot.begin(), hot.end(), rng);
+        fill_blocks(kv, hot, rng);
+        std::uniform_int_distribution<int> byte(0, 255);
+        for (uint8_t& b : kv.hwk) b = static_cast<uint8_t>(byte(rng));  // what the left-out slots must keep
+        for (uint8_t& b : kv.hwv) b = static_cast<uint8_t>(byte(rng));
+        kv.upload(be());
+        std::vector<int32_t> dst(static_cast<size_t>(slots));
+        std::iota(dst.begin(), dst.end(), 0);
+        std::shuffle(dst.begin(), dst.end(), rng);
+        dst.resize(static_cast<size_t>(n_enc));
+        const std::span<const BlockId> blocks(hot.data(), static_cast<size_t>(n_enc * span));
+        for (int32_t i = 0; i < n_enc; ++i) {
+          const int32_t slot = dst[static_cast<size_t>(i)];
+          warm_encode(f, kv.host, blocks.data() + i * span, span, kv.hwk.data() + slot * kv.host.warm_k_slot_bytes,
+                      kv.hwv.data() + slot * kv.host.warm_v_slot_bytes);
+        }
+        be().kv_warm_encode_many(f, kv.dev, blocks, dst);
+        EXPECT_EQ(download_bytes(be(), kv.dev.warm_k, kv.hwk.size()), kv.hwk);
+        EXPECT_EQ(download_bytes(be(), kv.dev.warm_v, kv.hwv.size()), kv.hwv);
+      }
+    }
+  }
+}
+
 struct SeqSpec {
   int32_t start_pos;
   int32_t n_q;

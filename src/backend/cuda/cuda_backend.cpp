@@ -1216,6 +1216,21 @@ void CudaBackend::kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span
                     v_slot, impl_->stream);
 }
 
+void CudaBackend::kv_warm_encode_many(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks,
+                                      std::span<const int32_t> dst_slots) {
+  const int32_t span = warm_span(f, hot.block_size);
+  STRATA_CHECK(blocks.size() == dst_slots.size() * static_cast<size_t>(span));
+  if (dst_slots.empty()) return;
+  Impl& m = *impl_;
+  m.forget_x16();
+  // One staged array: the blocks, then the destination slots (the layers of one step stage the
+  // same bytes, which the memo then reuses).
+  std::vector<int32_t> both(blocks.begin(), blocks.end());
+  both.insert(both.end(), dst_slots.begin(), dst_slots.end());
+  const int32_t* d = m.stage(m.memo_blocks, std::span<const int32_t>(both));
+  cuda::warm_encode_many(f, hot, d, span, d + blocks.size(), static_cast<int64_t>(dst_slots.size()), m.stream);
+}
+
 void CudaBackend::kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) {
   STRATA_CHECK(id >= kv.n_hot_blocks && kv.warm_format != WarmFormat::kNone);
   STRATA_CHECK(k.rows == kv.block_size && k.cols == int64_t{kv.n_kv_heads} * kv.head_dim && v.rows == k.rows &&

@@ -81,6 +81,8 @@ class CudaBackend final : public Backend {
   void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
   void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                       uint8_t* v_slot) override;
+  void kv_warm_encode_many(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks,
+                           std::span<const int32_t> dst_slots) override;
   void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) override;
   bool reports_attention_importance() const override { return true; }
   void collect_importance() override;

@@ -85,6 +85,10 @@ void kv_store(const KvLayerView& kv, const float* k, const float* v, const int32
 // `blocks`, device memory) of one layer into one warm slot (k_slot, v_slot).
 void warm_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span, uint8_t* k_slot,
                  uint8_t* v_slot, cudaStream_t s);
+// The same for n warm slots of one layer in one launch: slot dst_slots[i] (K at
+// hot.warm_k + slot * hot.warm_k_slot_bytes, V likewise) from blocks [i * span, (i + 1) * span).
+void warm_encode_many(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span,
+                      const int32_t* dst_slots, int64_t n, cudaStream_t s);
 // Warm sub-block `id` (>= kv.n_hot_blocks) to f32 rows k, v [block_size][n_kv_heads * head_dim],
 // exactly warm_decode_row's values.
 void warm_decode(const KvLayerView& kv, BlockId id, float* k, float* v, cudaStream_t s);

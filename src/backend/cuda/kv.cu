@@ -101,6 +101,22 @@ KVK_HD float gather_elem(const KvLayerView& hot, bool value, const int32_t* bloc
 
 // --- kernels -------------------------------------------------------------------------------------
 
+// The slot a thread block encodes: the launch's one (dst == nullptr: k_slot, v_slot, blocks as
+// given), or, for a batch of slots (warm_encode_many), slot dst[blockIdx.z] from blocks
+// [z * span, (z + 1) * span).
+struct EncodeJob {
+  const int32_t* blocks;
+  uint8_t* k;
+  uint8_t* v;
+};
+__device__ __forceinline__ EncodeJob encode_job(const KvLayerView& hot, const int32_t* blocks, int32_t span,
+                                                uint8_t* k_slot, uint8_t* v_slot, const int32_t* dst) {
+  if (dst == nullptr) return {blocks, k_slot, v_slot};
+  const int64_t z = blockIdx.z;
+  const int64_t slot = dst[z];
+  return {blocks + z * span, hot.warm_k + slot * hot.warm_k_slot_bytes, hot.warm_v + slot * hot.warm_v_slot_bytes};
+}
+
 __global__ void kv_store_kernel(KvLayerView kv, const float* __restrict__ k, const float* __restrict__ v,
                                 const int32_t* __restrict__ slots, int64_t n, int64_t row) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -113,7 +129,11 @@ __global__ void kv_store_kernel(KvLayerView kv, const float* __restrict__ k, con
 
 // int8: one warp per (token, head) row; blockIdx.y = 0 keys, 1 values.
 __global__ void encode_int8_kernel(KvLayerView hot, const int32_t* __restrict__ blocks, int32_t span,
-                                   uint8_t* k_slot, uint8_t* v_slot) {
+                                   uint8_t* k_slot, uint8_t* v_slot, const int32_t* __restrict__ dst) {
+  const EncodeJob job = encode_job(hot, blocks, span, k_slot, v_slot, dst);
+  blocks = job.blocks;
+  k_slot = job.k;
+  v_slot = job.v;
   const bool value = blockIdx.y != 0;
   uint8_t* out = value ? v_slot : k_slot;
   const int64_t H = hot.n_kv_heads, D = hot.head_dim, T = int64_t{span} * hot.block_size;
@@ -134,7 +154,11 @@ __global__ void encode_int8_kernel(KvLayerView hot, const int32_t* __restrict__ 
 
 // fp8: one thread block per head; blockIdx.y = 0 keys, 1 values.
 __global__ void encode_fp8_kernel(KvLayerView hot, const int32_t* __restrict__ blocks, int32_t span,
-                                  uint8_t* k_slot, uint8_t* v_slot) {
+                                  uint8_t* k_slot, uint8_t* v_slot, const int32_t* __restrict__ dst) {
+  const EncodeJob job = encode_job(hot, blocks, span, k_slot, v_slot, dst);
+  blocks = job.blocks;
+  k_slot = job.k;
+  v_slot = job.v;
   const bool value = blockIdx.y != 0;
   uint8_t* out = value ? v_slot : k_slot;
   const int64_t H = hot.n_kv_heads, D = hot.head_dim, T = int64_t{span} * hot.block_size;
@@ -221,7 +245,11 @@ KVK_HD int64_t int4_v_items(int64_t T, int64_t H, int64_t D) { return T * H * (D
 
 // int4: blockIdx.y = 0 keys, 1 values; one thread per item.
 __global__ void encode_int4_kernel(KvLayerView hot, const int32_t* __restrict__ blocks, int32_t span,
-                                   uint8_t* k_slot, uint8_t* v_slot) {
+                                   uint8_t* k_slot, uint8_t* v_slot, const int32_t* __restrict__ dst) {
+  const EncodeJob job = encode_job(hot, blocks, span, k_slot, v_slot, dst);
+  blocks = job.blocks;
+  k_slot = job.k;
+  v_slot = job.v;
   const int64_t H = hot.n_kv_heads, D = hot.head_dim, T = int64_t{span} * hot.block_size;
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (blockIdx.y == 0) {
@@ -278,33 +306,53 @@ void kv_store(const KvLayerView& kv, const float* k, const float* v, const int32
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-void warm_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span, uint8_t* k_slot,
-                 uint8_t* v_slot, cudaStream_t s) {
+namespace {
+
+// One launch: the slot (k_slot, v_slot) from `blocks` when dst is null, else n_slots slots
+// (gridDim.z; slot dst[z] from blocks [z * span, (z + 1) * span)).
+void launch_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span, uint8_t* k_slot,
+                   uint8_t* v_slot, const int32_t* dst, unsigned n_slots, cudaStream_t s) {
   const int64_t H = hot.n_kv_heads, D = hot.head_dim, T = int64_t{span} * hot.block_size;
   switch (f) {
     case WarmFormat::kNone: return;
     case WarmFormat::kInt8: {
       const int threads = 256;  // 8 rows per block
       const int64_t rows = T * H;
-      const dim3 grid(static_cast<unsigned>((rows * 32 + threads - 1) / threads), 2);
-      kvk::encode_int8_kernel<<<grid, threads, 0, s>>>(hot, blocks, span, k_slot, v_slot);
+      const dim3 grid(static_cast<unsigned>((rows * 32 + threads - 1) / threads), 2, n_slots);
+      kvk::encode_int8_kernel<<<grid, threads, 0, s>>>(hot, blocks, span, k_slot, v_slot, dst);
       break;
     }
     case WarmFormat::kFp8: {
-      const dim3 grid(static_cast<unsigned>(H), 2);
-      kvk::encode_fp8_kernel<<<grid, 256, 0, s>>>(hot, blocks, span, k_slot, v_slot);
+      const dim3 grid(static_cast<unsigned>(H), 2, n_slots);
+      kvk::encode_fp8_kernel<<<grid, 256, 0, s>>>(hot, blocks, span, k_slot, v_slot, dst);
       break;
     }
     case WarmFormat::kInt4: {
       const int64_t nk = kvk::int4_k_items(T, H, D), nv = kvk::int4_v_items(T, H, D);
       const int64_t n = nk > nv ? nk : nv;
       const int threads = 128;
-      const dim3 grid(static_cast<unsigned>((n + threads - 1) / threads), 2);
-      kvk::encode_int4_kernel<<<grid, threads, 0, s>>>(hot, blocks, span, k_slot, v_slot);
+      const dim3 grid(static_cast<unsigned>((n + threads - 1) / threads), 2, n_slots);
+      kvk::encode_int4_kernel<<<grid, threads, 0, s>>>(hot, blocks, span, k_slot, v_slot, dst);
       break;
     }
   }
   STRATA_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void warm_encode(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span, uint8_t* k_slot,
+                 uint8_t* v_slot, cudaStream_t s) {
+  launch_encode(f, hot, blocks, span, k_slot, v_slot, nullptr, 1, s);
+}
+
+void warm_encode_many(WarmFormat f, const KvLayerView& hot, const int32_t* blocks, int32_t span,
+                      const int32_t* dst_slots, int64_t n, cudaStream_t s) {
+  constexpr int64_t kMaxZ = 65535;  // gridDim.z
+  for (int64_t i = 0; i < n; i += kMaxZ) {
+    const auto m = static_cast<unsigned>(n - i < kMaxZ ? n - i : kMaxZ);
+    launch_encode(f, hot, blocks + i * span, span, nullptr, nullptr, dst_slots + i, m, s);
+  }
 }
 
 void batched_copy(const CopyPiece* pieces, int64_t n, cudaStream_t s) {
