@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kv/kv_view_digest.h"
 
 namespace strata {
 namespace {
@@ -341,17 +342,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   }
   // Decode steps (one new token per sequence) repeat their shape: a backend that can record and
   // replay a pass (CUDA graphs) gets the chance. Tables are padded to a multiple of 32 blocks, so
-  // one recording serves a sequence while it grows by up to 32 blocks.
-  // Not while a sequence has blocks in host slots (--kv-offload): replays of such passes gave
-  // wrong logits on the H200 (engine_offload_test with graphs on; it passes with them off), a bug
-  // not yet found — those passes run op by op (their time is the host reads over PCIe anyway).
-  const int32_t host_base = kv_layers.empty() ? INT32_MAX : kv_layers[0].host_base;
-  const bool host_blocks = host_base != INT32_MAX && std::any_of(batch.seqs.begin(), batch.seqs.end(), [&](const ForwardSeq& s) {
-    return std::any_of(s.blocks.begin(), s.blocks.end(), [&](BlockId b) { return b >= host_base; });
-  });
+  // one recording serves a sequence while it grows by up to 32 blocks. Passes whose sequences hold
+  // blocks in host slots (--kv-offload) replay too: the slots' base id and address are fields of
+  // the views, in the key like every other field.
   bool replay = false;
   // Not in a rank of tensor parallelism: its passes meet the other ranks in collectives.
-  if (T <= kMaxReplayTokens && !host_blocks && shard_ == nullptr && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
+  if (T <= kMaxReplayTokens && shard_ == nullptr && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
         return s.tokens.size() == 1;
       })) {
     int32_t max_blocks = 0;
@@ -361,31 +357,23 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     shape.n_seqs = static_cast<int32_t>(attn_seqs_.size());
     shape.max_blocks = (max_blocks + 31) / 32 * 32;
     // Everything a recording bakes in: sizes, every buffer address (the carving of the activation
-    // buffers depends on their capacity) and the KV views of the layers (address and geometry).
+    // buffers depends on their capacity) and every field of every layer's KV view (the kernels take
+    // the views by value: arenas, warm tier, host slots). One model serves engine after engine, and
+    // a new engine's KV storage may get the address of the last one's freed arena: a key of the
+    // arenas' addresses and geometry alone then found the last engine's recording, and replayed
+    // its views — without host slots (host_base at INT32_MAX: a host id read as a hot block past
+    // the arena; -inf logits in engine_offload_test on the H200) or with its freed host tier.
     // Whether the pass reports attention importance (extra ops per layer on a device backend).
     const bool importance = std::any_of(attn_seqs_.begin(), attn_seqs_.end(),
                                         [](const AttentionSeq& a) { return a.importance != nullptr; });
-    std::array<uint64_t, 10 + 2 * 13> parts{};
-    size_t n_parts = 0;
-    for (uint64_t v : {static_cast<uint64_t>(importance), static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits), static_cast<uint64_t>(shape.max_blocks),
-                       static_cast<uint64_t>(capacity_tokens_), static_cast<uint64_t>(capacity_logit_rows_),
-                       reinterpret_cast<uint64_t>(x_.data), reinterpret_cast<uint64_t>(logit_in_.data),
-                       static_cast<uint64_t>(query_rows_.size()),
-                       reinterpret_cast<uint64_t>(query_mem_ ? query_mem_->data() : nullptr)}) {
-      parts[n_parts++] = v;
-    }
-    for (const KvLayerView* kv : {&kv_layers.front(), &kv_layers.back()}) {
-      for (uint64_t v : {reinterpret_cast<uint64_t>(kv->k), reinterpret_cast<uint64_t>(kv->v),
-                         static_cast<uint64_t>(kv->dtype), static_cast<uint64_t>(kv->block_size),
-                         static_cast<uint64_t>(kv->n_kv_heads), static_cast<uint64_t>(kv->head_dim),
-                         static_cast<uint64_t>(kv->n_hot_blocks), static_cast<uint64_t>(kv->warm_format),
-                         static_cast<uint64_t>(kv->warm_span), reinterpret_cast<uint64_t>(kv->warm_k),
-                         reinterpret_cast<uint64_t>(kv->warm_v), static_cast<uint64_t>(kv->warm_k_slot_bytes),
-                         static_cast<uint64_t>(kv->warm_v_slot_bytes)}) {
-        parts[n_parts++] = v;
-      }
-    }
-    shape.key = XXH3_64bits(parts.data(), n_parts * sizeof(uint64_t));
+    const uint64_t parts[] = {static_cast<uint64_t>(importance), static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits),
+                              static_cast<uint64_t>(shape.max_blocks), static_cast<uint64_t>(capacity_tokens_),
+                              static_cast<uint64_t>(capacity_logit_rows_), reinterpret_cast<uint64_t>(x_.data),
+                              reinterpret_cast<uint64_t>(logit_in_.data), static_cast<uint64_t>(query_rows_.size()),
+                              reinterpret_cast<uint64_t>(query_mem_ ? query_mem_->data() : nullptr)};
+    uint64_t key = XXH3_64bits(parts, sizeof parts);
+    for (const KvLayerView& kv : kv_layers) key = kv_view_digest(kv, key);
+    shape.key = key;
     replay = be.begin_replay(shape);
   }
   const ActView x = x_.row_range(0, T), h = h_.row_range(0, T), q = q_.row_range(0, T), k = k_.row_range(0, T),
