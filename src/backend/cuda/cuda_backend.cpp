@@ -21,6 +21,7 @@
 #include "backend/cuda/kv_transfer.h"
 #include "core/check.h"
 #include "core/error.h"
+#include "kv/kv_view_digest.h"
 
 namespace strata {
 
@@ -333,6 +334,12 @@ struct CudaBackend::Impl {
   uint64_t mem_epoch = 0, graphs_epoch = 0;
   cudaEvent_t replay_done = nullptr;
   bool replay_pending = false;
+  // The KV views the ops of a recorded or replayed pass took, chained in call order
+  // (kv_view_digest): kernels take a view by value, so a recording holds its fields. Kept per
+  // recording and compared at each replay: a replay key that missed a field of the views (as it
+  // once missed the host slots of --kv-offload) stops the process instead of replaying stale ones.
+  uint64_t views_digest = 0;
+  std::unordered_map<uint64_t, uint64_t> graph_views;  // a recorded pass (key) -> its views_digest
   std::unique_ptr<cuda::KvTransfer> transfer;  // KV block transfers (their own copy stream)
 
   template <typename F>
@@ -347,6 +354,9 @@ struct CudaBackend::Impl {
   }
 
   bool replaying() const { return mode == Mode::kReplay; }
+  void took_view(const KvLayerView& kv) {
+    if (mode == Mode::kCapture || mode == Mode::kReplay) views_digest = kv_view_digest(kv, views_digest);
+  }
   void forget_x16() { x16_of = nullptr; }
   // Forgets x16's array if [p, p + n) overlaps it.
   void wrote(const float* p, int64_t n) {
@@ -411,6 +421,7 @@ struct CudaBackend::Impl {
     graphs.clear();
     seen.clear();
     imp_graph_slots.clear();
+    graph_views.clear();
   }
   template <typename T>
   const T* stage(StagedMemo& m, std::span<const T> v) {
@@ -807,6 +818,7 @@ void CudaBackend::rope_kv_store(ActView q, ActView k, ActView v, std::span<const
   STRATA_CHECK(kv.n_kv_heads == n_kv_head && kv.head_dim == head_dim && p.n_rot % 2 == 0 && p.n_rot <= head_dim);
   if (pos.empty()) return;
   Impl& m = *impl_;
+  m.took_view(kv);
   const int32_t* dpos = m.stage(m.memo_pos, pos);
   const int32_t* dslots = m.stage(m.memo_slots, slots);
   if (m.replaying()) return;
@@ -823,6 +835,7 @@ void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::spa
   STRATA_CHECK(k.rows == static_cast<int64_t>(slots.size()) && v.rows == k.rows);
   STRATA_CHECK(k.cols == int64_t{kv.n_kv_heads} * kv.head_dim && v.cols == k.cols);
   if (slots.empty()) return;
+  impl_->took_view(kv);
   const int32_t* d = impl_->stage(impl_->memo_slots, slots);
   if (impl_->replaying()) return;
   impl_->forget_x16();
@@ -835,6 +848,7 @@ void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::spa
 cuda::AttnBatch CudaBackend::stage_attention(const KvLayerView& kv, std::span<const AttentionSeq> seqs, int64_t q_rows,
                                              int32_t n_head) {
   Impl& m = *impl_;
+  m.took_view(kv);
   // [n_seqs][5] descriptors, then the block tables.
   constexpr int kFields = sizeof(cuda::AttnSeqDev) / sizeof(int32_t);
   static_assert(kFields == 5);
@@ -1268,6 +1282,7 @@ bool CudaBackend::begin_replay(const ReplayShape& shape) {
   m.key = shape.key;
   m.pad_blocks = shape.max_blocks;
   m.arena_off = 0;
+  m.views_digest = 0;
   ++m.graph_seq;
   if (first) {
     m.mode = Mode::kWarm;
@@ -1300,6 +1315,11 @@ void CudaBackend::end_replay() {
     (void)cudaGraphDestroy(g);
     STRATA_CUDA(e);
     m.graphs[m.key] = exec;
+    m.graph_views[m.key] = m.views_digest;
+  } else {
+    const auto it = m.graph_views.find(m.key);
+    STRATA_CHECK(it != m.graph_views.end() && it->second == m.views_digest,
+                 "a replayed pass took other KV views than its recording (the replay key misses a field of them)");
   }
   m.mode = Mode::kEager;
   ++m.graph_seq;
