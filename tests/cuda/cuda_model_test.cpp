@@ -4,7 +4,10 @@
 //    engine (scheduler, KV manager, KV storage in device memory), with f32 and f16 KV, blocks of 16
 //    and 7, alone and all prompts batched together; with a warm tier (int8) in HBM as well;
 //  - random-weight models (llama F16/BF16/Q8_0/Q4_K/Q6_K, qwen2 F16) give logits within a stated
-//    tolerance of the CPU backend on the same prompts, and the same greedy tokens.
+//    tolerance of the CPU backend on the same prompts, and the same greedy tokens;
+//  - decode passes over a table naming a host slot (--kv-offload), after passes of the same shape
+//    without host slots were recorded as CUDA graphs, give the CPU's logits and the reference's
+//    tokens (the replay key tells the two kinds of views apart).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -341,5 +344,121 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{std::string("llama"), GgmlType::kQ6_K}, std::pair{std::string("qwen2"), GgmlType::kF16}),
     [](const auto& info) { return info.param.first + "_" + std::string(ggml_type_name(info.param.second)); });
 
+
+// Hand-made KV views of one model for the host-slot replay test: kHot hot blocks per layer in one
+// arena laid out as KvStorage lays it out (per layer K then V, [kHot][block][kv heads][head dim],
+// f32), with room after it, and two host slots of pinned memory. `hot` has no host slots;
+// `with_host` is the same arenas with the host slots from id kHot (slot = id - kHot; a slot holds
+// every layer's K block then V block).
+struct HandKv {
+  static constexpr int32_t kHot = 8;
+  static constexpr int32_t kBlock = 16;
+  std::unique_ptr<DeviceBuffer> arena, host;
+  std::vector<KvLayerView> hot, with_host;
+  int64_t block_bytes = 0;
+
+  explicit HandKv(Model& model) {
+    const ModelConfig& c = model.config();
+    block_bytes = int64_t{kBlock} * c.n_head_kv * c.head_dim * static_cast<int64_t>(sizeof(float));
+    const int64_t layer_bytes = 2 * kHot * block_bytes;
+    // Room for kHot more blocks after the last layer: a block id past the arena stays in it.
+    arena = model.backend().allocate(static_cast<uint64_t>(c.n_layer * layer_bytes + kHot * block_bytes), MemoryUse::kKvCache);
+    const int64_t slot_bytes = 2 * int64_t{c.n_layer} * block_bytes;
+    host = model.backend().allocate(static_cast<uint64_t>(2 * slot_bytes), MemoryUse::kPinnedHost);
+    for (int32_t l = 0; l < c.n_layer; ++l) {
+      KvLayerView v;
+      v.k = arena->data() + l * layer_bytes;
+      v.v = v.k + kHot * block_bytes;
+      v.dtype = KvDtype::kF32;
+      v.block_size = kBlock;
+      v.n_kv_heads = c.n_head_kv;
+      v.head_dim = c.head_dim;
+      hot.push_back(v);
+      v.host_base = kHot;
+      v.host = host->data();
+      v.host_slot_bytes = slot_bytes;
+      v.host_k_offset = 2 * int64_t{l} * block_bytes;
+      v.host_v_offset = v.host_k_offset + block_bytes;
+      with_host.push_back(v);
+    }
+  }
+  // Hot block `b`'s K and V of every layer into host slot `slot`, then the hot block zeroed (so a
+  // pass that names the slot reads it, not the hot block).
+  void move_to_host(Backend& be, int32_t b, int32_t slot) {
+    const std::vector<uint8_t> zeros(static_cast<size_t>(block_bytes), 0);
+    for (const KvLayerView& v : with_host) {
+      be.copy_to_host(v.hot_k(kHot + slot), v.k + b * block_bytes, static_cast<uint64_t>(block_bytes));
+      be.copy_to_host(v.hot_v(kHot + slot), v.v + b * block_bytes, static_cast<uint64_t>(block_bytes));
+      be.copy_to_device(v.k + b * block_bytes, zeros.data(), static_cast<uint64_t>(block_bytes));
+      be.copy_to_device(v.v + b * block_bytes, zeros.data(), static_cast<uint64_t>(block_bytes));
+    }
+  }
+};
+
+// The logits of the last position of each pass: a prefill of seq[0, 40) over table [0 1 2], then
+// six decode steps (seq[40..45] at positions 40..45, block 2). With `offload`, the first three
+// steps run over views without host slots, then block 0 moves to host slot 0 and the last three
+// run over the views with host slots and table [kHot 1 2] (--kv-offload's way of naming it).
+std::vector<std::vector<float>> host_slot_passes(Model& model, const std::vector<TokenId>& seq, bool offload) {
+  HandKv kv(model);
+  std::vector<BlockId> table = {0, 1, 2};
+  std::vector<std::vector<float>> out;
+  auto pass = [&](int32_t pos, int32_t n, const std::vector<KvLayerView>& views) {
+    ForwardBatch b;
+    b.seqs.push_back({std::span<const TokenId>(seq).subspan(static_cast<size_t>(pos), static_cast<size_t>(n)), pos,
+                      std::span<const BlockId>(table), LogitsMode::kLast});
+    const auto logits = model.forward(b, views);
+    out.emplace_back(logits.begin(), logits.end());
+  };
+  pass(0, 40, kv.hot);
+  for (int32_t i = 0; i < 3; ++i) pass(40 + i, 1, kv.hot);
+  if (offload) {
+    kv.move_to_host(model.backend(), 0, 0);
+    table[0] = HandKv::kHot;
+  }
+  for (int32_t i = 3; i < 6; ++i) pass(40 + i, 1, offload ? kv.with_host : kv.hot);
+  return out;
+}
+
+// Decode passes recorded (CUDA graphs) over KV views without host slots, then passes of the same
+// shape over the same arenas whose table names a host slot (--kv-offload): the replay key must
+// tell them apart (the views' host slots are kernel arguments a recording holds). The three passes
+// before the move are the first of their key (run as they come), its recording and a replay; so
+// with a key blind to the host slots the passes after the move replayed that recording, whose
+// views have no host slots: the host id read as a hot block (this layer's V block 0 as K, the next
+// layer's K block 0 as V). stories260K with f32 KV; the greedy continuation is the reference's
+// (../shared/reference, llama.cpp) at every pass, and the logits are the CPU's over the same
+// tokens with every block hot, within 1e-3 relative RMS (the backends differ by rounding only). The
+// scenario runs on the CPU first (host slot read by the CPU kernels: the CPU's logits within 1e-6),
+// so it is checked where no GPU is.
+TEST(CudaModel, DecodePassesOverHostSlotsAfterRecordingsWithoutThemGiveTheCpuLogits) {
+  auto cpu = Model::load(test::shared_path("models/stories260K.gguf"), BackendOptions{DeviceKind::kCpu, 2});
+  const auto cases = reference_cases();
+  ASSERT_FALSE(cases.empty());
+  std::vector<TokenId> seq = cases[0].prompt_tokens;
+  seq.insert(seq.end(), cases[0].tokens.begin(), cases[0].tokens.end());
+  ASSERT_GE(seq.size(), 47u);
+  ASSERT_LE(cases[0].prompt_tokens.size(), 40u);  // every pass's next token is a reference token
+  auto expect_passes = [&](const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                           double tol) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "pass " << i << (i >= 4 ? " (block 0 in a host slot)" : ""));
+      EXPECT_LE(rel_err(got[i], want[i]), tol);
+      const auto argmax = static_cast<TokenId>(std::max_element(got[i].begin(), got[i].end()) - got[i].begin());
+      EXPECT_EQ(argmax, seq[40 + i]);
+    }
+  };
+  const auto want = host_slot_passes(*cpu, seq, false);
+  // The scenario itself, on the CPU (nothing recorded; its kernels read the host slot too).
+  {
+    SCOPED_TRACE("CPU, block 0 moved to a host slot");
+    expect_passes(host_slot_passes(*cpu, seq, true), want, 1e-6);
+  }
+  SKIP_WITHOUT_CUDA();
+  auto gpu = Model::load(test::shared_path("models/stories260K.gguf"), BackendOptions{DeviceKind::kCuda, 1});
+  SCOPED_TRACE("CUDA, block 0 moved to a host slot");
+  expect_passes(host_slot_passes(*gpu, seq, true), want, 1e-3);
+}
 }  // namespace
 }  // namespace strata
