@@ -3,14 +3,17 @@
 // attention, and gives exactly the tokens of the same request on a pool big enough for it (the
 // same request without --kv-offload is clipped to the pool). Two such sequences at once,
 // preempted by swap or by recompute, still give their own tokens; a prefix hit on blocks that
-// were offloaded gives the tokens of a miss. After every run the KV invariants hold and no block
-// is held.
+// were offloaded gives the tokens of a miss; offload engines that follow engines of the same pool
+// (with and without --kv-offload) on one model give the same tokens (on the GPU: decode passes
+// with host blocks replayed from CUDA graphs, which the engines before them recorded at the same
+// arena address). After every run the KV invariants hold and no block is held.
 //
 // Device: STRATA_TEST_DEVICE (cpu when unset; `STRATA_TEST_DEVICE=cuda` runs the same tests on the
 // GPU, where the host slots are mapped pinned memory the attention kernels read over PCIe, and
 // skips them when no GPU is usable).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -134,6 +137,43 @@ TEST(EngineOffload, TwoLongSequencesPreemptedBySwapKeepTheirTokens) {
 TEST(EngineOffload, TwoLongSequencesPreemptedByRecomputeKeepTheirTokens) {
   REQUIRE_DEVICE();
   two_at_once(PreemptMode::kRecompute);
+}
+
+// Engines one after another on one model, as a server's tests and the ones above run them: on the
+// GPU the model's backend keeps its recorded decode passes (CUDA graphs) from engine to engine, and
+// a new engine's KV arena of the size of the last one's, allocated right after that one was freed,
+// gets its address in practice. A recording is found by a key of the pass's shape, buffers and KV
+// views; when that key held the arenas' addresses and geometry but not the views' host slots, the
+// offload engine's decode passes over tables of up to 32 blocks replayed the recording of the
+// engine before it: with no host slots (a host id read as a hot block, past the arena: -inf logits)
+// or with the last offload engine's freed host tier. Here each offload engine follows an engine of
+// the same pool, without --kv-offload and then with it, and every run must give the tokens of the
+// roomy pool (their prefix for the run clipped to the pool). On the CPU nothing is recorded: the
+// same runs, the same tokens.
+TEST(EngineOffload, OffloadEnginesAfterEnginesOfTheSamePoolGiveTheTokensOfARoomyPool) {
+  REQUIRE_DEVICE();
+  const std::vector<TokenId>& ref = alone(3);
+  constexpr int32_t kShort = 64;  // decode passes that record (several per shape), within the pool
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    {
+      Engine e(*loaded().model, *loaded().tok, config(kSmallPool, PreemptMode::kRecompute, false));
+      const Result r = collect(*e.submit(make_request(prompt(3), kShort)));
+      EXPECT_EQ(r.error, "");
+      ASSERT_EQ(static_cast<int32_t>(r.tokens.size()), kShort);
+      EXPECT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), ref.begin()));
+      expect_drained(e);
+    }
+    for (int k = 0; k < 2; ++k) {  // an offload engine after an engine without, then after one with
+      Engine e(*loaded().model, *loaded().tok, config(kSmallPool, PreemptMode::kRecompute, true));
+      const Result r = collect(*e.submit(make_request(prompt(3), kLong)));
+      EXPECT_EQ(r.error, "");
+      EXPECT_EQ(r.tokens, ref) << "offload engine " << k;
+      const KvStats st = expect_drained(e);
+      EXPECT_GT(st.host_attended_blocks, 0);
+      EXPECT_EQ(st.cold_read_failures, 0);
+    }
+  }
 }
 
 TEST(EngineOffload, APrefixHitOnOffloadedBlocksGivesTheTokensOfAMiss) {
