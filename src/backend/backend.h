@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "backend/op_types.h"
+#include "core/check.h"
 #include "core/types.h"
 #include "kv/kv_types.h"
 
@@ -117,6 +118,20 @@ struct ActView {
 struct MatmulOut {
   const WeightMatrix* w = nullptr;
   ActView y;
+};
+
+// A norm left pending by Backend::matmul_add_rms_norm (the "lazy norm" of decode steps):
+// RMSNorm(x) ⊙ g = r · (x ⊙ g) with one scalar r = 1 / sqrt(mean(x²) + eps) per row, so the
+// backend may leave h holding x ⊙ g (not yet times r) and keep, in memory of its own, partial sums
+// of squares of x per row from which the ops that read h compute r and scale their products.
+// Every op that reads such an h must be given the PendingNorm (matmul_multi_normed,
+// matmul_silu_mul_normed), or resolve_norm() must turn h into the normed rows first. Null parts:
+// nothing pending (h holds the normed rows). Valid until the next matmul_add_rms_norm call.
+struct PendingNorm {
+  const float* parts = nullptr;  // backend memory, [rows][n_parts]: the rows' partial sums of x²
+  int32_t n_parts = 0;
+  float eps = 0;
+  bool pending() const { return parts != nullptr; }
 };
 
 // --- KV block transfers ------------------------------------------------------------------------
@@ -256,6 +271,41 @@ class Backend {
     const MatmulOut outs[] = {{&w_gate, gate}, {&w_up, up}};
     matmul_multi(outs, x);
     silu_mul(gate, up);
+  }
+  // Whether matmul_add_rms_norm may leave the norm pending for batches of `rows` token rows (CUDA:
+  // decode-sized batches with STRATA_CUDA_LAZY_NORM=1). False: it never does.
+  virtual bool supports_lazy_norm(int64_t rows) const {
+    (void)rows;
+    return false;
+  }
+  // matmul(w, in, d), then add_rms_norm(x, d, weight, h, eps): a projection, the residual add and the
+  // norm that opens the next block. With `lazy` (callers pass supports_lazy_norm(x.rows)) the backend
+  // may leave the norm pending and return it (see PendingNorm; d is then unspecified, x is exactly
+  // x + d as add() computes it); otherwise it returns nothing pending and h holds the normed rows.
+  [[nodiscard]] virtual PendingNorm matmul_add_rms_norm(const WeightMatrix& w, ActView in, ActView d, ActView x,
+                                                        const float* weight, ActView h, float eps, bool lazy) {
+    (void)lazy;
+    matmul(w, in, d);
+    add_rms_norm(x, d, weight, h, eps);
+    return {};
+  }
+  // Makes h the normed rows of a pending norm (h *= r per row) and clears `norm`; nothing when none
+  // is pending. A backend that leaves norms pending overrides it.
+  virtual void resolve_norm(ActView h, PendingNorm& norm) {
+    (void)h;
+    STRATA_CHECK(!norm.pending(), "this backend leaves no norm pending");
+  }
+  // matmul_multi(outs, h) where h may hold a pending norm (the products of the normed rows). The
+  // default resolves the norm first (clearing `norm`); a backend may instead scale each product.
+  virtual void matmul_multi_normed(std::span<const MatmulOut> outs, ActView h, PendingNorm& norm) {
+    resolve_norm(h, norm);
+    matmul_multi(outs, h);
+  }
+  // matmul_silu_mul(w_gate, w_up, h, gate, up) where h may hold a pending norm: silu(r a) · (r b).
+  virtual void matmul_silu_mul_normed(const WeightMatrix& w_gate, const WeightMatrix& w_up, ActView h,
+                                      PendingNorm& norm, ActView gate, ActView up) {
+    resolve_norm(h, norm);
+    matmul_silu_mul(w_gate, w_up, h, gate, up);
   }
   // rope(q, pos, n_head, head_dim, p), rope(k, pos, n_kv_head, head_dim, p), then
   // kv_store(kv, k, v, slots).

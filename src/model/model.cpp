@@ -394,16 +394,21 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   }
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  // The residual adds are fused with the norm that follows them (Backend::add_rms_norm): the
-  // attention block's output with the feed-forward norm, the feed-forward output with the next
-  // layer's attention norm.
+  // The residual adds are fused with the projection before them and the norm that follows them
+  // (Backend::matmul_add_rms_norm): the attention block's output with the feed-forward norm, the
+  // feed-forward output with the next layer's attention norm. On a backend that supports it
+  // (decode batches on CUDA with STRATA_CUDA_LAZY_NORM=1) the norm is left pending in h and the
+  // projections that read h apply it (`norm`); nothing else reads h. Tensor-parallel ranks sum the
+  // projection over the ranks between the matmul and the add, so they take the ops one by one.
+  const bool lazy_norm = shard_ == nullptr && be.supports_lazy_norm(T);
+  PendingNorm norm;  // what h holds: the normed rows (nothing pending) after rms_norm
   be.rms_norm(x, weights_.layers[0].attn_norm, h, c.rms_eps);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = weights_.layers[l];
     const KvLayerView& kv = kv_layers[l];
     // Attention block (h holds the normed x).
     const MatmulOut qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
-    be.matmul_multi(qkv, h);
+    be.matmul_multi_normed(qkv, h, norm);
     if (L.bq) {
       be.add_bias(q, L.bq);
       be.add_bias(k, L.bk);
@@ -429,16 +434,27 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
       be.rope_kv_store_attention(q, k, v, pos_, c.n_head, c.n_head_kv, c.head_dim, rope_, kv, slots_, attn_seqs_, scale,
                                  attn);
     }
-    be.matmul(L.wo, attn, out);
-    if (shard_ != nullptr) comm_of_rank_->all_reduce_sum(shard_->rank, out);  // the heads of every rank
-    be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
-    // Feed-forward block (SiLU-gated).
-    be.matmul_silu_mul(L.w_gate, L.w_up, h, gate, up);
-    be.matmul(L.w_down, gate, out);
-    if (shard_ != nullptr) comm_of_rank_->all_reduce_sum(shard_->rank, out);  // the slices of every rank
-    if (l + 1 < c.n_layer) {
-      be.add_rms_norm(x, out, weights_.layers[l + 1].attn_norm, h, c.rms_eps);
+    if (shard_ != nullptr) {
+      be.matmul(L.wo, attn, out);
+      comm_of_rank_->all_reduce_sum(shard_->rank, out);  // the heads of every rank
+      be.add_rms_norm(x, out, L.ffn_norm, h, c.rms_eps);
     } else {
+      norm = be.matmul_add_rms_norm(L.wo, attn, out, x, L.ffn_norm, h, c.rms_eps, lazy_norm);
+    }
+    // Feed-forward block (SiLU-gated).
+    be.matmul_silu_mul_normed(L.w_gate, L.w_up, h, norm, gate, up);
+    if (shard_ != nullptr) {
+      be.matmul(L.w_down, gate, out);
+      comm_of_rank_->all_reduce_sum(shard_->rank, out);  // the slices of every rank
+      if (l + 1 < c.n_layer) {
+        be.add_rms_norm(x, out, weights_.layers[l + 1].attn_norm, h, c.rms_eps);
+      } else {
+        be.add(x, out);
+      }
+    } else if (l + 1 < c.n_layer) {
+      norm = be.matmul_add_rms_norm(L.w_down, gate, out, x, weights_.layers[l + 1].attn_norm, h, c.rms_eps, lazy_norm);
+    } else {
+      be.matmul(L.w_down, gate, out);
       be.add(x, out);
     }
   }

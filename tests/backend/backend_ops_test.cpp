@@ -30,7 +30,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -45,6 +47,7 @@
 #include "kv/warm_format.h"
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
 #include "backend/cuda/attention_mma_stats.h"
+#include "backend/cuda/gemv_stats.h"
 #endif
 
 namespace strata {
@@ -355,6 +358,154 @@ TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
       EXPECT_EQ(download(be(), alone.view), got) << ggml_type_name(types[i]) << ": matmul_multi differs from matmul";
     }
   }
+}
+
+// The lazy norm of decode steps (Backend::matmul_add_rms_norm and the *_normed consumers; CUDA
+// with STRATA_CUDA_LAZY_NORM=1, set here before the backend is made): the O/down projection with
+// the residual add and the next RMSNorm, then the QKV-like matmul_multi and the SwiGLU GEMV of the
+// normed rows, against the CPU references of the old ops (matmul, add + rms_norm, matmul,
+// silu_mul), for the decode path's weight types, rows 1..8, norm widths 512/2048/8192 (producer
+// rows of 8192 and 256 columns, consumers of 64 + 24 and 2 x 40 rows).
+// Tolerances (relative to the reference's RMS): x - x0 as matmul's (expect_matmul_close); h and
+// the products: F32/F16/BF16 max 1e-4, quantized RMS 3e-2 and max 1.5e-1 (two chained products,
+// each with its activation quantization on the CPU); twice those for silu(gate) * up. Negative control: the same outputs without
+// the 1/RMS factor (x0 is in [-4, 4], so r is far from 1) miss the reference by more than ten
+// times the tolerance, so a lost or wrong r fails. On CUDA also: the lazy path was taken (launch
+// counters, a pending norm), x is bit-identical to the old ops on a backend with the switch off,
+// h and the products within 1e-5 of theirs, and a second run gives the same bits.
+TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
+  const char* before = std::getenv("STRATA_CUDA_LAZY_NORM");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("STRATA_CUDA_LAZY_NORM", "0", 1);
+  std::unique_ptr<Backend> plain = make_backend(BackendOptions{GetParam(), 3});
+  ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);
+  std::unique_ptr<Backend> lazy = make_backend(BackendOptions{GetParam(), 3});
+  if (before != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", saved.c_str(), 1);
+  else ::unsetenv("STRATA_CUDA_LAZY_NORM");
+  const bool cuda = GetParam() == DeviceKind::kCuda;
+  if (cuda) {
+    EXPECT_TRUE(lazy->supports_lazy_norm(1) && lazy->supports_lazy_norm(8));
+    EXPECT_FALSE(lazy->supports_lazy_norm(9));
+    EXPECT_FALSE(plain->supports_lazy_norm(1));
+  }
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+  const int64_t producers0 = cuda::gemv_stats::norm_producer_launches();
+  const int64_t consumers0 = cuda::gemv_stats::norm_consumer_launches();
+  int64_t lazy_steps = 0;
+#endif
+  std::mt19937 rng(21);
+  const float eps = 1e-5f;
+  struct Shape {
+    int64_t width, in_cols;
+  };
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (const Shape sh : {Shape{512, 8192}, Shape{2048, 512}, Shape{8192, 256}}) {
+      const int64_t D = sh.width, K = sh.in_cols, rq = 64, rk = 24, rf = 40;
+      const auto mo = random_matrix(type, D, K, rng);
+      const auto mq = random_matrix(type, rq, D, rng), mk = random_matrix(type, rk, D, rng);
+      const auto mg = random_matrix(type, rf, D, rng), mu = random_matrix(type, rf, D, rng);
+      const auto g = random_floats(static_cast<size_t>(D), rng, -1.5f, 1.5f);
+      struct Dev {
+        Backend* be;
+        WeightMatrix wo, wq, wk, wg, wu;
+        const float* g;
+      };
+      auto make_dev = [&](Backend& b) {
+        return Dev{&b, b.upload_matrix(mo.w), b.upload_matrix(mq.w), b.upload_matrix(mk.w), b.upload_matrix(mg.w),
+                   b.upload_matrix(mu.w), upload_vector(b, g)};
+      };
+      const Dev dl = make_dev(*lazy), dp = make_dev(*plain);
+      for (int64_t n = 1; n <= 8; ++n) {
+        SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " width " << D << " in " << K << " n " << n);
+        const auto a = random_floats(static_cast<size_t>(n * K), rng);
+        const auto x0 = random_floats(static_cast<size_t>(n * D), rng, -4.0f, 4.0f);
+        // References: the old ops on the CPU.
+        std::vector<float> d(static_cast<size_t>(n * D)), x1(d.size()), h(d.size()), hg(d.size());
+        cpu::ref::matmul(mo.w, a.data(), n, d.data());
+        for (size_t i = 0; i < d.size(); ++i) x1[i] = x0[i] + d[i];
+        cpu::ref::rms_norm(x1.data(), g.data(), h.data(), n, D, eps);
+        for (size_t i = 0; i < d.size(); ++i) hg[i] = x1[i] * g[static_cast<size_t>(i % D)];  // h without 1/RMS
+        auto products = [&](const std::vector<float>& in) {
+          std::vector<float> q(static_cast<size_t>(n * rq)), k(static_cast<size_t>(n * rk)), gt(static_cast<size_t>(n * rf)),
+              up(gt.size());
+          cpu::ref::matmul(mq.w, in.data(), n, q.data());
+          cpu::ref::matmul(mk.w, in.data(), n, k.data());
+          cpu::ref::matmul(mg.w, in.data(), n, gt.data());
+          cpu::ref::matmul(mu.w, in.data(), n, up.data());
+          cpu::ref::silu_mul(gt.data(), up.data(), static_cast<int64_t>(gt.size()));
+          return std::array<std::vector<float>, 3>{q, k, gt};
+        };
+        const auto ref = products(h);
+        const auto unnormed = products(hg);
+
+        struct Out {
+          std::vector<float> x, h, q, k, f;
+          bool pending = false;
+        };
+        auto run = [&](const Dev& dv) {
+          Backend& b = *dv.be;
+          const DevArray da = upload(b, a, n, K), dx = upload(b, x0, n, D), dd = alloc(b, n, D), dh = alloc(b, n, D);
+          const DevArray dq = alloc(b, n, rq), dk = alloc(b, n, rk), dg = alloc(b, n, rf), du = alloc(b, n, rf);
+          PendingNorm norm =
+              b.matmul_add_rms_norm(dv.wo, da.view, dd.view, dx.view, dv.g, dh.view, eps, b.supports_lazy_norm(n));
+          Out o;
+          o.pending = norm.pending();
+          const MatmulOut qk[] = {{&dv.wq, dq.view}, {&dv.wk, dk.view}};
+          b.matmul_multi_normed(qk, dh.view, norm);
+          b.matmul_silu_mul_normed(dv.wg, dv.wu, dh.view, norm, dg.view, du.view);
+          b.resolve_norm(dh.view, norm);
+          EXPECT_FALSE(norm.pending());
+          o.x = download(b, dx.view);
+          o.h = download(b, dh.view);
+          o.q = download(b, dq.view);
+          o.k = download(b, dk.view);
+          o.f = download(b, dg.view);
+          return o;
+        };
+        const Out got = run(dl);
+        EXPECT_EQ(got.pending, cuda);
+        std::vector<float> gd(got.x.size());
+        for (size_t i = 0; i < gd.size(); ++i) gd[i] = got.x[i] - x0[i];
+        expect_matmul_close(type, gd, d, GetParam(), n);
+        const double tol_max = is_float(type) ? 1e-4 : 1.5e-1, tol_rms = is_float(type) ? 1e-4 : 3e-2;
+        const std::pair<const std::vector<float>*, const std::vector<float>*> cmp[] = {
+            {&got.h, &h}, {&got.q, &ref[0]}, {&got.k, &ref[1]}, {&got.f, &ref[2]}};
+        for (size_t j = 0; j < 4; ++j) {
+          const auto& [out, want] = cmp[j];
+          SCOPED_TRACE(::testing::Message() << "output " << "hqkf"[j]);
+          const double f = j == 3 ? 2.0 : 1.0;  // silu(a) b: the errors of two products
+          EXPECT_EQ(count_nonfinite(*out), 0);
+          EXPECT_LE(max_abs_diff(*out, *want), f * tol_max * rms(*want));
+          EXPECT_LE(rms_diff(*out, *want), f * tol_rms * rms(*want));
+        }
+        // Negative control: without the 1/RMS factor the products are far outside the tolerance.
+        for (size_t j = 0; j < 3; ++j) {
+          EXPECT_GT(rms_diff(unnormed[j], ref[j]), (j == 2 ? 20 : 10) * tol_rms * rms(ref[j]));
+        }
+        if (cuda) {
+          const Out old = run(dp);
+          EXPECT_FALSE(old.pending);
+          EXPECT_EQ(got.x, old.x) << "the residual stream must be the old ops' bits";
+          const std::pair<const std::vector<float>*, const std::vector<float>*> same[] = {
+              {&got.h, &old.h}, {&got.q, &old.q}, {&got.k, &old.k}, {&got.f, &old.f}};
+          for (const auto& [out, want] : same) EXPECT_LE(max_abs_diff(*out, *want), 1e-5 * rms(*want));
+          const Out again = run(dl);
+          EXPECT_EQ(again.h, got.h);
+          EXPECT_EQ(again.q, got.q);
+          EXPECT_EQ(again.k, got.k);
+          EXPECT_EQ(again.f, got.f);
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+          lazy_steps += 2;
+#endif
+        }
+      }
+    }
+  }
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+  // Every lazy run launched the producer once and the two consumers (QKV-like and SwiGLU) once each.
+  EXPECT_EQ(cuda::gemv_stats::norm_producer_launches() - producers0, lazy_steps);
+  EXPECT_EQ(cuda::gemv_stats::norm_consumer_launches() - consumers0, 2 * lazy_steps);
+#endif
 }
 
 TEST_P(BackendOps, EmbedEveryTableType) {

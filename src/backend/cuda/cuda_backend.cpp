@@ -341,6 +341,12 @@ struct CudaBackend::Impl {
   uint64_t views_digest = 0;
   std::unordered_map<uint64_t, uint64_t> graph_views;  // a recorded pass (key) -> its views_digest
   std::unique_ptr<cuda::KvTransfer> transfer;  // KV block transfers (their own copy stream)
+  // Lazy norm (STRATA_CUDA_LAZY_NORM=1, read when the backend is made): matmul_add_rms_norm leaves
+  // decode batches' norms pending; the producer's partial sums of squares live in norm_parts
+  // ([kGemvMaxRows][n_parts], compact per call), one fixed address for every recorded graph.
+  bool lazy_norm = false;
+  int64_t lazy_norm_max_rows = cuda::kGemvMaxRows;  // STRATA_CUDA_LAZY_NORM_ROWS: a lower cap
+  std::unique_ptr<CudaBuffer> norm_parts;
 
   template <typename F>
   void timed(const std::string_view name, F&& launch) {
@@ -432,6 +438,9 @@ struct CudaBackend::Impl {
 namespace {
 // The device staging buffer of KV block transfers: 512 blocks of 256 KiB (llama-1b F16) per chunk.
 constexpr uint64_t kTransferStagingBytes = uint64_t{128} << 20;
+// Partial sums of squares per token row a lazy-norm producer may write (its grid size; 1 per
+// output row at most: a hidden size up to 16,384).
+constexpr int64_t kNormPartsPerRow = 16384;
 }  // namespace
 
 bool CudaBackend::usable(std::string* why) {
@@ -499,6 +508,12 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
   m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
+  const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
+  m.lazy_norm = lazy != nullptr && std::string_view(lazy) == "1";
+  if (const char* e = std::getenv("STRATA_CUDA_LAZY_NORM_ROWS")) {
+    m.lazy_norm_max_rows = std::clamp<int64_t>(std::strtoll(e, nullptr, 10), 0, cuda::kGemvMaxRows);
+  }
+  if (m.lazy_norm) m.norm_parts = std::make_unique<CudaBuffer>(kNormPartsPerRow * cuda::kGemvMaxRows * sizeof(float));
 }
 
 CudaBackend::~CudaBackend() {
@@ -798,6 +813,96 @@ void CudaBackend::gather_rows(ActView src, std::span<const int32_t> rows, ActVie
   if (impl_->replaying()) return;
   impl_->wrote(dst.data, dst.size());
   impl_->timed("gather_rows", [&] { cuda::gather_rows(src.data, src.cols, d, dst.rows, dst.data, impl_->stream); });
+}
+
+bool CudaBackend::supports_lazy_norm(int64_t rows) const {
+  return impl_->lazy_norm && rows >= 1 && rows <= impl_->lazy_norm_max_rows;
+}
+
+// Decode-sized batches with the lazy norm on: one GEMV launch for the projection, the residual add
+// and x * weight (h), leaving r to the GEMVs that read h; otherwise the ops one by one.
+PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, ActView d, ActView x,
+                                             const float* weight, ActView h, float eps, bool lazy) {
+  STRATA_CHECK(in.cols == w.cols && in.rows == x.rows && x.cols == w.rows && d.rows == x.rows && d.cols == x.cols &&
+                   h.rows == x.rows && h.cols == x.cols,
+               "matmul_add_rms_norm shapes");
+  const int64_t n_parts = lazy && supports_lazy_norm(x.rows) && cuda::matmul_type_supported(w.type)
+                              ? cuda::gemv_add_norm_parts(w, x.rows)
+                              : 0;
+  if (n_parts <= 0 || n_parts > kNormPartsPerRow) return Backend::matmul_add_rms_norm(w, in, d, x, weight, h, eps, false);
+  Impl& m = *impl_;
+  const PendingNorm pending{static_cast<const float*>(static_cast<void*>(m.norm_parts->data())),
+                            static_cast<int32_t>(n_parts), eps};
+  if (m.replaying()) return pending;
+  m.wrote(x.data, x.size());
+  m.wrote(h.data, h.size());
+  m.timed(m.profile ? fmt::format("gemv+add+x*g {} n={} [{}x{}]", ggml_type_name(w.type), x.rows, w.rows, w.cols) : "",
+          [&] {
+            const int64_t b = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
+                                                  static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream);
+            STRATA_CHECK(b == n_parts, "gemv_add_norm launched {} blocks, planned {}", b, n_parts);
+          });
+  return pending;
+}
+
+void CudaBackend::resolve_norm(ActView h, PendingNorm& norm) {
+  if (!norm.pending()) return;
+  const PendingNorm p = norm;
+  norm = {};
+  if (h.rows == 0 || impl_->replaying()) return;
+  impl_->wrote(h.data, h.size());
+  impl_->timed("norm_resolve", [&] { cuda::norm_resolve(h.data, h.rows, h.cols, p.parts, p.n_parts, p.eps, impl_->stream); });
+}
+
+void CudaBackend::matmul_multi_normed(std::span<const MatmulOut> outs, ActView h, PendingNorm& norm) {
+  const bool fused = norm.pending() && h.rows <= cuda::kGemvMaxRows && !outs.empty() && outs.size() <= 4 &&
+                     std::all_of(outs.begin(), outs.end(), [&](const MatmulOut& o) {
+                       return o.w->type == outs[0].w->type && o.w->cols == h.cols &&
+                              cuda::matmul_type_supported(o.w->type);
+                     });
+  if (!fused) {
+    Backend::matmul_multi_normed(outs, h, norm);
+    return;
+  }
+  for (const MatmulOut& o : outs) STRATA_CHECK(o.y.rows == h.rows && o.y.cols == o.w->rows, "matmul shapes");
+  if (h.rows == 0 || impl_->replaying()) return;
+  Impl& m = *impl_;
+  WeightMatrix ws[4];
+  float* ys[4];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ws[i] = *outs[i].w;
+    ys[i] = outs[i].y.data;
+    m.wrote(ys[i], outs[i].y.size());
+  }
+  m.timed(m.profile ? fmt::format("gemv*r x{} {} n={} [{}x{}]", outs.size(), ggml_type_name(ws[0].type), h.rows, ws[0].rows,
+                                  ws[0].cols)
+                    : "",
+          [&] {
+            cuda::gemv_multi_normed(ws, ys, static_cast<int>(outs.size()), h.data, h.rows, norm.parts, norm.n_parts, norm.eps,
+                                    m.stream);
+          });
+}
+
+void CudaBackend::matmul_silu_mul_normed(const WeightMatrix& w_gate, const WeightMatrix& w_up, ActView h,
+                                         PendingNorm& norm, ActView gate, ActView up) {
+  const bool fused = norm.pending() && h.rows <= cuda::kGemvMaxRows && w_gate.type == w_up.type &&
+                     w_gate.rows == w_up.rows && w_gate.cols == w_up.cols && w_gate.row_bytes == w_up.row_bytes &&
+                     cuda::matmul_type_supported(w_gate.type);
+  if (!fused) {
+    Backend::matmul_silu_mul_normed(w_gate, w_up, h, norm, gate, up);
+    return;
+  }
+  STRATA_CHECK(h.cols == w_gate.cols && gate.rows == h.rows && gate.cols == w_gate.rows, "matmul shapes");
+  if (h.rows == 0 || impl_->replaying()) return;
+  Impl& m = *impl_;
+  m.wrote(gate.data, gate.size());
+  m.timed(m.profile ? fmt::format("gemv*r+silu {} n={} [2x{}x{}]", ggml_type_name(w_gate.type), h.rows, w_gate.rows,
+                                  w_gate.cols)
+                    : "",
+          [&] {
+            cuda::gemv_silu_mul_normed(w_gate, w_up, h.data, h.rows, gate.data, norm.parts, norm.n_parts, norm.eps,
+                                       m.stream);
+          });
 }
 
 void CudaBackend::add_rms_norm(ActView x, ActView d, const float* weight, ActView h, float eps) {

@@ -67,6 +67,13 @@ class CudaBackend final : public Backend {
   void gather_rows(ActView src, std::span<const int32_t> rows, ActView dst) override;
 
   void add_rms_norm(ActView x, ActView d, const float* weight, ActView h, float eps) override;
+  bool supports_lazy_norm(int64_t rows) const override;
+  PendingNorm matmul_add_rms_norm(const WeightMatrix& w, ActView in, ActView d, ActView x, const float* weight, ActView h,
+                                  float eps, bool lazy) override;
+  void resolve_norm(ActView h, PendingNorm& norm) override;
+  void matmul_multi_normed(std::span<const MatmulOut> outs, ActView h, PendingNorm& norm) override;
+  void matmul_silu_mul_normed(const WeightMatrix& w_gate, const WeightMatrix& w_up, ActView h, PendingNorm& norm,
+                              ActView gate, ActView up) override;
   void rope_kv_store(ActView q, ActView k, ActView v, std::span<const int32_t> pos, int32_t n_head, int32_t n_kv_head,
                      int32_t head_dim, const RopeParams& p, const KvLayerView& kv,
                      std::span<const int32_t> slots) override;

@@ -128,6 +128,29 @@ __global__ void add_rms_norm_kernel(float* x, const float* d, const float* w, fl
   }
 }
 
+// One block of 128 threads per row: r of a pending lazy norm from the producer's partial sums of
+// squares, with the arithmetic of matmul.cu's norm_part_sums / norm_scales (thread t sums parts
+// t, t + 128, ... in double, a fixed xor butterfly per warp, the 4 warps in order), then h *= r.
+constexpr int kNormResolveThreads = 128;
+__global__ void __launch_bounds__(kNormResolveThreads) norm_resolve_kernel(float* h, int64_t cols, const float* parts,
+                                                                           int32_t n_parts, float eps) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ double sums[kNormResolveThreads / 32];
+  const int64_t i = blockIdx.x;
+  double v = 0.0;
+  for (int p = static_cast<int>(threadIdx.x); p < n_parts; p += kNormResolveThreads) {
+    v += static_cast<double>(parts[i * n_parts + p]);
+  }
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31u) == 0) sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double t = sums[0];
+  for (int w = 1; w < kNormResolveThreads / 32; ++w) t += sums[w];
+  const float r = static_cast<float>(1.0 / sqrt(t / static_cast<double>(cols) + static_cast<double>(eps)));
+  float* hr = h + i * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += kNormResolveThreads) hr[c] = hr[c] * r;
+}
 
 // Blocks of (token, group of heads): the angles of the token's position into shared memory, RoPE
 // of the group's q and k heads (as rope_kernel), then the K and V rows of its kv heads into their
@@ -261,6 +284,12 @@ void add_rms_norm(float* x, const float* d, const float* w, float* y, int64_t ro
   }
   launch_pdl(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, x, d, w, y, cols, eps,
              static_cast<__half*>(y16));
+}
+
+void norm_resolve(float* h, int64_t rows, int64_t cols, const float* parts, int32_t n_parts, float eps, cudaStream_t s) {
+  if (rows == 0) return;
+  launch_pdl(norm_resolve_kernel, dim3(static_cast<unsigned>(rows)), dim3(kNormResolveThreads), 0, s, h, cols, parts, n_parts,
+             eps);
 }
 
 void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64_t n, int32_t n_head, int32_t n_kv,

@@ -66,6 +66,23 @@ void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float
 // shape), each product bit-identical to gemv's and the SiLU to silu_mul's. n <= kGemvMaxRows.
 void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
                    cudaStream_t s);
+// Lazy norm (Backend::matmul_add_rms_norm, PendingNorm): n <= kGemvMaxRows.
+// gemv_add_norm: with d = in[n][w.cols] . w^T as gemv computes it, x[n][w.rows] += d (add()'s
+// arithmetic), h = x * g (g [w.rows]), and parts[i][b] = the sum of the squares of the x values
+// that block b of the launch wrote in row i; returns the blocks (parts per row), which
+// gemv_add_norm_parts(w, n) gives without launching.
+int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n);
+int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,
+                      cudaStream_t s);
+// gemv_multi / gemv_silu_mul of h = x * g whose products are then multiplied by
+// r_i = 1 / sqrt(sum_p parts[i][p] / cols + eps) (the sum in double, in a fixed order; every block
+// computes the same r_i): the products of RMSNorm(x) * g, not bit-identical to them.
+void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, const float* h, int64_t n,
+                       const float* parts, int32_t n_parts, float eps, cudaStream_t s);
+void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, const float* h, int64_t n, float* out,
+                          const float* parts, int32_t n_parts, float eps, cudaStream_t s);
+// h[i][:] *= r_i as above (the same r_i bits as the GEMVs): the normed rows of a pending norm.
+void norm_resolve(float* h, int64_t rows, int64_t cols, const float* parts, int32_t n_parts, float eps, cudaStream_t s);
 // Rows [r0, r0 + nr) of w dequantized to IEEE half (dst [nr][w.cols], row-major), for the
 // cuBLAS path of quantized weights (one matrix at a time, never the whole model).
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s);

@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -572,6 +573,16 @@ struct GemvMats {  // passed by value (kernel parameter space)
   uint32_t block_begin[kGemvMaxMats];  // block_begin[0] = 0
   int count;
   int l2_prefetch;  // kPrefetch kernels: 1 = bulk-prefetch each warp's whole rows into L2 at start
+  // Lazy norm (gemv_kernel's NM; see gemv_add_norm and gemv_multi_normed in kernels.h).
+  // NM = 1 (producer, one matrix): nx[i][j] += product (the residual add), nh[i][j] = nx[i][j] *
+  // ng[j], parts[i][block] = sum of the squares of the nx values the block wrote, in warp order.
+  // NM = 2 (consumer): every product times r_i = 1 / sqrt(sum_p parts[i][p] / cols + eps).
+  float* nx;
+  const float* ng;
+  float* nh;
+  float* parts;     // NM = 1: written; NM = 2: read
+  int32_t n_parts;  // parts per x row (the producer's grid size)
+  float eps;
 };
 
 template <class F, int N, int R, int T>
@@ -708,22 +719,69 @@ constexpr int gemv_u() {
 // blocks), so a row is streamed by KS warps at once; the KS partial sums are added in order of s
 // through shared memory. Fixed per shape (the host picks KS from cols alone), so a row's result
 // still does not depend on n or on the other rows.
-template <class F, int N, int R, bool kPrefetch, int U, bool kGlu = false, int KS = 1>
+// Consumer of a lazy norm (NM = 2): this thread's share of the sums of squares of each x row,
+// parts p = threadIdx.x, + kGemvThreads, ... in order (loaded right after the PDL wait; used in the
+// epilogue).
+template <int N>
+__device__ __forceinline__ void norm_part_sums(const GemvMats& m, double (&s)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) s[i] = 0.0;
+  for (int p = static_cast<int>(threadIdx.x); p < m.n_parts; p += kGemvThreads) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] += static_cast<double>(m.parts[static_cast<int64_t>(i) * m.n_parts + p]);
+  }
+}
+
+// The block's r_i from the threads' shares: a fixed xor butterfly per warp, then the warps in order
+// (every thread of the block must call it; the same arithmetic in every block, and in
+// norm_resolve_kernel of elementwise.cu).
+template <int N>
+__device__ __forceinline__ void norm_scales(const GemvMats& m, int64_t cols, double (&s)[N], float (&r)[N]) {
+  __shared__ double sums[kGemvWarps][N];
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    double v = s[i];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) sums[warp][i] = v;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    double t = sums[0][i];
+#pragma unroll
+    for (int w = 1; w < kGemvWarps; ++w) t += sums[w][i];
+    r[i] = static_cast<float>(1.0 / sqrt(t / static_cast<double>(cols) + static_cast<double>(m.eps)));
+  }
+}
+
+// NM (lazy norm, GemvMats): 0 plain; 1 producer (the residual add and x * g in the epilogue, the
+// block's sum of squares into m.parts; one matrix, not kGlu); 2 consumer (products times r). With
+// NM != 0 no warp leaves early: every block reaches its barriers with all its warps.
+template <class F, int N, int R, bool kPrefetch, int U, bool kGlu = false, int KS = 1, int NM = 0>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constant__ GemvMats m, int64_t cols,
                                                             const float* __restrict__ x) {
   static_assert(!kGlu || R == 2, "the SwiGLU GEMV takes one row of each of two matrices per warp");
   static_assert(KS == 1 || (!kGlu && kGemvWarps % KS == 0), "split rows: plain GEMV, KS divides the block's warps");
+  static_assert(NM != 1 || !kGlu, "the lazy-norm producer is a plain GEMV");
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int sub = warp % KS;  // which part of the row (0 when KS = 1)
-  bool active = true;         // KS > 1: warps past the last row compute a clamped row, store nothing
+  bool active = true;         // KS > 1 or NM != 0: warps past the last row compute a clamped row, store nothing
 
   const uint8_t* rp[R];
   if constexpr (kGlu) {
-    const int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+    int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
     if (j >= m.rows[0]) {
-      pdl_wait();
-      return;
+      if constexpr (NM == 0) {
+        pdl_wait();
+        return;
+      } else {
+        active = false;
+        j = 0;
+      }
     }
     rp[0] = m.w[0] + static_cast<uint64_t>(j) * m.row_bytes[0];
     rp[1] = m.w[1] + static_cast<uint64_t>(j) * m.row_bytes[1];
@@ -733,7 +791,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     const int64_t rows = m.rows[k];
     int64_t r0 = (static_cast<int64_t>(b - m.block_begin[k]) * (kGemvWarps / KS) + warp / KS) * R;
     if (r0 >= rows) {
-      if constexpr (KS == 1) {  // whole warp leaves together (after the PDL wait: see launch.cuh)
+      if constexpr (KS == 1 && NM == 0) {  // whole warp leaves together (after the PDL wait: see launch.cuh)
         pdl_wait();
         return;
       } else {  // stays for the block's barrier
@@ -763,6 +821,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
+  double nss[N];  // NM = 2: this thread's share of the x rows' sums of squares (norm_part_sums)
+  (void)nss;
 
   // Groups of 32 U pieces (prefetch: a warp-uniform loop); lane l takes pieces g + l + 32 u. Pieces past
   // the end of the row are replaced by the row's last piece, computed and discarded, so the body
@@ -774,6 +834,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     load_pieces<F, R, U>(raw, rp, lane, n_pieces);
     pdl_wait();
     pdl_trigger();
+    if constexpr (NM == 2) norm_part_sums<N>(m, nss);
     for (int g = 0; g < n_pieces; g += 32 * U) {
       typename F::Raw nxt[U][R];
       const bool more = g + 32 * U < n_pieces;  // warp-uniform
@@ -790,6 +851,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
     pdl_wait();
     pdl_trigger();
+    if constexpr (NM == 2) norm_part_sums<N>(m, nss);
     for (int base = lane; base < n_pieces; base += 32 * U) {
       if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
       consume_pieces<F, N, R, U>(raw, base, n_pieces, xs, cols, acc);
@@ -806,8 +868,17 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       acc[r][i] = v;
     }
   }
+  float nr[N];  // NM = 2: r of each x row
+  if constexpr (NM == 2) {
+    norm_scales<N>(m, cols, nss, nr);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < N; ++i) acc[r][i] = acc[r][i] * nr[i];
+  }
+  (void)nr;
   if constexpr (kGlu) {
-    if (lane == 0) {
+    if (lane == 0 && active) {
       const int64_t rows = m.rows[0];
       const int64_t j = static_cast<int64_t>(fresh_ctaid_x()) * kGemvWarps + (threadIdx.x >> 5);
 #pragma unroll
@@ -818,6 +889,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     }
     return;
   }
+  bool store = lane == 0 && active;
   if constexpr (KS > 1) {
     __shared__ float part[kGemvWarps][R][N];
     if (lane == 0) {
@@ -827,7 +899,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
         for (int i = 0; i < N; ++i) part[warp][r][i] = acc[r][i];
     }
     __syncthreads();
-    if (sub != 0 || !active) return;
+    if constexpr (NM != 1) {
+      if (sub != 0 || !active) return;
+    }
+    store = store && sub == 0;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -839,7 +914,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       }
     }
   }
-  if (lane == 0) {
+  float ss[N];  // NM = 1: sum of the squares of the x values this warp wrote, per x row
+#pragma unroll
+  for (int i = 0; i < N; ++i) ss[i] = 0.0f;
+  if (store) {
     const uint32_t b = fresh_ctaid_x();
     const int k = mat_of_block(m, b);
     const int64_t rows = m.rows[k];
@@ -849,8 +927,33 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     for (int r = 0; r < R; ++r) {
       if (r0 + r < rows) {
 #pragma unroll
-        for (int i = 0; i < N; ++i) y[i * rows + r0 + r] = acc[r][i];
+        for (int i = 0; i < N; ++i) {
+          if constexpr (NM == 1) {
+            const int64_t e = i * rows + r0 + r;
+            const float xn = m.nx[e] + acc[r][i];  // add()'s arithmetic
+            m.nx[e] = xn;
+            m.nh[e] = xn * m.ng[r0 + r];
+            ss[i] = fmaf(xn, xn, ss[i]);
+          } else {
+            y[i * rows + r0 + r] = acc[r][i];
+          }
+        }
       }
+    }
+  }
+  if constexpr (NM == 1) {
+    __shared__ float wss[kGemvWarps][N];
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) wss[warp][i] = ss[i];
+    }
+    __syncthreads();
+    if (threadIdx.x < N) {
+      const int i = static_cast<int>(threadIdx.x);
+      float t = wss[0][i];
+#pragma unroll
+      for (int w = 1; w < kGemvWarps; ++w) t += wss[w][i];
+      m.parts[static_cast<int64_t>(i) * m.n_parts + fresh_ctaid_x()] = t;
     }
   }
 }
@@ -861,6 +964,7 @@ struct GemvLaunch {
   GemvMats m{};
   int64_t cols = 0;
   int64_t rows_total = 0;
+  int64_t* plan = nullptr;  // non-null: store the grid size here and launch nothing
 };
 
 // Fills m.block_begin for R rows per KS warps; returns the grid size.
@@ -875,12 +979,17 @@ int64_t plan_gemv_blocks(GemvMats& m, int R, int KS = 1) {
   return blocks;
 }
 
-template <class F, int N, int R, bool kGlu = false, int KS = 1>
+template <class F, int N, int R, bool kGlu = false, int KS = 1, int NM = 0>
 void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
   const int64_t blocks = kGlu ? (l.m.rows[0] + kGemvWarps - 1) / kGemvWarps : plan_gemv_blocks(l.m, R, KS);
   if (blocks > 0x7fffffff) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: too many rows for one launch", __FILE__, __LINE__);
   }
+  if (l.plan != nullptr) {
+    *l.plan = blocks;
+    return;
+  }
+  if constexpr (NM == 1) l.m.n_parts = static_cast<int32_t>(blocks);
   constexpr int U = gemv_u<F, N, R>();
   const int64_t n_pieces = l.cols / KS / F::kPieceElems;
   if constexpr (N == 1) {
@@ -891,7 +1000,7 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
       uint64_t total = 0;
       for (int k = 0; k < l.m.count; ++k) total += static_cast<uint64_t>(l.m.rows[k]) * l.m.row_bytes[k];
       l.m.l2_prefetch = total <= kGemvL2PrefetchMaxBytes ? 1 : 0;
-      launch_pdl(gemv_kernel<F, N, R, true, U, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m,
+      launch_pdl(gemv_kernel<F, N, R, true, U, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m,
                  l.cols, x);
       return;
     }
@@ -899,49 +1008,49 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
   // Short rows at N = 1 (batches keep U: more instantiations, and registers are tighter there).
   if constexpr (N == 1 && U >= 4) {
     if (n_pieces <= 32 * (U / 4)) {
-      launch_pdl(gemv_kernel<F, N, R, false, U / 4, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
+      launch_pdl(gemv_kernel<F, N, R, false, U / 4, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
                  l.m, l.cols, x);
       return;
     }
   }
   if constexpr (N == 1 && U >= 2) {
     if (n_pieces <= 32 * (U / 2)) {
-      launch_pdl(gemv_kernel<F, N, R, false, U / 2, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
+      launch_pdl(gemv_kernel<F, N, R, false, U / 2, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
                  l.m, l.cols, x);
       return;
     }
   }
-  launch_pdl(gemv_kernel<F, N, R, false, U, kGlu, KS>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m, l.cols,
+  launch_pdl(gemv_kernel<F, N, R, false, U, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m, l.cols,
              x);
 }
 
 // Rows per warp: 1 for a single x row (most warps, most memory parallelism); for batches, each x
 // load is shared by R weight rows, 4 where the launch has rows enough to keep every SM busy.
 // (R changes which warp computes a row, never the row's arithmetic.)
-template <class F, int N, int KS = 1>
+template <class F, int N, int KS = 1, int NM = 0>
 void launch_gemv_n(const GemvLaunch& l, const float* x, cudaStream_t s) {
   if constexpr (KS > 1) {
-    launch_gemv_r<F, N, 1, false, KS>(l, x, s);  // split rows: one row per KS warps (R = 1)
+    launch_gemv_r<F, N, 1, false, KS, NM>(l, x, s);  // split rows: one row per KS warps (R = 1)
   } else if constexpr (N == 1) {
     // Quantized formats: 2 rows per warp where there are rows enough (the x loads and sums of
     // a piece serve both rows).
     if (F::kR1 > 1 && l.rows_total >= 4096) {
-      launch_gemv_r<F, 1, (F::kR1 > 1 ? F::kR1 : 1)>(l, x, s);
+      launch_gemv_r<F, 1, (F::kR1 > 1 ? F::kR1 : 1), false, 1, NM>(l, x, s);
     } else {
-      launch_gemv_r<F, 1, 1>(l, x, s);
+      launch_gemv_r<F, 1, 1, false, 1, NM>(l, x, s);
     }
   } else if constexpr (N == 3 && F::kReassoc && F::kMaxR == 2) {
-    launch_gemv_r<F, N, 1>(l, x, s);  // K-quants at n = 3: R = 2 spilled a register
+    launch_gemv_r<F, N, 1, false, 1, NM>(l, x, s);  // K-quants at n = 3: R = 2 spilled a register
   } else if constexpr (N < 4) {
-    launch_gemv_r<F, N, 2>(l, x, s);
+    launch_gemv_r<F, N, 2, false, 1, NM>(l, x, s);
   } else if constexpr (N == 4 && F::kPieceElems == 4) {
     // F32 at n = 4 always with R = 4 (ptxas spilled a register in the R = 2 instantiation).
-    launch_gemv_r<F, N, 4>(l, x, s);
+    launch_gemv_r<F, N, 4, false, 1, NM>(l, x, s);
   } else {
     if (F::kMaxR >= 4 && l.rows_total >= 4096) {
-      launch_gemv_r<F, N, (F::kMaxR >= 4 ? 4 : 2)>(l, x, s);
+      launch_gemv_r<F, N, (F::kMaxR >= 4 ? 4 : 2), false, 1, NM>(l, x, s);
     } else {
-      launch_gemv_r<F, N, 2>(l, x, s);
+      launch_gemv_r<F, N, 2, false, 1, NM>(l, x, s);
     }
   }
 }
@@ -970,65 +1079,67 @@ int gemv_split(int64_t cols, uint64_t row_bytes) {
   return allowed && fits && row_bytes >= KS * kGemvSplitPartBytes ? KS : 1;
 }
 
-template <class F, int KS>
+template <class F, int KS, int NM = 0>
 void launch_gemv_ks(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (n) {
-    case 1: launch_gemv_n<F, 1, KS>(l, x, s); break;
-    case 2: launch_gemv_n<F, 2, KS>(l, x, s); break;
-    case 3: launch_gemv_n<F, 3, KS>(l, x, s); break;
-    case 4: launch_gemv_n<F, 4, KS>(l, x, s); break;
-    case 5: launch_gemv_n<F, 5, KS>(l, x, s); break;
-    case 6: launch_gemv_n<F, 6, KS>(l, x, s); break;
-    case 7: launch_gemv_n<F, 7, KS>(l, x, s); break;
-    case 8: launch_gemv_n<F, 8, KS>(l, x, s); break;
+    case 1: launch_gemv_n<F, 1, KS, NM>(l, x, s); break;
+    case 2: launch_gemv_n<F, 2, KS, NM>(l, x, s); break;
+    case 3: launch_gemv_n<F, 3, KS, NM>(l, x, s); break;
+    case 4: launch_gemv_n<F, 4, KS, NM>(l, x, s); break;
+    case 5: launch_gemv_n<F, 5, KS, NM>(l, x, s); break;
+    case 6: launch_gemv_n<F, 6, KS, NM>(l, x, s); break;
+    case 7: launch_gemv_n<F, 7, KS, NM>(l, x, s); break;
+    case 8: launch_gemv_n<F, 8, KS, NM>(l, x, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
   }
 }
 
-template <class F>
+template <class F, int NM = 0>
 void launch_gemv(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   if (gemv_split<F>(l.cols, l.m.row_bytes[0]) == 4) {
-    launch_gemv_ks<F, 4>(l, x, n, s);
+    launch_gemv_ks<F, 4, NM>(l, x, n, s);
   } else {
-    launch_gemv_ks<F, 1>(l, x, n, s);
+    launch_gemv_ks<F, 1, NM>(l, x, n, s);
   }
 }
 
+template <int NM = 0>
 void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (type) {
-    case GgmlType::kF32: launch_gemv<FmtF32>(l, x, n, s); break;
-    case GgmlType::kF16: launch_gemv<Fmt16<false>>(l, x, n, s); break;
-    case GgmlType::kBF16: launch_gemv<Fmt16<true>>(l, x, n, s); break;
-    case GgmlType::kQ8_0: launch_gemv<FmtQ8_0>(l, x, n, s); break;
-    case GgmlType::kQ4_K: launch_gemv<FmtQ4_K>(l, x, n, s); break;
-    case GgmlType::kQ6_K: launch_gemv<FmtQ6_K>(l, x, n, s); break;
+    case GgmlType::kF32: launch_gemv<FmtF32, NM>(l, x, n, s); break;
+    case GgmlType::kF16: launch_gemv<Fmt16<false>, NM>(l, x, n, s); break;
+    case GgmlType::kBF16: launch_gemv<Fmt16<true>, NM>(l, x, n, s); break;
+    case GgmlType::kQ8_0: launch_gemv<FmtQ8_0, NM>(l, x, n, s); break;
+    case GgmlType::kQ4_K: launch_gemv<FmtQ4_K, NM>(l, x, n, s); break;
+    case GgmlType::kQ6_K: launch_gemv<FmtQ6_K, NM>(l, x, n, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
 }
 
-template <class F>
+template <class F, int NM = 0>
 void launch_gemv_glu(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (n) {
-    case 1: launch_gemv_r<F, 1, 2, true>(l, x, s); break;
-    case 2: launch_gemv_r<F, 2, 2, true>(l, x, s); break;
-    case 3: launch_gemv_r<F, 3, 2, true>(l, x, s); break;
-    case 4: launch_gemv_r<F, 4, 2, true>(l, x, s); break;
-    case 5: launch_gemv_r<F, 5, 2, true>(l, x, s); break;
-    case 6: launch_gemv_r<F, 6, 2, true>(l, x, s); break;
-    case 7: launch_gemv_r<F, 7, 2, true>(l, x, s); break;
-    case 8: launch_gemv_r<F, 8, 2, true>(l, x, s); break;
+    case 1: launch_gemv_r<F, 1, 2, true, 1, NM>(l, x, s); break;
+    case 2: launch_gemv_r<F, 2, 2, true, 1, NM>(l, x, s); break;
+    case 3: launch_gemv_r<F, 3, 2, true, 1, NM>(l, x, s); break;
+    case 4: launch_gemv_r<F, 4, 2, true, 1, NM>(l, x, s); break;
+    case 5: launch_gemv_r<F, 5, 2, true, 1, NM>(l, x, s); break;
+    case 6: launch_gemv_r<F, 6, 2, true, 1, NM>(l, x, s); break;
+    case 7: launch_gemv_r<F, 7, 2, true, 1, NM>(l, x, s); break;
+    case 8: launch_gemv_r<F, 8, 2, true, 1, NM>(l, x, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
   }
 }
 
+template <int NM = 0>
 void launch_gemv_glu_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (type) {
-    case GgmlType::kF32: launch_gemv_glu<FmtF32>(l, x, n, s); break;
-    case GgmlType::kF16: launch_gemv_glu<Fmt16<false>>(l, x, n, s); break;
-    case GgmlType::kBF16: launch_gemv_glu<Fmt16<true>>(l, x, n, s); break;
-    case GgmlType::kQ8_0: launch_gemv_glu<FmtQ8_0>(l, x, n, s); break;
-    case GgmlType::kQ4_K: launch_gemv_glu<FmtQ4_K>(l, x, n, s); break;
-    case GgmlType::kQ6_K: launch_gemv_glu<FmtQ6_K>(l, x, n, s); break;
+    case GgmlType::kF32: launch_gemv_glu<FmtF32, NM>(l, x, n, s); break;
+    case GgmlType::kF16: launch_gemv_glu<Fmt16<false>, NM>(l, x, n, s); break;
+    case GgmlType::kBF16: launch_gemv_glu<Fmt16<true>, NM>(l, x, n, s); break;
+    case GgmlType::kQ8_0: launch_gemv_glu<FmtQ8_0, NM>(l, x, n, s); break;
+    case GgmlType::kQ4_K: launch_gemv_glu<FmtQ4_K, NM>(l, x, n, s); break;
+    case GgmlType::kQ6_K: launch_gemv_glu<FmtQ6_K, NM>(l, x, n, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
 }
@@ -1153,12 +1264,17 @@ void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream
   gemv_multi(&w, &y, 1, x, n, s);
 }
 
-void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s) {
+namespace {
+
+std::atomic<int64_t> g_norm_producer_launches{0};
+std::atomic<int64_t> g_norm_consumer_launches{0};
+
+// The launch of gemv_multi's matrices over x; false when there is nothing to compute.
+bool multi_launch(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, GemvLaunch& l) {
   if (count < 0 || count > kGemvMaxMats) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv_multi: count outside 0..4", __FILE__, __LINE__);
   }
-  if (count == 0 || n <= 0) return;
-  GemvLaunch l;
+  if (count == 0 || n <= 0) return false;
   l.cols = ws[0].cols;
   for (int k = 0; k < count; ++k) {
     const WeightMatrix& w = ws[k];
@@ -1176,19 +1292,19 @@ void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float
     l.m.row_bytes[c] = w.row_bytes;
     l.rows_total += w.rows;
   }
-  if (l.m.count == 0) return;
+  if (l.m.count == 0) return false;
   if ((reinterpret_cast<uintptr_t>(x) & 15u) != 0) {
     throw_cuda_error(cudaErrorMisalignedAddress, "gemv: x and w.data must be 16-byte aligned", __FILE__, __LINE__);
   }
-  launch_gemv_type(ws[0].type, l, x, n, s);
+  return true;
 }
 
-void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
-                   cudaStream_t s) {
+// The launch of gemv_silu_mul; false when there is nothing to compute.
+bool glu_launch(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out, GemvLaunch& l) {
   if (gate.type != up.type || gate.cols != up.cols || gate.rows != up.rows || gate.row_bytes != up.row_bytes) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv_silu_mul: gate and up differ in type or shape", __FILE__, __LINE__);
   }
-  if (n <= 0 || gate.rows <= 0) return;
+  if (n <= 0 || gate.rows <= 0) return false;
   if (((reinterpret_cast<uintptr_t>(gate.data) | reinterpret_cast<uintptr_t>(up.data) | reinterpret_cast<uintptr_t>(x)) &
        15u) != 0) {
     throw_cuda_error(cudaErrorMisalignedAddress, "gemv: x and w.data must be 16-byte aligned", __FILE__, __LINE__);
@@ -1196,7 +1312,6 @@ void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float
   if (gate.rows > int64_t{0x7fffffff} * kGemvWarps) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: too many rows for one launch", __FILE__, __LINE__);
   }
-  GemvLaunch l;
   l.cols = gate.cols;
   l.m.count = 2;
   l.m.w[0] = gate.data;
@@ -1206,8 +1321,86 @@ void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float
   l.m.rows[0] = l.m.rows[1] = gate.rows;
   l.m.row_bytes[0] = l.m.row_bytes[1] = gate.row_bytes;
   l.rows_total = gate.rows;
-  launch_gemv_glu_type(gate.type, l, x, n, s);
+  return true;
 }
+
+void check_norm_rows(int64_t n) {
+  if (n > kGemvMaxRows) throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s) {
+  GemvLaunch l;
+  if (multi_launch(ws, ys, count, x, n, l)) launch_gemv_type(ws[0].type, l, x, n, s);
+}
+
+void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
+                   cudaStream_t s) {
+  GemvLaunch l;
+  if (glu_launch(gate, up, x, n, out, l)) launch_gemv_glu_type(gate.type, l, x, n, s);
+}
+
+int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n) {
+  if (n <= 0 || w.rows <= 0) return 0;
+  check_norm_rows(n);
+  GemvLaunch l;
+  float* none = nullptr;
+  alignas(16) static const float kAligned[4] = {};
+  if (!multi_launch(&w, &none, 1, kAligned, n, l)) return 0;
+  int64_t blocks = 0;
+  l.plan = &blocks;
+  launch_gemv_type<1>(w.type, l, kAligned, n, nullptr);
+  return blocks;
+}
+
+int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,
+                      cudaStream_t s) {
+  check_norm_rows(n);
+  GemvLaunch l;
+  float* none = nullptr;
+  if (!multi_launch(&w, &none, 1, in, n, l)) return 0;
+  l.m.nx = x;
+  l.m.ng = g;
+  l.m.nh = h;
+  l.m.parts = parts;
+  int64_t blocks = 0;
+  GemvLaunch dry = l;
+  dry.plan = &blocks;
+  launch_gemv_type<1>(w.type, dry, in, n, s);
+  launch_gemv_type<1>(w.type, l, in, n, s);
+  g_norm_producer_launches.fetch_add(1, std::memory_order_relaxed);
+  return blocks;
+}
+
+void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, const float* h, int64_t n,
+                       const float* parts, int32_t n_parts, float eps, cudaStream_t s) {
+  check_norm_rows(n);
+  GemvLaunch l;
+  if (!multi_launch(ws, ys, count, h, n, l)) return;
+  l.m.parts = const_cast<float*>(parts);
+  l.m.n_parts = n_parts;
+  l.m.eps = eps;
+  launch_gemv_type<2>(ws[0].type, l, h, n, s);
+  g_norm_consumer_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, const float* h, int64_t n, float* out,
+                          const float* parts, int32_t n_parts, float eps, cudaStream_t s) {
+  check_norm_rows(n);
+  GemvLaunch l;
+  if (!glu_launch(gate, up, h, n, out, l)) return;
+  l.m.parts = const_cast<float*>(parts);
+  l.m.n_parts = n_parts;
+  l.m.eps = eps;
+  launch_gemv_glu_type<2>(gate.type, l, h, n, s);
+  g_norm_consumer_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace gemv_stats {
+int64_t norm_producer_launches() { return g_norm_producer_launches.load(std::memory_order_relaxed); }
+int64_t norm_consumer_launches() { return g_norm_consumer_launches.load(std::memory_order_relaxed); }
+}  // namespace gemv_stats
 
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s) {
   switch (w.type) {

@@ -1,0 +1,16 @@
+// What the lazy-norm GEMVs (matmul.cu's gemv_add_norm and the *_normed consumers) did, in plain C++
+// (no CUDA headers), for tests that must know the decode step took them: the CUDA op suite checks
+// that matmul_add_rms_norm left its norm pending and the consumers applied it.
+// Thread-safety: the counters are atomic.
+#pragma once
+
+#include <cstdint>
+
+namespace strata::cuda::gemv_stats {
+
+// Launches since the process started of the producer (residual add + x * g + partial sums of
+// squares) and of the consumers (products times r).
+int64_t norm_producer_launches();
+int64_t norm_consumer_launches();
+
+}  // namespace strata::cuda::gemv_stats
