@@ -757,6 +757,32 @@ __device__ __forceinline__ void norm_scales(const GemvMats& m, int64_t cols, dou
   }
 }
 
+// Producer of a lazy norm (NM = 1, one matrix): the first row of the warp's R rows and the matrix's
+// rows (as the epilogue computes them).
+template <int R, int KS>
+__device__ __forceinline__ int64_t producer_r0() {
+  return (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / KS) + static_cast<int>(threadIdx.x >> 5) / KS) * R;
+}
+// The producer's epilogue operands loaded early, so that its tail waits for no load: g of the
+// warp's rows before the PDL wait (weights are never written), the residual x after it (rows past
+// the end: 0, not stored). Only where they fit in few registers (kProducerEarly).
+template <int N, int R>
+inline constexpr bool kProducerEarly = N * R <= 8;
+template <int N, int R, int KS>
+__device__ __forceinline__ void producer_load_g(const GemvMats& m, float (&g)[R]) {
+  const int64_t r0 = producer_r0<R, KS>(), rows = m.rows[0];
+#pragma unroll
+  for (int r = 0; r < R; ++r) g[r] = r0 + r < rows ? m.ng[r0 + r] : 0.0f;
+}
+template <int N, int R, int KS>
+__device__ __forceinline__ void producer_load_x(const GemvMats& m, float (&x)[R][N]) {
+  const int64_t r0 = producer_r0<R, KS>(), rows = m.rows[0];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[r][i] = r0 + r < rows ? m.nx[i * rows + r0 + r] : 0.0f;
+}
+
 // NM (lazy norm, GemvMats): 0 plain; 1 producer (the residual add and x * g in the epilogue, the
 // block's sum of squares into m.parts; one matrix, not kGlu); 2 consumer (products times r). With
 // NM != 0 no warp leaves early: every block reaches its barriers with all its warps.
@@ -823,6 +849,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
   double nss[N];  // NM = 2: this thread's share of the x rows' sums of squares (norm_part_sums)
   (void)nss;
+  constexpr bool kEarly = NM == 1 && kProducerEarly<N, R>;
+  float pg[R], px[R][N];  // kEarly: the producer's g and x of the warp's rows
+  (void)pg;
+  (void)px;
+  if constexpr (kEarly) producer_load_g<N, R, KS>(m, pg);
 
   // Groups of 32 U pieces (prefetch: a warp-uniform loop); lane l takes pieces g + l + 32 u. Pieces past
   // the end of the row are replaced by the row's last piece, computed and discarded, so the body
@@ -835,6 +866,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     pdl_wait();
     pdl_trigger();
     if constexpr (NM == 2) norm_part_sums<N>(m, nss);
+    if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
     for (int g = 0; g < n_pieces; g += 32 * U) {
       typename F::Raw nxt[U][R];
       const bool more = g + 32 * U < n_pieces;  // warp-uniform
@@ -852,6 +884,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     pdl_wait();
     pdl_trigger();
     if constexpr (NM == 2) norm_part_sums<N>(m, nss);
+    if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
     for (int base = lane; base < n_pieces; base += 32 * U) {
       if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
       consume_pieces<F, N, R, U>(raw, base, n_pieces, xs, cols, acc);
@@ -930,9 +963,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
         for (int i = 0; i < N; ++i) {
           if constexpr (NM == 1) {
             const int64_t e = i * rows + r0 + r;
-            const float xn = m.nx[e] + acc[r][i];  // add()'s arithmetic
+            const float xn = (kEarly ? px[r][i] : m.nx[e]) + acc[r][i];  // add()'s arithmetic
             m.nx[e] = xn;
-            m.nh[e] = xn * m.ng[r0 + r];
+            m.nh[e] = xn * (kEarly ? pg[r] : m.ng[r0 + r]);
             ss[i] = fmaf(xn, xn, ss[i]);
           } else {
             y[i * rows + r0 + r] = acc[r][i];
