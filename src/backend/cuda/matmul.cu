@@ -719,16 +719,33 @@ constexpr int gemv_u() {
 // blocks), so a row is streamed by KS warps at once; the KS partial sums are added in order of s
 // through shared memory. Fixed per shape (the host picks KS from cols alone), so a row's result
 // still does not depend on n or on the other rows.
-// Consumer of a lazy norm (NM = 2): this thread's share of the sums of squares of each x row,
-// parts p = threadIdx.x, + kGemvThreads, ... in order (loaded right after the PDL wait; used in the
-// epilogue).
+// Consumer of a lazy norm (NM = 2), right after the PDL wait: asks L1 for the lines of the
+// producer's partial sums ([N][n_parts] floats, 128-byte lines split over the block's threads), so
+// that norm_part_sums in the epilogue finds them there without stalling the main loop (a hint:
+// the loads are the same without it).
+template <int N>
+__device__ __forceinline__ void norm_prefetch(const GemvMats& m) {
+#if defined(__CUDA_ARCH__)
+  const uint64_t a = static_cast<uint64_t>(__cvta_generic_to_global(m.parts)) & ~uint64_t{127};
+  const uint64_t e = static_cast<uint64_t>(__cvta_generic_to_global(m.parts + static_cast<int64_t>(N) * m.n_parts));
+  for (uint64_t l = a + 128u * threadIdx.x; l < e; l += 128u * kGemvThreads) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(l));
+  }
+#else
+  (void)m;
+#endif
+}
+
+// This thread's share of the sums of squares of each x row: parts p = threadIdx.x, + kGemvThreads,
+// ... in order, summed in double (non-coherent loads through L1: the blocks of an SM share the
+// lines; the producer finished before the PDL wait).
 template <int N>
 __device__ __forceinline__ void norm_part_sums(const GemvMats& m, double (&s)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) s[i] = 0.0;
   for (int p = static_cast<int>(threadIdx.x); p < m.n_parts; p += kGemvThreads) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) s[i] += static_cast<double>(m.parts[static_cast<int64_t>(i) * m.n_parts + p]);
+    for (int i = 0; i < N; ++i) s[i] += static_cast<double>(__ldg(m.parts + static_cast<int64_t>(i) * m.n_parts + p));
   }
 }
 
@@ -847,8 +864,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[r][i] = 0.0f;
-  double nss[N];  // NM = 2: this thread's share of the x rows' sums of squares (norm_part_sums)
-  (void)nss;
   constexpr bool kEarly = NM == 1 && kProducerEarly<N, R>;
   float pg[R], px[R][N];  // kEarly: the producer's g and x of the warp's rows
   (void)pg;
@@ -865,7 +880,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     load_pieces<F, R, U>(raw, rp, lane, n_pieces);
     pdl_wait();
     pdl_trigger();
-    if constexpr (NM == 2) norm_part_sums<N>(m, nss);
+    if constexpr (NM == 2) norm_prefetch<N>(m);
     if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
     for (int g = 0; g < n_pieces; g += 32 * U) {
       typename F::Raw nxt[U][R];
@@ -883,7 +898,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
     pdl_wait();
     pdl_trigger();
-    if constexpr (NM == 2) norm_part_sums<N>(m, nss);
+    if constexpr (NM == 2) norm_prefetch<N>(m);
     if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
     for (int base = lane; base < n_pieces; base += 32 * U) {
       if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
@@ -903,6 +918,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   }
   float nr[N];  // NM = 2: r of each x row
   if constexpr (NM == 2) {
+    double nss[N];
+    norm_part_sums<N>(m, nss);
     norm_scales<N>(m, cols, nss, nr);
 #pragma unroll
     for (int r = 0; r < R; ++r)
