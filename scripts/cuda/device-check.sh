@@ -2,7 +2,7 @@
 # One call on the GPU machine: the CUDA tests, then the benchmarks of docs/PERFORMANCE.md, and
 # (with PEER=path-to-llama.cpp-source) llama.cpp's CUDA build measured in the same call.
 # Run from the checkout through device-run.sh:
-#   scripts/cuda/device-run.sh .peers/cuda scripts/cuda/device-check.sh [tests] [bench] [switches] [peer]
+#   scripts/cuda/device-run.sh .peers/cuda scripts/cuda/device-check.sh [tests] [bench] [switches] [lazynorm] [peer]
 # Logs go to $OUT (or /tmp/strata-out).
 set -uo pipefail
 out=${OUT:-/tmp/strata-out}
@@ -47,7 +47,7 @@ if has diag; then
   STRATA_CUDA_GRAPHS=0 strata generate -m $s --device cuda -p "Once upon a time" -n 24 --temperature 0 2>&1 | tail -3
 fi
 model=/tmp/llama-1b-f16.gguf
-if has bench || has peer || has profile || has ncu || has switches; then
+if has bench || has peer || has profile || has ncu || has switches || has lazynorm; then
   strata gguf make-random --preset llama-1b --dtype f16 --vocab-from /work/shared/tokenizer/ggml-vocab-llama-spm.gguf \
     -o "$model" >/dev/null 2>&1 || echo "make-random failed"
 fi
@@ -89,6 +89,26 @@ if has switches; then
       [[ $sw == STRATA_CUDA_FUSED_ATTN=0 || -z $sw ]] && env $sw strata bench model -m "$model" --device cuda --pp 0 --tg 128 --batch 8 --reps 2 --no-bandwidth
     done
   } 2>&1 | tee "$out/switches.log" | grep -E '^==|pp512|tg128'
+fi
+if has lazynorm; then
+  # The lazy norm of decode steps (issue 11, brief h11f): its tests, then STRATA_CUDA_LAZY_NORM=0
+  # against =1, interleaved, F16 and Q4_K, B = 1, 8, 64 (64 takes cuBLAS: the switch must not matter).
+  { echo "== lazy norm: op test"; cuda_cuda_backend_ops_test --gtest_filter='*LazyNorm*:*MatmulSiluMul*:*MatmulEveryWeightType*' 2>&1 | tail -4
+    echo "== lazy norm: stories260K references"; cuda_cuda_model_test --gtest_filter='*Stories260K*' 2>&1 | tail -4
+    for v in 0 1; do echo "== generate stories260K STRATA_CUDA_LAZY_NORM=$v"
+      STRATA_CUDA_LAZY_NORM=$v strata generate -m /work/shared/models/stories260K.gguf --device cuda -p "Once upon a time" -n 24 --temperature 0 2>&1 | tail -2; done
+    [[ -f /tmp/llama-1b-q4_k.gguf ]] || strata gguf quantize "$model" --type q4_k -o /tmp/llama-1b-q4_k.gguf >/dev/null 2>&1 || echo "quantize failed"
+    for m in "$model" /tmp/llama-1b-q4_k.gguf; do
+      for v in 0 1 0 1; do
+        echo "== lazy norm $v $(basename "$m") B=1"; STRATA_CUDA_LAZY_NORM=$v strata bench model -m "$m" --device cuda --pp 0 --tg 128 --reps 3
+      done
+      for b in 8 64; do for v in 0 1; do
+        echo "== lazy norm $v $(basename "$m") B=$b"; STRATA_CUDA_LAZY_NORM=$v strata bench model -m "$m" --device cuda --pp 0 --tg 128 --batch $b --reps 2 --no-bandwidth
+      done; done
+    done
+    echo "== lazy norm: per-op profile, decode B=1 (graphs off)"
+    STRATA_CUDA_LAZY_NORM=1 STRATA_CUDA_PROFILE=1 strata bench model -m "$model" --device cuda --pp 0 --tg 64 --reps 1 --no-bandwidth
+  } 2>&1 | tee "$out/lazynorm.log" | grep -E '^==|tg128|PASSED|FAILED|Failure|gemv|add_rms|norm'
 fi
 if [[ $peer_pid == built ]]; then
   b=/tmp/llama-cuda/bin
