@@ -372,7 +372,8 @@ TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
 // the 1/RMS factor (x0 is in [-4, 4], so r is far from 1) miss the reference by more than ten
 // times the tolerance, so a lost or wrong r fails. On CUDA also: the lazy path was taken (launch
 // counters, a pending norm), x is bit-identical to the old ops on a backend with the switch off,
-// h and the products within 1e-5 of theirs, and a second run gives the same bits.
+// h and the products within 1e-5 of theirs, and a second run gives the same bits. On both: the
+// first row alone gives the same bits as in the batch (batch invariance, as matmul's).
 TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
   const char* before = std::getenv("STRATA_CUDA_LAZY_NORM");
   const std::string saved = before != nullptr ? before : "";
@@ -442,12 +443,14 @@ TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
           std::vector<float> x, h, q, k, f;
           bool pending = false;
         };
-        auto run = [&](const Dev& dv) {
+        // The sequence over the first `rows` rows of the inputs.
+        auto run = [&](const Dev& dv, int64_t rows) {
           Backend& b = *dv.be;
-          const DevArray da = upload(b, a, n, K), dx = upload(b, x0, n, D), dd = alloc(b, n, D), dh = alloc(b, n, D);
-          const DevArray dq = alloc(b, n, rq), dk = alloc(b, n, rk), dg = alloc(b, n, rf), du = alloc(b, n, rf);
+          const std::vector<float> ar(a.begin(), a.begin() + rows * K), xr(x0.begin(), x0.begin() + rows * D);
+          const DevArray da = upload(b, ar, rows, K), dx = upload(b, xr, rows, D), dd = alloc(b, rows, D), dh = alloc(b, rows, D);
+          const DevArray dq = alloc(b, rows, rq), dk = alloc(b, rows, rk), dg = alloc(b, rows, rf), du = alloc(b, rows, rf);
           PendingNorm norm =
-              b.matmul_add_rms_norm(dv.wo, da.view, dd.view, dx.view, dv.g, dh.view, eps, b.supports_lazy_norm(n));
+              b.matmul_add_rms_norm(dv.wo, da.view, dd.view, dx.view, dv.g, dh.view, eps, b.supports_lazy_norm(rows));
           Out o;
           o.pending = norm.pending();
           const MatmulOut qk[] = {{&dv.wq, dq.view}, {&dv.wk, dk.view}};
@@ -462,7 +465,7 @@ TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
           o.f = download(b, dg.view);
           return o;
         };
-        const Out got = run(dl);
+        const Out got = run(dl, n);
         EXPECT_EQ(got.pending, cuda);
         std::vector<float> gd(got.x.size());
         for (size_t i = 0; i < gd.size(); ++i) gd[i] = got.x[i] - x0[i];
@@ -483,19 +486,32 @@ TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
           EXPECT_GT(rms_diff(unnormed[j], ref[j]), (j == 2 ? 20 : 10) * tol_rms * rms(ref[j]));
         }
         if (cuda) {
-          const Out old = run(dp);
+          const Out old = run(dp, n);
           EXPECT_FALSE(old.pending);
           EXPECT_EQ(got.x, old.x) << "the residual stream must be the old ops' bits";
           const std::pair<const std::vector<float>*, const std::vector<float>*> same[] = {
               {&got.h, &old.h}, {&got.q, &old.q}, {&got.k, &old.k}, {&got.f, &old.f}};
           for (const auto& [out, want] : same) EXPECT_LE(max_abs_diff(*out, *want), 1e-5 * rms(*want));
-          const Out again = run(dl);
+          const Out again = run(dl, n);
           EXPECT_EQ(again.h, got.h);
           EXPECT_EQ(again.q, got.q);
           EXPECT_EQ(again.k, got.k);
           EXPECT_EQ(again.f, got.f);
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
           lazy_steps += 2;
+#endif
+        }
+        if (n > 1) {
+          // Batch invariance: the first row alone gives the first row's bits of the batch.
+          const Out one = run(dl, 1);
+          auto first = [](const std::vector<float>& v, int64_t cols) { return std::vector<float>(v.begin(), v.begin() + cols); };
+          EXPECT_EQ(one.x, first(got.x, D));
+          EXPECT_EQ(one.h, first(got.h, D));
+          EXPECT_EQ(one.q, first(got.q, rq));
+          EXPECT_EQ(one.k, first(got.k, rk));
+          EXPECT_EQ(one.f, first(got.f, rf));
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+          if (cuda) lazy_steps += 1;
 #endif
         }
       }

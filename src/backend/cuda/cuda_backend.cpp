@@ -838,9 +838,9 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
   m.wrote(h.data, h.size());
   m.timed(m.profile ? fmt::format("gemv+add+x*g {} n={} [{}x{}]", ggml_type_name(w.type), x.rows, w.rows, w.cols) : "",
           [&] {
-            const int64_t b = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
+            const int64_t p = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
                                                   static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream);
-            STRATA_CHECK(b == n_parts, "gemv_add_norm launched {} blocks, planned {}", b, n_parts);
+            STRATA_CHECK(p == n_parts, "gemv_add_norm wrote {} parts per row, planned {}", p, n_parts);
           });
   return pending;
 }

@@ -68,8 +68,9 @@ void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float
                    cudaStream_t s);
 // Lazy norm (Backend::matmul_add_rms_norm, PendingNorm): n <= kGemvMaxRows.
 // gemv_add_norm: with d = in[n][w.cols] . w^T as gemv computes it, x[n][w.rows] += d (add()'s
-// arithmetic), h = x * g (g [w.rows]), and parts[i][b] = the sum of the squares of the x values
-// that block b of the launch wrote in row i; returns the blocks (parts per row), which
+// arithmetic), h = x * g (g [w.rows]), and parts[i][q] = the sum, in column order, of the squares
+// of row i's x values in the q-th group of columns (a group size fixed by w's shape, never by n:
+// a row's partials are the same bits in any batch); returns the parts per row, which
 // gemv_add_norm_parts(w, n) gives without launching.
 int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n);
 int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,

@@ -575,13 +575,14 @@ struct GemvMats {  // passed by value (kernel parameter space)
   int l2_prefetch;  // kPrefetch kernels: 1 = bulk-prefetch each warp's whole rows into L2 at start
   // Lazy norm (gemv_kernel's NM; see gemv_add_norm and gemv_multi_normed in kernels.h).
   // NM = 1 (producer, one matrix): nx[i][j] += product (the residual add), nh[i][j] = nx[i][j] *
-  // ng[j], parts[i][block] = sum of the squares of the nx values the block wrote, in warp order.
+  // ng[j], parts[i][q] = sum of the squares of nx[i][j] for the kGemvWarps / KS rows j of group q,
+  // in row order (independent of n and R).
   // NM = 2 (consumer): every product times r_i = 1 / sqrt(sum_p parts[i][p] / cols + eps).
   float* nx;
   const float* ng;
   float* nh;
   float* parts;     // NM = 1: written; NM = 2: read
-  int32_t n_parts;  // parts per x row (the producer's grid size)
+  int32_t n_parts;  // parts per x row (groups of the producer's rows)
   float eps;
 };
 
@@ -964,9 +965,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       }
     }
   }
-  float ss[N];  // NM = 1: sum of the squares of the x values this warp wrote, per x row
+  float sqv[R][N];  // NM = 1: the squares of the x values this warp wrote (0: rows not written)
 #pragma unroll
-  for (int i = 0; i < N; ++i) ss[i] = 0.0f;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < N; ++i) sqv[r][i] = 0.0f;
+  (void)sqv;
   if (store) {
     const uint32_t b = fresh_ctaid_x();
     const int k = mat_of_block(m, b);
@@ -983,7 +987,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
             const float xn = (kEarly ? px[r][i] : m.nx[e]) + acc[r][i];  // add()'s arithmetic
             m.nx[e] = xn;
             m.nh[e] = xn * (kEarly ? pg[r] : m.ng[r0 + r]);
-            ss[i] = fmaf(xn, xn, ss[i]);
+            sqv[r][i] = __fmul_rn(xn, xn);
           } else {
             y[i * rows + r0 + r] = acc[r][i];
           }
@@ -992,18 +996,25 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     }
   }
   if constexpr (NM == 1) {
-    __shared__ float wss[kGemvWarps][N];
-    if (lane == 0) {
+    // One partial per group of G consecutive rows (G = the block's rows at R = 1, which depends on
+    // the shape only): the squares added in row order, so a row's partials — and r — are the same
+    // bits whatever n, R and the other rows (the block's R groups: parts [block R, block R + R)).
+    constexpr int G = kGemvWarps / KS;
+    __shared__ float sq[G * R][N];
+    if (lane == 0 && sub == 0) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) wss[warp][i] = ss[i];
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int i = 0; i < N; ++i) sq[(warp / KS) * R + r][i] = sqv[r][i];
     }
     __syncthreads();
-    if (threadIdx.x < N) {
-      const int i = static_cast<int>(threadIdx.x);
-      float t = wss[0][i];
+    if (threadIdx.x < R * N) {
+      const int g = static_cast<int>(threadIdx.x) / N, i = static_cast<int>(threadIdx.x) % N;
+      float t = sq[g * G][i];
 #pragma unroll
-      for (int w = 1; w < kGemvWarps; ++w) t += wss[w][i];
-      m.parts[static_cast<int64_t>(i) * m.n_parts + fresh_ctaid_x()] = t;
+      for (int k = 1; k < G; ++k) t = __fadd_rn(t, sq[g * G + k][i]);
+      const int64_t part = static_cast<int64_t>(fresh_ctaid_x()) * R + g;
+      if (part < m.n_parts) m.parts[static_cast<int64_t>(i) * m.n_parts + part] = t;
     }
   }
 }
@@ -1035,11 +1046,13 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
   if (blocks > 0x7fffffff) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: too many rows for one launch", __FILE__, __LINE__);
   }
+  // The lazy-norm producer's partials per x row: one per kGemvWarps / KS rows (see gemv_kernel).
+  const int64_t parts = (l.m.rows[0] + kGemvWarps / KS - 1) / (kGemvWarps / KS);
   if (l.plan != nullptr) {
-    *l.plan = blocks;
+    *l.plan = NM == 1 ? parts : blocks;
     return;
   }
-  if constexpr (NM == 1) l.m.n_parts = static_cast<int32_t>(blocks);
+  if constexpr (NM == 1) l.m.n_parts = static_cast<int32_t>(parts);
   constexpr int U = gemv_u<F, N, R>();
   const int64_t n_pieces = l.cols / KS / F::kPieceElems;
   if constexpr (N == 1) {
@@ -1398,10 +1411,10 @@ int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n) {
   float* none = nullptr;
   alignas(16) static const float kAligned[4] = {};
   if (!multi_launch(&w, &none, 1, kAligned, n, l)) return 0;
-  int64_t blocks = 0;
-  l.plan = &blocks;
+  int64_t parts = 0;
+  l.plan = &parts;
   launch_gemv_type<1>(w.type, l, kAligned, n, nullptr);
-  return blocks;
+  return parts;
 }
 
 int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,
@@ -1414,13 +1427,13 @@ int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* 
   l.m.ng = g;
   l.m.nh = h;
   l.m.parts = parts;
-  int64_t blocks = 0;
+  int64_t n_parts = 0;
   GemvLaunch dry = l;
-  dry.plan = &blocks;
+  dry.plan = &n_parts;
   launch_gemv_type<1>(w.type, dry, in, n, s);
   launch_gemv_type<1>(w.type, l, in, n, s);
   g_norm_producer_launches.fetch_add(1, std::memory_order_relaxed);
-  return blocks;
+  return n_parts;
 }
 
 void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, const float* h, int64_t n,
