@@ -511,7 +511,9 @@ TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
           EXPECT_EQ(one.q, first(got.q, rq));
           EXPECT_EQ(one.k, first(got.k, rk));
           // (The CPU's vectorised silu_mul rounds an element by its place in the array: CUDA only.)
-          if (cuda) EXPECT_EQ(one.f, first(got.f, rf));
+          if (cuda) {
+            EXPECT_EQ(one.f, first(got.f, rf));
+          }
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
           if (cuda) lazy_steps += 1;
 #endif
