@@ -341,10 +341,11 @@ struct CudaBackend::Impl {
   uint64_t views_digest = 0;
   std::unordered_map<uint64_t, uint64_t> graph_views;  // a recorded pass (key) -> its views_digest
   std::unique_ptr<cuda::KvTransfer> transfer;  // KV block transfers (their own copy stream)
-  // Lazy norm (STRATA_CUDA_LAZY_NORM=1, read when the backend is made): matmul_add_rms_norm leaves
+  // Lazy norm (STRATA_CUDA_LAZY_NORM, read when the backend is made: see the constructor): matmul_add_rms_norm leaves
   // decode batches' norms pending; the producer's partial sums of squares live in norm_parts
   // ([kGemvMaxRows][n_parts], compact per call), one fixed address for every recorded graph.
   bool lazy_norm = false;
+  bool lazy_norm_every_type = false;  // else only F16/BF16/F32 weights take it
   int64_t lazy_norm_max_rows = cuda::kGemvMaxRows;  // STRATA_CUDA_LAZY_NORM_ROWS: a lower cap
   std::unique_ptr<CudaBuffer> norm_parts;
 
@@ -508,8 +509,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
   m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
+  // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float weights only
+  // (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while Q4_K at
+  // B = 1 lost 1.3% and B = 8 lost 6% (F16) and 10% (Q4_K)); 1 = every weight type and batches up
+  // to kGemvMaxRows rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
   const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
-  m.lazy_norm = lazy != nullptr && std::string_view(lazy) == "1";
+  const bool lazy_off = lazy != nullptr && std::string_view(lazy) == "0";
+  m.lazy_norm_every_type = lazy != nullptr && std::string_view(lazy) == "1";
+  m.lazy_norm = !lazy_off;
+  if (!m.lazy_norm_every_type) m.lazy_norm_max_rows = 1;
   if (const char* e = std::getenv("STRATA_CUDA_LAZY_NORM_ROWS")) {
     m.lazy_norm_max_rows = std::clamp<int64_t>(std::strtoll(e, nullptr, 10), 0, cuda::kGemvMaxRows);
   }
@@ -826,7 +834,9 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
   STRATA_CHECK(in.cols == w.cols && in.rows == x.rows && x.cols == w.rows && d.rows == x.rows && d.cols == x.cols &&
                    h.rows == x.rows && h.cols == x.cols,
                "matmul_add_rms_norm shapes");
-  const int64_t n_parts = lazy && supports_lazy_norm(x.rows) && cuda::matmul_type_supported(w.type)
+  const bool float_weights = w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 || w.type == GgmlType::kF32;
+  const int64_t n_parts = lazy && supports_lazy_norm(x.rows) && cuda::matmul_type_supported(w.type) &&
+                                  (impl_->lazy_norm_every_type || float_weights)
                               ? cuda::gemv_add_norm_parts(w, x.rows)
                               : 0;
   if (n_parts <= 0 || n_parts > kNormPartsPerRow) return Backend::matmul_add_rms_norm(w, in, d, x, weight, h, eps, false);
