@@ -9,9 +9,7 @@
 #include "backend/cuda/nccl_communicator.h"
 #endif
 #include "backend/communicator.h"
-#include "core/check.h"
 #include "core/error.h"
-#include "kv/warm_format.h"
 
 namespace strata {
 
@@ -29,17 +27,6 @@ std::optional<DeviceKind> device_kind_from_name(std::string_view name) {
     if (name == device_kind_name(d)) return d;
   }
   return std::nullopt;
-}
-
-void Backend::kv_warm_encode_many(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks,
-                                  std::span<const int32_t> dst_slots) {
-  const size_t span = static_cast<size_t>(warm_span(f, hot.block_size));
-  STRATA_CHECK(blocks.size() == dst_slots.size() * span, "{} blocks for {} warm slots of span {}", blocks.size(),
-               dst_slots.size(), span);
-  for (size_t i = 0; i < dst_slots.size(); ++i) {
-    kv_warm_encode(f, hot, blocks.subspan(i * span, span), hot.warm_k + dst_slots[i] * hot.warm_k_slot_bytes,
-                   hot.warm_v + dst_slots[i] * hot.warm_v_slot_bytes);
-  }
 }
 
 namespace {

@@ -371,9 +371,18 @@ class Backend {
   // Encodes dst_slots.size() warm slots of one layer: slot dst_slots[i] (K at
   // hot.warm_k + slot * hot.warm_k_slot_bytes, V likewise) from the warm_span(f, block_size) hot
   // blocks blocks[i * span, (i + 1) * span), as kv_warm_encode would one by one. The default calls
-  // kv_warm_encode per slot; a device backend does the whole list in one launch.
+  // kv_warm_encode per slot (which checks the span); a device backend does the whole list in one
+  // launch. (Inline: an out-of-line virtual would make backend.cpp the home of Backend's vtable and
+  // type info, which libraries below strata_backend then fail to link against.)
   virtual void kv_warm_encode_many(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks,
-                                   std::span<const int32_t> dst_slots);
+                                   std::span<const int32_t> dst_slots) {
+    if (dst_slots.empty()) return;
+    const size_t span = blocks.size() / dst_slots.size();
+    for (size_t i = 0; i < dst_slots.size(); ++i) {
+      kv_warm_encode(f, hot, blocks.subspan(i * span, span), hot.warm_k + dst_slots[i] * hot.warm_k_slot_bytes,
+                     hot.warm_v + dst_slots[i] * hot.warm_v_slot_bytes);
+    }
+  }
   // Decodes warm sub-block `id` (>= kv.n_hot_blocks) of one layer to f32 K and V rows:
   // k, v: [block_size][n_kv_heads * head_dim] (the values attention reads).
   virtual void kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, ActView v) = 0;
