@@ -111,7 +111,11 @@ void add_kv_flags(CLI::App* cmd, KvFlags& f) {
       ->capture_default_str();
   cmd->add_option("--kv-host-memory", f.host_memory,
                   "Size of the host-memory part of the cold KV tier, e.g. 16GiB (pinned on a GPU): blocks of swapped-out "
-                  "sequences and prefix-cached blocks evicted from the KV pool go there first, then to --kv-spill-dir");
+                  "sequences and prefix-cached blocks evicted from the KV pool go there first; with --kv-spill-dir the file "
+                  "is a tier below it: when host memory is full, its least recently written blocks move down to the file");
+  cmd->add_flag("--kv-no-host-migrate", f.no_host_migrate,
+                "With --kv-host-memory and --kv-spill-dir: blocks never move from host memory down to the file; new blocks "
+                "go to the file once host memory is full");
   cmd->add_flag("--kv-offload", f.offload,
                "With --kv-host-memory: a sequence that outgrows the KV pool keeps its oldest full blocks in the host tier, "
                "where attention reads them in place (over PCIe on a GPU), instead of waiting or being preempted: one "
@@ -193,6 +197,7 @@ KvConfig KvFlags::to_config() const {
   }
   if (offload && c.host_bytes == 0) fail("--kv-offload needs --kv-host-memory (the host slots it keeps blocks in)");
   c.offload = offload;
+  c.host_migrate = !no_host_migrate;
   if (spill_dir.empty() != spill_size.empty()) fail("--kv-spill-dir and --kv-spill-size go together");
   if (!spill_dir.empty()) {
     auto bytes = parse_bytes(spill_size);

@@ -38,6 +38,7 @@ struct KvFlags {
   double warm_fraction = 0.75;
   std::string host_memory;
   bool offload = false;
+  bool no_host_migrate = false;
   std::string spill_dir;
   std::string spill_size;
   std::string remote;

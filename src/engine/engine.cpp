@@ -114,8 +114,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg
     sched_->preempt_costs().set_default_bandwidth(gbs * 1e9);
   }
   if (storage_->has_cold_tier()) {
-    fmt::print(stderr, "KV cold tier: {} ({} cold slots, {} in host memory); preemption: {}\n", storage_->cold_tier_description(),
+    fmt::print(stderr, "KV cold tier: {} ({} cold slots, {} in host memory{}); preemption: {}\n", storage_->cold_tier_description(),
                storage_->capacity().cold_slots, storage_->capacity().cold_host_slots,
+               kv_->migrates() ? ", the least recently written moving down to the file when full" : "",
                cfg.sched.preempt == PreemptMode::kAuto ? "auto (swap or recompute per victim by measured costs)"
                                                        : std::string(preempt_mode_name(cfg.sched.preempt)));
   }

@@ -22,6 +22,7 @@ StepRunner::Prepared StepRunner::prepare() {
       for (const auto& r : kv_.cold_reads_ahead(id, sched_.seq(id).tokens)) reads.push_back(r);
     }
     storage_.prefetch(reads);
+    kv_.note_reads_ahead(reads);  // blocks being read ahead stay where they are
   }
   return p;
 }

@@ -59,6 +59,53 @@ std::optional<BlockPool::Allocation> BlockPool::allocate_preferred() {
   return std::nullopt;
 }
 
+std::optional<BlockPool::Allocation> BlockPool::allocate_outside_preferred() {
+  if (num_free() > free_preferred_) {
+    if (free_preferred_ == 0) return take(free_pop(), false);  // the heap's minimum is outside the range
+    // Both kinds are free: the lowest free id outside the range, out of the heap.
+    auto it = free_.end();
+    for (auto f = free_.begin(); f != free_.end(); ++f) {
+      if (*f >= preferred_ && (it == free_.end() || *f < *it)) it = f;
+    }
+    STRATA_CHECK(it != free_.end());
+    const BlockId id = *it;
+    *it = free_.back();
+    free_.pop_back();
+    if (preferred_ > 0) std::make_heap(free_.begin(), free_.end(), std::greater<BlockId>());
+    blocks_[idx(id)].in_free = false;
+    return take(id, false);
+  }
+  for (int32_t id = lru_head_; id >= 0; id = blocks_[idx(id)].next) {
+    if (id >= preferred_) return take(id, true);
+  }
+  return std::nullopt;
+}
+
+void BlockPool::relocate(BlockId from, BlockId to) {
+  STRATA_CHECK(from >= 0 && from < num_blocks() && to >= 0 && to < num_blocks() && from != to, "relocate {} -> {}", from, to);
+  Meta& f = blocks_[idx(from)];
+  Meta& t = blocks_[idx(to)];
+  STRATA_CHECK(t.ref_count == 1 && t.hash.empty() && !t.in_lru && !t.in_free, "relocate into block {}: not just allocated", to);
+  STRATA_CHECK(!f.in_free && (f.ref_count > 0 || f.in_lru), "relocate of free block {}", from);
+  t.ref_count = f.ref_count;
+  t.hash = f.hash;
+  if (f.in_lru) {  // `to` takes `from`'s place in the queue
+    t.prev = f.prev;
+    t.next = f.next;
+    t.in_lru = true;
+    if (f.prev >= 0) blocks_[idx(f.prev)].next = to;
+    else lru_head_ = to;
+    if (f.next >= 0) blocks_[idx(f.next)].prev = to;
+    else lru_tail_ = to;
+    f.prev = f.next = -1;
+    f.in_lru = false;
+    if (from < preferred_) --cached_preferred_;
+    if (to < preferred_) ++cached_preferred_;
+  }
+  f.ref_count = 1;
+  f.hash = {};
+}
+
 BlockPool::Allocation BlockPool::take(BlockId id, bool cached) {
   Allocation a{id, {}};
   if (cached) {

@@ -41,6 +41,14 @@ class BlockPool {
   // The same within the preferred range only: its lowest free id, else its least recently used
   // cached block. nullopt when the range has neither (whatever is available above it).
   std::optional<Allocation> allocate_preferred();
+  // The same outside the preferred range: its lowest free id, else its least recently used cached
+  // block. nullopt when neither is there.
+  std::optional<Allocation> allocate_outside_preferred();
+  // Moves block `from`'s state — its count, its hash and, when cached, its place in the LRU queue —
+  // to `to`, and hands `from` out as allocate() does: count 1, no hash (a block moved between the
+  // cold pool's parts keeps its recency). Preconditions: `from` is used or cached; `to` was just
+  // allocated (count 1, no hash).
+  void relocate(BlockId from, BlockId to);
   // Convenience for callers without a prefix cache: asserts no hash was evicted.
   std::optional<BlockId> allocate_plain();
 

@@ -36,11 +36,15 @@ struct KvConfig {
   // (KvStorage::start_reencodes; host backends); false, or STRATA_KV_REENCODE_AHEAD=0: in execute().
   bool reencode_ahead = true;
   // The cold tier: host memory (--kv-host-memory; pinned on a GPU) and/or a file below it
-  // (--kv-spill-dir, --kv-spill-size). With both, host slots are taken first; a block never moves
-  // from the host part to the file part (no migration: the file takes what the host tier cannot).
+  // (--kv-spill-dir, --kv-spill-size). With both, host slots are taken first, and the file is a
+  // tier below the host part: a block that wants a host slot when none is free makes the least
+  // recently written host block that nothing reads move down to a file slot (KvManager, a
+  // kMigrate op). host_migrate = false (--kv-no-host-migrate): nothing moves between the parts,
+  // the file takes what the full host part cannot (the behaviour before migration).
   uint64_t host_bytes = 0;               // host tier size; 0 = none
   std::string spill_dir;                 // file tier directory; empty = none
   uint64_t spill_bytes = 0;              // file tier size
+  bool host_migrate = true;
   // --kv-offload (needs host_bytes): a running sequence that cannot grow in the hot pool keeps its
   // oldest full private blocks in host slots, where attention reads them in place (KvManager::
   // offload), instead of being preempted or waiting: a sequence may be longer than the hot pool.

@@ -37,6 +37,8 @@ KvManager::KvManager(const KvGeometry& geo, const KvConfig& cfg, const KvCapacit
   counters_.block_size = geo.block_size;
   publish_ = !cfg.remote_url.empty() && cfg.prefix_cache;
   offload_ = cfg.offload && cap.cold_host_slots > 0;
+  migrate_ = cfg.host_migrate && cap.cold_host_slots > 0 && cap.cold_slots > cap.cold_host_slots;
+  cold_written_.assign(static_cast<size_t>(cap.cold_slots), 0);
 }
 
 BlockPool& KvManager::pool(Tier t) { return t == Tier::kHot ? hot_pool_ : t == Tier::kWarm ? warm_pool_ : cold_pool_; }
@@ -83,7 +85,7 @@ void KvManager::forget_slot_hashes(const Loc& slot_loc) {
   pool(slot_loc.tier).clear_hash(slot_loc.slot);
 }
 
-void KvManager::move_slot_hashes(const Loc& from, const Loc& to) {
+BlockHash KvManager::move_registrations(const Loc& from, const Loc& to) {
   SlotHashes& a = hashes_of(from);
   SlotHashes& b = hashes_of(to);
   BlockHash first;
@@ -99,19 +101,110 @@ void KvManager::move_slot_hashes(const Loc& from, const Loc& to) {
     a.parent[i] = {};
     a.tokens[i].clear();
   }
+  return first;
+}
+
+void KvManager::move_slot_hashes(const Loc& from, const Loc& to) {
+  // (A slot taken from the LRU queue has lost its pool hash already: its registrations say.)
+  const BlockHash first = move_registrations(from, to);
   pool(from.tier).clear_hash(from.slot);
   if (!first.empty()) pool(to.tier).set_hash(to.slot, first);
 }
 
 std::optional<int32_t> KvManager::take_cold_slot() {
   if (!has_cold_tier()) return std::nullopt;
+  if (std::optional<int32_t> host = migrate_host_block()) {
+    note_cold_write(*host);
+    return host;
+  }
   auto a = cold_pool_.allocate();
   if (!a) return std::nullopt;
   if (!a->evicted.empty()) {
     forget_slot_hashes(Loc{Tier::kCold, a->id, 0});
     ++counters_.evicted_blocks;
   }
+  note_cold_write(a->id);
   return a->id;
+}
+
+// --- the cold tier's parts --------------------------------------------------------------------
+
+void KvManager::note_cold_write(int32_t slot) {
+  if (!migrate_ || slot >= cap_.cold_host_slots) return;
+  const auto i = static_cast<size_t>(slot);
+  host_order_.erase({cold_written_[i], slot});
+  cold_written_[i] = ++write_clock_;
+  host_order_.insert({cold_written_[i], slot});
+}
+
+void KvManager::note_reads_ahead(std::span<const std::pair<int32_t, KvTier>> cold) {
+  reads_ahead_.clear();
+  for (const auto& r : cold) reads_ahead_.insert(r.first);
+}
+
+std::optional<int32_t> KvManager::migrate_host_block() {
+  if (!migrate_ || cold_pool_.preferred_counts().free > 0 || host_order_.empty()) return std::nullopt;
+  // A referenced block can move only when swapped-out sequences' tables hold every reference:
+  // a running sequence's reference is a block attention reads in place, and a reference from no
+  // table is a touch of the planning (a prefix hit or a swap-in about to fetch it).
+  std::unordered_map<int32_t, int32_t> swapped_refs;
+  for (const auto& [id, q] : seqs_) {
+    if (!q.swapped) continue;
+    for (const Loc& l : q.table) {
+      if (is_host(l)) ++swapped_refs[l.slot];
+    }
+  }
+  int32_t victim = -1;
+  for (auto it = host_order_.begin(); it != host_order_.end();) {
+    const int32_t slot = it->second;
+    const int32_t refs = cold_pool_.ref_count(slot);
+    if (cold_written_[static_cast<size_t>(slot)] != it->first || (refs == 0 && !cold_pool_.is_cached(slot))) {
+      it = host_order_.erase(it);  // rewritten since, or freed: nothing to move
+      continue;
+    }
+    bool movable = !reads_ahead_.count(slot);
+    if (movable && refs > 0) {
+      auto r = swapped_refs.find(slot);
+      movable = r != swapped_refs.end() && r->second == refs &&
+                // With --kv-offload a swapped sequence reads its host blocks of hot content in place
+                // again after its swap-in (which does not fetch them): they stay in host memory.
+                !(offload_ && cold_info_[static_cast<size_t>(slot)].content == Tier::kHot);
+    }
+    if (movable) {
+      victim = slot;
+      host_order_.erase(it);
+      break;
+    }
+    ++it;
+  }
+  if (victim < 0) return std::nullopt;
+  std::optional<BlockPool::Allocation> file = cold_pool_.allocate_outside_preferred();
+  if (!file) {
+    host_order_.insert({cold_written_[static_cast<size_t>(victim)], victim});  // changed nothing
+    return std::nullopt;
+  }
+  if (!file->evicted.empty()) {  // the file's least recently used cached block makes room
+    forget_slot_hashes(Loc{Tier::kCold, file->id, 0});
+    ++counters_.evicted_blocks;
+  }
+  const Loc from{Tier::kCold, victim, 0};
+  const Loc to{Tier::kCold, file->id, 0};
+  const ColdInfo info = cold_info_[static_cast<size_t>(victim)];
+  cold_info_[static_cast<size_t>(file->id)] = info;
+  cold_written_[static_cast<size_t>(file->id)] = cold_written_[static_cast<size_t>(victim)];
+  KvOp op{KvOp::Kind::kMigrate, slot_of(from), slot_of(to), {}, {}, {}};
+  op.content = info.content;
+  ops_.push_back(std::move(op));
+  move_registrations(from, to);
+  cold_pool_.relocate(victim, file->id);  // count, hash flag and LRU place follow; the host slot is ours
+  for (auto& [id, q] : seqs_) {
+    if (!q.swapped) continue;
+    for (Loc& l : q.table) {
+      if (l.tier == Tier::kCold && l.slot == victim) l.slot = file->id;
+    }
+  }
+  cold_info_[static_cast<size_t>(victim)] = ColdInfo{};
+  return victim;
 }
 
 std::optional<int32_t> KvManager::take_slot(Tier t) {
@@ -756,6 +849,9 @@ bool KvManager::swap_in(SeqId s) {
     }
   }
   if (hot_need > hot_pool_.num_available() || warm_need > warm_pool_.num_available()) return false;
+  // Touched while RAM slots are taken, so that a spill they cause never moves one of them to the
+  // file (migrate_host_block) before its fetch is planned.
+  for (const auto& [cold, n] : refs) cold_pool_.incref(cold);
   std::map<int32_t, Loc> placed;
   for (const auto& [cold, n] : refs) {
     const Tier content = cold_info_[static_cast<size_t>(cold)].content;
@@ -766,6 +862,7 @@ bool KvManager::swap_in(SeqId s) {
     move_slot_hashes(from, to);
     for (int32_t i = 1; i < n; ++i) pool(content).incref(ram);
     for (int32_t i = 0; i < n; ++i) cold_pool_.decref(cold);
+    cold_pool_.decref(cold);  // the touch
     placed[cold] = to;
   }
   for (Loc& l : q.table) {
@@ -800,8 +897,13 @@ int32_t KvManager::offload(SeqId s, int32_t n) {
   for (size_t i = first; i < full && moved < n; ++i) {
     Loc& l = q.table[i];
     if (l.tier != Tier::kHot || hot_pool_.ref_count(l.slot) != 1) continue;
-    std::optional<BlockPool::Allocation> a = cold_pool_.allocate_preferred();
+    // A free host slot, else one a host block moving down to the file frees, else the least
+    // recently used cached host slot (its content dropped).
+    std::optional<BlockPool::Allocation> a;
+    if (std::optional<int32_t> h = migrate_host_block()) a = BlockPool::Allocation{*h, {}};
+    else a = cold_pool_.allocate_preferred();
     if (!a) break;
+    note_cold_write(a->id);
     if (!a->evicted.empty()) {  // a cached host slot is reused: its prefix-cache content is dropped
       forget_slot_hashes(Loc{Tier::kCold, a->id, 0});
       ++counters_.evicted_blocks;
@@ -858,6 +960,12 @@ void KvManager::complete(std::span<const KvOp> ops, std::span<const KvOpStatus> 
         if (ok) {
           counters_.spill_bytes_out += slot_bytes(op.src.tier);
           ++(op.dst.slot < cap_.cold_host_slots ? counters_.host_spills : counters_.file_spills);
+        }
+        break;
+      case KvOp::Kind::kMigrate:
+        if (ok) {
+          ++counters_.file_migrations;
+          counters_.migrated_bytes += slot_bytes(op.content);
         }
         break;
       case KvOp::Kind::kFetch:
@@ -1015,6 +1123,11 @@ void KvManager::check_invariants() const {
                  "registered block no longer matches its hash");
   }
   for (const KvOp& op : ops_) {
+    if (op.kind == KvOp::Kind::kMigrate) {
+      STRATA_CHECK(op.src.tier == Tier::kCold && op.dst.tier == Tier::kCold && op.src.slot < cap_.cold_host_slots &&
+                       op.dst.slot >= cap_.cold_host_slots,
+                   "a migration goes from a host slot to a file slot");
+    }
     if (op.kind == KvOp::Kind::kCopy) STRATA_CHECK(hot_pool_.ref_count(op.dst.slot) > 0, "copy into a free block");
     if (op.kind == KvOp::Kind::kReencode) STRATA_CHECK(warm_pool_.ref_count(op.dst.slot) > 0 || warm_pool_.is_cached(op.dst.slot));
   }

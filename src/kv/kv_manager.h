@@ -6,8 +6,8 @@
 // compact slots (kv/warm_format.h) for blocks older than the hot window. A sequence's block table
 // lists, per logical block, a hot block id or a warm sub-block id (>= the number of hot blocks),
 // and attention reads both directly. Below RAM, an optional cold tier (ColdStore) takes the
-// blocks of swapped-out sequences and prefix-cached blocks evicted from RAM; nothing reads a
-// cold block except to bring it back, but with --kv-offload (offload()): a running sequence that
+// blocks of swapped-out sequences and prefix-cached blocks evicted from RAM (with host memory and
+// a file, the file is a tier below the host part: migrates()); nothing reads a cold block except to bring it back, but with --kv-offload (offload()): a running sequence that
 // cannot grow in the hot pool moves its oldest full private hot blocks into host slots of the cold
 // tier and keeps them in its table, where attention reads them in place (block ids >= host_id_base()).
 //
@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -205,6 +206,22 @@ class KvManager {
   // swapped sequence's, or a fresh sequence's cold prefix hits for `tokens` (its prompt). For
   // reading ahead (KvStorage::prefetch); pure query.
   std::vector<std::pair<int32_t, KvTier>> cold_reads_ahead(SeqId s, std::span<const TokenId> tokens) const;
+  // The cold slots being read ahead now (what the caller last gave KvStorage::prefetch): until the
+  // next call, their blocks never migrate from host memory to the file (the read would be wasted).
+  void note_reads_ahead(std::span<const std::pair<int32_t, KvTier>> cold);
+
+  // --- the cold tier's parts --------------------------------------------------------------------
+  // With host slots and file slots (--kv-host-memory and --kv-spill-dir) and cfg.host_migrate, the
+  // file is a tier below the host part: a cold slot wanted for a spill, a swap-out or an offload
+  // when no host slot is free takes the host slot of the least recently written host block that
+  // can move — held by nothing, or only by swapped-out sequences (not a block a running sequence
+  // reads in place, nor, with --kv-offload, one of hot content a swapped sequence will read in place
+  // again; not one that a fetch being planned or a read ahead reads) — after moving that block to a
+  // file slot (a free one, else the file's least recently used cached block, dropped): a kMigrate
+  // op planned before the op that overwrites the host slot. The prefix-cache registrations and the
+  // swapped sequences' tables follow the block. Without a file slot or a block that can move, the
+  // file takes the new block (or a cached block is dropped) as without migration.
+  bool migrates() const { return migrate_; }
 
   // --- the remote tier (kv/remote_pool.h) ---------------------------------------------------
   // With cfg.remote_url set, committed full blocks (--kv-remote-write always) or blocks evicted
@@ -277,6 +294,14 @@ class KvManager {
     Tier content = Tier::kHot;  // kHot: one hot block; kWarm: one warm slot
     int32_t n_subs = 1;
   };
+  // Migration (see migrates()): frees a host slot by moving a host block down to a file slot, and
+  // returns that host slot, taken (count 1, no hash); nullopt, changing nothing, when a host slot
+  // is free, nothing can move, or no file slot can be had.
+  std::optional<int32_t> migrate_host_block();
+  // A cold slot's content was (re)written now: the host part's recency order (host_order_).
+  void note_cold_write(int32_t slot);
+  // The prefix-cache map and slot hashes only (not the pools' flags); returns the first hash moved.
+  BlockHash move_registrations(const Loc& from, const Loc& to);
   struct Seq {
     std::vector<Loc> table;         // one entry per logical block
     std::vector<BlockId> ids;       // encoded table for attention (RAM entries only)
@@ -344,6 +369,13 @@ class KvManager {
   BlockPool warm_pool_;
   BlockPool cold_pool_;
   std::vector<ColdInfo> cold_info_;
+  bool migrate_ = false;  // host and file slots, cfg.host_migrate
+  // Host slots by the time their content was written (a counter), oldest first: the candidates
+  // of migrate_host_block. Entries of slots freed since are dropped when met.
+  std::set<std::pair<uint64_t, int32_t>> host_order_;
+  std::vector<uint64_t> cold_written_;  // per cold slot: the counter value of its last write
+  uint64_t write_clock_ = 0;
+  std::set<int32_t> reads_ahead_;       // note_reads_ahead
   std::vector<SeqId> lost_;         // see take_lost_sequences()
 
   std::vector<SlotHashes> hot_hashes_, warm_hashes_, cold_hashes_;

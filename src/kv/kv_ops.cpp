@@ -23,6 +23,7 @@ std::string_view kv_op_kind_name(KvOp::Kind k) {
     case KvOp::Kind::kPublish: return "publish";
     case KvOp::Kind::kCompact: return "compact";
     case KvOp::Kind::kDemote: return "demote";
+    case KvOp::Kind::kMigrate: return "migrate";
   }
   return "?";
 }

@@ -44,14 +44,18 @@ struct KvOp {
     kCompact,   // `moves`: token rows between hot blocks of one sequence (eviction within a sequence)
     kDemote,    // hot block src -> host cold slot dst, which attention then reads in place (--kv-offload):
                 // a spill whose bytes must be in host memory before the next forward pass
+    kMigrate,   // host cold slot src -> file cold slot dst, the same block (its frame re-sealed for the
+                // new slot): a cold block moves down a part to free its host slot (`content`: the tier
+                // its bytes came from)
   };
   Kind kind = Kind::kCopy;
-  KvSlot src;                // kCopy, kSpill, kFetch, kPublish, kDemote
+  KvSlot src;                // kCopy, kSpill, kFetch, kPublish, kDemote, kMigrate
   KvSlot dst;                // every kind but kPublish
   std::vector<BlockId> hot;  // kReencode only
   BlockHash hash;            // kPublish: the block's prefix-cache hash
   std::shared_ptr<const std::vector<uint8_t>> bytes;  // kLoad: the block's bytes
   std::vector<KvTokenMove> moves = {};  // kCompact only: no source is the destination of another move
+  KvTier content = KvTier::kHot;        // kMigrate only: a hot block or a warm slot
 
   friend bool operator==(const KvOp&, const KvOp&) = default;
 };

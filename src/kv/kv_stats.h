@@ -62,6 +62,10 @@ struct KvStats {
   int64_t file_spills = 0;
   int64_t host_fetches = 0;
   int64_t file_fetches = 0;
+  // Blocks moved from host slots down to file slots to free a host slot (the file as a tier below
+  // host memory: KvManager::migrates()), and their payload bytes.
+  int64_t file_migrations = 0;
+  uint64_t migrated_bytes = 0;
   int64_t swap_outs = 0;             // sequences swapped out
   // --kv-offload: hot blocks of running sequences moved to host slots and attended there
   // (offloaded_blocks, also counted in host_spills), the blocks running sequences hold in host

@@ -517,7 +517,9 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
     std::set<int32_t> written;
     for (size_t i = 0; i < ops.size(); ++i) {
       const KvOp& op = ops[i];
-      if (op.kind == KvOp::Kind::kSpill || op.kind == KvOp::Kind::kDemote) written.insert(op.dst.slot);
+      if (op.kind == KvOp::Kind::kSpill || op.kind == KvOp::Kind::kDemote || op.kind == KvOp::Kind::kMigrate) {
+        written.insert(op.dst.slot);
+      }
       if (op.kind == KvOp::Kind::kFetch && !written.count(op.src.slot) && !cold_bad_[static_cast<size_t>(op.src.slot)] &&
           host_slot(op.src.slot) == nullptr) {
         auto a = ahead_.find(op.src.slot);
@@ -647,6 +649,50 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
             status[i] = KvOpStatus::kReadFailed;
           }
         }
+        break;
+      }
+      case KvOp::Kind::kMigrate: {
+        // A host slot's block to a file slot: its payload, framed for the file slot, written by the
+        // file store's I/O thread; the host slot is free for the next op once this returns.
+        STRATA_CHECK(cold_store_ && op.src.tier == KvTier::kCold && op.dst.tier == KvTier::kCold &&
+                         op.content != KvTier::kCold && op.src.slot < cap_.cold_host_slots &&
+                         op.dst.slot >= cap_.cold_host_slots,
+                     "bad migrate");
+        const auto src = static_cast<size_t>(op.src.slot), dst = static_cast<size_t>(op.dst.slot);
+        drop_read_ahead(op.dst.slot);  // about to be overwritten
+        if (cold_bad_[src]) {
+          cold_bad_[dst] = 1;
+          status[i] = KvOpStatus::kSourceLost;
+          break;
+        }
+        const uint64_t n = slot_bytes(op.content);
+        std::vector<uint8_t> bytes;
+        bool ok = true;
+        if (const uint8_t* mem = host_slot(op.src.slot)) {
+          // The payload alone, written by the backend's transfers (the batch before this op was
+          // issued above): wait for them before reading it here.
+          if (last_ticket_ != 0) transfers_->transfer_wait(last_ticket_);
+          bytes.resize(static_cast<size_t>(kColdHeaderBytes + n));
+          std::memcpy(bytes.data() + kColdHeaderBytes, mem, static_cast<size_t>(n));
+        } else {
+          uint64_t ticket = 0;
+          auto a = ahead_.find(op.src.slot);
+          if (a != ahead_.end() && a->second.gen == cold_gen_[src] && a->second.content == op.content) {
+            ticket = a->second.ticket;  // read ahead: the same bytes
+            ahead_.erase(a);
+          }
+          ok = read_cold(op.src.slot, op.content, ticket, bytes);  // checks the host frame's checksum
+        }
+        if (!ok) {
+          cold_bad_[dst] = 1;
+          status[i] = KvOpStatus::kReadFailed;
+          break;
+        }
+        cold_bad_[dst] = 0;
+        ++cold_gen_[dst];
+        const uint64_t sum = cold_checksum(op.dst.slot, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
+        std::memcpy(bytes.data(), &sum, kColdHeaderBytes);
+        cold_store_->write(op.dst.slot, std::move(bytes));
         break;
       }
       case KvOp::Kind::kLoad:

@@ -265,9 +265,11 @@ std::string ServerMetrics::render(const EngineStats* engine, bool ready, int64_t
       out += fmt::format("strata_kv_tier_bytes{{tier=\"{}\",state=\"{}\"}} {}\n", name, state, v);
   }
   header(out, "strata_kv_tier_moves_total", "counter",
-         "KV blocks (slots) moved into (spill) or out of (fetch) each part of the cold tier: host (--kv-host-memory), file.");
+         "KV blocks (slots) moved into (spill) or out of (fetch) each part of the cold tier: host (--kv-host-memory), file; "
+         "migrate: blocks moved from host slots down to the file to free a host slot.");
   for (const auto& [tier, dir, v] : {std::tuple{"host", "spill", st.kv.host_spills}, {"host", "fetch", st.kv.host_fetches},
-                                     {"file", "spill", st.kv.file_spills}, {"file", "fetch", st.kv.file_fetches}})
+                                     {"file", "spill", st.kv.file_spills}, {"file", "fetch", st.kv.file_fetches},
+                                     {"file", "migrate", st.kv.file_migrations}})
     out += fmt::format("strata_kv_tier_moves_total{{tier=\"{}\",op=\"{}\"}} {}\n", tier, dir, v);
   // What the storage measured of its transfers (KvTransferStats; the device transfer engine adds
   // its own counters).

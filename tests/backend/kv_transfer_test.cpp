@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "kv/kv_storage.h"
+#include "kv/tiered_cold_store.h"
 #include "kv/warm_format.h"
 
 #if defined(STRATA_KV_TRANSFER_TEST_CUDA) && __has_include(<cuda_runtime_api.h>)
@@ -494,6 +495,97 @@ TEST_P(KvStorageHostSlots, DependentOpsInOneList) {
   EXPECT_TRUE(storage_block(be(), s, false, 0) == b1);
   EXPECT_TRUE(storage_block(be(), s, false, 3) == b1);
   EXPECT_EQ(store->store_calls, 0);
+}
+
+// The file part below host slots, in memory: framed blocks by slot (KvStorage writes and reads it
+// through write()/read() as it would a file).
+class FramedStore : public ColdStore {
+ public:
+  FramedStore(int64_t slots, uint64_t slot_bytes) : n_(slots), slot_bytes_(slot_bytes) {}
+  int64_t num_slots() const override { return n_; }
+  uint64_t slot_bytes() const override { return slot_bytes_; }
+  std::string describe() const override { return "framed slots (test)"; }
+  void write(int64_t slot, std::vector<uint8_t> bytes) override { slots[slot] = std::move(bytes); }
+  uint64_t read(int64_t slot, uint64_t n) override {
+    std::vector<uint8_t> b = slots[slot];
+    b.resize(std::min<size_t>(b.size(), n));
+    reads_[next_] = std::move(b);
+    return next_++;
+  }
+  std::vector<uint8_t> wait(uint64_t ticket) override {
+    std::vector<uint8_t> b = std::move(reads_.at(ticket));
+    reads_.erase(ticket);
+    return b;
+  }
+  void drain() override {}
+  std::map<int64_t, std::vector<uint8_t>> slots;
+
+ private:
+  int64_t n_;
+  uint64_t slot_bytes_;
+  uint64_t next_ = 1;
+  std::map<uint64_t, std::vector<uint8_t>> reads_;
+};
+
+KvOp migrate(int32_t host, int32_t file, KvTier content) {
+  KvOp o{KvOp::Kind::kMigrate, {KvTier::kCold, host}, {KvTier::kCold, file}, {}, {}, {}};
+  o.content = content;
+  return o;
+}
+
+// Host slots above a file part: a block in a host slot (its payload alone, written by the
+// backend's transfers) moves to a file slot — in the same list as the spill that wrote it (the
+// batch is issued and waited for first) and as the spill that overwrites its host slot next — and
+// comes back from the file exactly; the file slot holds the payload after an 8-byte frame header.
+TEST_P(KvStorageHostSlots, MigrateToTheFileThenFetch) {
+  const KvGeometry geo{3, 2, 32, 16, KvDtype::kF16};
+  KvConfig cfg;
+  cfg.block_size = geo.block_size;
+  cfg.dtype = geo.dtype;
+  cfg.num_blocks = 16;
+  cfg.warm_format = WarmFormat::kInt8;
+  cfg.warm_fraction = 0.5;
+  HostSlotStore* host = nullptr;
+  FramedStore* file = nullptr;
+  const bool pin = pinned();
+  cfg.cold_store_factory = [&host, &file, pin](uint64_t slot_bytes) {
+    auto h = std::make_unique<HostSlotStore>(2, slot_bytes, pin);
+    auto f = std::make_unique<FramedStore>(4, slot_bytes);
+    host = h.get();
+    file = f.get();
+    return std::make_unique<TieredColdStore>(std::move(h), std::move(f));
+  };
+  KvStorage s(geo, cfg, nullptr, &be());
+  s.use_host_transfers();  // the CPU backend's memcpy transfers; a device backend's anyway
+  ASSERT_NE(host, nullptr);
+  ASSERT_EQ(s.capacity().cold_host_slots, 2);
+  ASSERT_GE(s.capacity().warm_slots, 2);
+  std::mt19937 rng(13);
+  randomize(be(), s, rng);
+  const uint64_t hot_n = s.capacity().hot_block_bytes;
+  const auto hot1 = storage_block(be(), s, false, 1), hot3 = storage_block(be(), s, false, 3);
+  const auto warm1 = storage_block(be(), s, true, 1);
+  const std::vector<KvOp> first = {spill({KvTier::kHot, 1}, 0), migrate(0, 3, KvTier::kHot), spill({KvTier::kHot, 3}, 0),
+                                  spill({KvTier::kWarm, 1}, 1)};
+  for (KvOpStatus st : s.execute(first)) EXPECT_EQ(st, KvOpStatus::kOk);
+  const std::vector<KvOp> second = {migrate(1, 4, KvTier::kWarm), spill({KvTier::kHot, 1}, 1)};
+  for (KvOpStatus st : s.execute(second)) EXPECT_EQ(st, KvOpStatus::kOk);
+  s.drain_io();
+  ASSERT_TRUE(file->slots.count(1) && file->slots.count(2));  // cold slots 3 and 4
+  EXPECT_TRUE(std::vector<uint8_t>(file->slots[1].begin() + 8, file->slots[1].end()) == hot1);
+  EXPECT_TRUE(std::vector<uint8_t>(file->slots[2].begin() + 8, file->slots[2].end()) == warm1);
+  EXPECT_TRUE(std::vector<uint8_t>(host->slot_memory(0), host->slot_memory(0) + hot_n) == hot3);
+  EXPECT_TRUE(std::vector<uint8_t>(host->slot_memory(1), host->slot_memory(1) + hot_n) == hot1);
+  // Overwrite the arenas, then fetch everything back into other ids.
+  randomize(be(), s, rng);
+  const std::vector<KvOp> back = {fetch(3, {KvTier::kHot, 5}), fetch(4, {KvTier::kWarm, 0}), fetch(0, {KvTier::kHot, 6}),
+                                 fetch(1, {KvTier::kHot, 7})};
+  for (KvOpStatus st : s.execute(back)) EXPECT_EQ(st, KvOpStatus::kOk);
+  EXPECT_TRUE(storage_block(be(), s, false, 5) == hot1);
+  EXPECT_TRUE(storage_block(be(), s, true, 0) == warm1);
+  EXPECT_TRUE(storage_block(be(), s, false, 6) == hot3);
+  EXPECT_TRUE(storage_block(be(), s, false, 7) == hot1);
+  EXPECT_EQ(host->store_calls, 0) << "host slots move through the transfers only";
 }
 
 INSTANTIATE_TEST_SUITE_P(KV_TRANSFER_DEVICE, KvStorageHostSlots, ::testing::Values(false, true),

@@ -123,6 +123,73 @@ TEST(BlockPool, FreeBlocksGoFirstThenCachedOnesInLruOrder) {
   EXPECT_FALSE(p.allocate().has_value());
 }
 
+TEST(BlockPool, ABlockRelocatedOutOfThePreferredRangeKeepsItsCountHashAndLruPlace) {
+  // Ids 0-2 preferred (host slots), 3-5 not (file slots).
+  BlockPool p(6, 3);
+  BlockId b[3];
+  for (int i = 0; i < 3; ++i) {
+    b[i] = p.allocate()->id;
+    EXPECT_EQ(b[i], i) << "the preferred range first";
+    p.set_hash(b[i], hash_of(static_cast<uint64_t>(20 + i)));
+  }
+  p.decref(b[0]);
+  p.decref(b[1]);  // LRU: 0, 1; block 2 stays referenced (count 2)
+  p.incref(b[2]);
+  // Outside the range: its lowest free id, even while preferred ids are cached.
+  auto f = p.allocate_outside_preferred();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->id, 3);
+  EXPECT_TRUE(f->evicted.empty());
+  // Cached block 0 moves to 3: 3 is cached in 0's LRU place (before 1), 0 is handed out.
+  p.relocate(b[0], 3);
+  p.check_invariants();
+  EXPECT_EQ(p.ref_count(b[0]), 1);
+  EXPECT_TRUE(p.hash(b[0]).empty());
+  EXPECT_TRUE(p.is_cached(3));
+  EXPECT_EQ(p.hash(3), hash_of(20));
+  EXPECT_EQ(p.preferred_counts().cached, 1);
+  EXPECT_EQ(p.preferred_counts().used, 2);
+  // Referenced block 2 moves to 4 with its count.
+  auto g = p.allocate_outside_preferred();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->id, 4);
+  p.relocate(b[2], 4);
+  p.check_invariants();
+  EXPECT_EQ(p.ref_count(4), 2);
+  EXPECT_EQ(p.hash(4), hash_of(22));
+  EXPECT_EQ(p.ref_count(b[2]), 1);
+  // Evictions outside the range follow the LRU order 3 (block 0's old place) ...
+  auto h = p.allocate_outside_preferred();  // block 5 is still free
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->id, 5);
+  auto e = p.allocate_outside_preferred();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->id, 3);
+  EXPECT_EQ(e->evicted, hash_of(20));
+  // ... and the whole pool's LRU order still starts at block 1 (3 was before it, now taken).
+  p.decref(b[0]);  // free (no hash)
+  EXPECT_EQ(p.allocate()->id, b[0]);
+  auto c = p.allocate();
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->id, b[1]);
+  EXPECT_EQ(c->evicted, hash_of(21));
+  EXPECT_FALSE(p.allocate_outside_preferred().has_value()) << "nothing free or cached outside the range";
+  p.check_invariants();
+}
+
+TEST(BlockPool, AllocateOutsidePreferredTakesTheLowestFreeIdAboveTheRangeWhileBothAreFree) {
+  BlockPool p(8, 4);
+  auto a = p.allocate_outside_preferred();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->id, 4);
+  EXPECT_EQ(p.allocate()->id, 0) << "the heap still hands out the preferred range first";
+  auto b = p.allocate_outside_preferred();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->id, 5);
+  p.check_invariants();
+  EXPECT_EQ(p.preferred_counts().free, 3);
+}
+
 TEST(BlockPool, ManyOperationsKeepTheInvariants) {
   BlockPool p(16);
   std::vector<BlockId> held;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
@@ -321,17 +322,19 @@ TEST(KvManager, SwapOutAndInThroughTheColdTier) {
 }
 
 TEST(KvManager, TheColdTiersHostSlotsAreTakenBeforeTheFilesAndReadBackExactly) {
-  // Two slots of host memory above a spill file: swap-outs fill host memory first, and host slots
-  // freed later are taken again before file slots freed after them (a LIFO free list would hand
-  // out the file's).
+  // Two slots of host memory above a spill file, without migration: swap-outs fill host memory
+  // first, and host slots freed later are taken again before file slots freed after them (a LIFO
+  // free list would hand out the file's).
   const std::string dir = test::make_temp_dir("strata-kv");
   KvConfig cfg = small_cfg(4, 16);
   cfg.host_bytes = 2 * (small_geo(4).bytes_per_block() + 8);
   cfg.spill_dir = dir;
   cfg.spill_bytes = 1 << 20;
+  cfg.host_migrate = false;
   Harness hz(cfg, small_geo(4));
   KvManager& kv = hz.kv();
   ASSERT_EQ(hz.storage().capacity().cold_host_slots, 2);
+  EXPECT_FALSE(kv.migrates());
   // Executes the planned ops; returns the cold slots spilled to.
   auto spilled_to = [&] {
     const std::vector<KvOp> ops = kv.take_ops();
@@ -363,6 +366,7 @@ TEST(KvManager, TheColdTiersHostSlotsAreTakenBeforeTheFilesAndReadBackExactly) {
   EXPECT_EQ(st.host.bytes_total, 2 * hz.storage().capacity().cold_slot_bytes);
   EXPECT_EQ(st.host_spills, 2);
   EXPECT_EQ(st.file_spills, 2);
+  EXPECT_EQ(st.file_migrations, 0);
   // Back in: host slots freed first, then file slots; the next swap-out takes the host slots.
   ASSERT_TRUE(kv.swap_in(1));
   hz.apply();
@@ -411,6 +415,282 @@ TEST(KvManager, SwapOutRefusesASequenceThatHoldsNoBlockAlone) {
   EXPECT_EQ(kv.stats().hot.used, 0);
   EXPECT_EQ(kv.stats().cold.used, 3);
   kv.free_sequence(2);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+// --- the file as a tier below host memory (KvManager::migrates) -------------------------------
+
+// Executes the planned ops (every one must succeed) and returns them.
+std::vector<KvOp> run_ops(Harness& hz) {
+  std::vector<KvOp> ops = hz.kv().take_ops();
+  const std::vector<KvOpStatus> st = hz.storage().execute(ops);
+  hz.kv().complete(ops, st);
+  for (KvOpStatus x : st) EXPECT_EQ(x, KvOpStatus::kOk);
+  EXPECT_TRUE(hz.kv().take_lost_sequences().empty());
+  hz.kv().check_invariants();
+  return ops;
+}
+
+// (kind, src slot, dst slot) of each op, for comparisons.
+std::vector<std::tuple<KvOp::Kind, int32_t, int32_t>> shape(const std::vector<KvOp>& ops) {
+  std::vector<std::tuple<KvOp::Kind, int32_t, int32_t>> out;
+  for (const KvOp& op : ops) out.emplace_back(op.kind, op.src.slot, op.dst.slot);
+  return out;
+}
+
+int count_kind(const std::vector<KvOp>& ops, KvOp::Kind k) {
+  return static_cast<int>(std::count_if(ops.begin(), ops.end(), [&](const KvOp& op) { return op.kind == k; }));
+}
+
+// A cold tier of `host_slots` host slots above a spill file (migration on unless turned off).
+KvConfig host_and_file(int32_t hot_blocks, int32_t host_slots, const std::string& dir) {
+  KvConfig cfg = small_cfg(4, hot_blocks);
+  cfg.host_bytes = static_cast<uint64_t>(host_slots) * (small_geo(4).bytes_per_block() + 8);
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  return cfg;
+}
+
+constexpr auto kSpillOp = KvOp::Kind::kSpill;
+constexpr auto kMigrateOp = KvOp::Kind::kMigrate;
+constexpr auto kFetchOp = KvOp::Kind::kFetch;
+
+TEST(KvManager, AFullHostPartMovesItsLeastRecentlyWrittenBlockDownToTheFile) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  Harness hz(host_and_file(16, 3, dir), small_geo(4));
+  KvManager& kv = hz.kv();
+  ASSERT_EQ(hz.storage().capacity().cold_host_slots, 3);
+  ASSERT_TRUE(kv.migrates());
+  std::vector<ModelSeq> m(6);
+  std::map<SeqId, int32_t> hot_of;  // each sequence's one block
+  for (SeqId s = 1; s <= 5; ++s) {
+    for (int i = 0; i < 4; ++i) m[static_cast<size_t>(s)].push(100 * static_cast<int>(s) + i);
+    kv.add_sequence(s);
+    ASSERT_TRUE(extend(hz, s, m[static_cast<size_t>(s)], 4));
+    hot_of[s] = kv.block_table(s)[0];
+  }
+  // Host slots 0, 1, 2 written in that order; then 2's block comes back and goes out again into
+  // the host slot it freed, the most recently written now: the order is 1 (slot 0), 3 (slot 2),
+  // 2 (slot 1), whatever the slot numbers.
+  for (SeqId s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(kv.swap_out(s));
+    EXPECT_EQ(shape(run_ops(hz)), (std::vector<std::tuple<KvOp::Kind, int32_t, int32_t>>{{kSpillOp, hot_of[s], s - 1}}));
+  }
+  ASSERT_TRUE(kv.swap_in(2));
+  hot_of[2] = -1;
+  ASSERT_EQ(count_kind(run_ops(hz), kFetchOp), 1);
+  hot_of[2] = kv.block_table(2)[0];
+  ASSERT_TRUE(kv.swap_out(2));
+  EXPECT_EQ(shape(run_ops(hz)), (std::vector<std::tuple<KvOp::Kind, int32_t, int32_t>>{{kSpillOp, hot_of[2], 1}}));
+  // The host part is full: 4's block takes slot 0 after 1's block moved to the first file slot
+  // (3), then 5's takes slot 2 after 3's moved to the next one (4). Each migration comes before
+  // the spill that overwrites its host slot.
+  ASSERT_TRUE(kv.swap_out(4));
+  EXPECT_EQ(shape(run_ops(hz)),
+            (std::vector<std::tuple<KvOp::Kind, int32_t, int32_t>>{{kMigrateOp, 0, 3}, {kSpillOp, hot_of[4], 0}}));
+  ASSERT_TRUE(kv.swap_out(5));
+  EXPECT_EQ(shape(run_ops(hz)),
+            (std::vector<std::tuple<KvOp::Kind, int32_t, int32_t>>{{kMigrateOp, 2, 4}, {kSpillOp, hot_of[5], 2}}));
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.file_migrations, 2);
+  EXPECT_EQ(st.migrated_bytes, 2 * small_geo(4).bytes_per_block());
+  EXPECT_EQ(st.host_spills, 6);
+  EXPECT_EQ(st.file_spills, 0) << "every spill took a host slot";
+  EXPECT_EQ(st.host.used, 3);
+  EXPECT_EQ(st.file.used, 2);
+  // Every sequence comes back with its own bytes: 1 and 3 from the file, the others from host memory.
+  for (SeqId s = 1; s <= 5; ++s) {
+    ASSERT_TRUE(kv.swap_in(s));
+    const std::vector<KvOp> ops = run_ops(hz);
+    ASSERT_EQ(ops.size(), 1u);
+    EXPECT_EQ(ops[0].kind, kFetchOp);
+    EXPECT_EQ(ops[0].src.slot >= 3, s == 1 || s == 3) << "sequence " << s;
+    hz.verify(s, m[static_cast<size_t>(s)], 0);
+  }
+  st = kv.stats();
+  EXPECT_EQ(st.file_fetches, 2);
+  EXPECT_EQ(st.host_fetches, 4);
+  for (SeqId s = 1; s <= 5; ++s) kv.free_sequence(s);
+  kv.check_invariants();
+  EXPECT_EQ(kv.stats().cold.used, 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, PrefixCachedHostBlocksFollowTheirMoveToTheFileAndHitsThereAreNotMoved) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  Harness hz(host_and_file(6, 2, dir), small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a;
+  for (int i = 0; i < 17; ++i) a.push(i + 11);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 17));
+  kv.free_sequence(1);  // 4 full blocks cached in the hot pool
+  // b fills the hot pool: a's 4 cached blocks leave it; the host part takes 2, then each of the
+  // next 2 moves the older host block down to the file.
+  ModelSeq b;
+  for (int i = 0; i < 24; ++i) b.push(500 + i);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 24));
+  KvStats st = kv.stats();
+  EXPECT_EQ(st.host_spills, 4);
+  EXPECT_EQ(st.file_spills, 0);
+  EXPECT_EQ(st.file_migrations, 2);
+  EXPECT_EQ(st.host.cached, 2);
+  EXPECT_EQ(st.file.cached, 2) << "the moved blocks are still prefix-cache blocks";
+  kv.free_sequence(2);
+  // a's prompt again: all 4 blocks are hits, 2 read from the file and 2 from host memory. Taking
+  // hot blocks for them evicts b's cached blocks into the cold tier; while a hit waits for its
+  // fetch to be planned its host slot never moves (b's blocks take host slots the fetches free,
+  // or move down themselves).
+  ModelSeq c = a;
+  c.computed = 0;
+  EXPECT_EQ(kv.query_prefix(c.tokens), 16);
+  kv.add_sequence(3);
+  int32_t cached = 0;
+  ASSERT_TRUE(kv.allocate(3, c.tokens, 17, &cached));
+  EXPECT_EQ(cached, 16);
+  const std::vector<KvOp> ops = run_ops(hz);
+  EXPECT_EQ(count_kind(ops, kFetchOp), 4);
+  for (size_t j = 0; j < ops.size(); ++j) {
+    if (ops[j].kind != kFetchOp) continue;
+    for (size_t i = 0; i < j; ++i) {
+      EXPECT_FALSE(ops[i].kind == kMigrateOp && ops[i].src.slot == ops[j].src.slot)
+          << "host slot " << ops[j].src.slot << " moved before its fetch";
+    }
+  }
+  c.computed = 16;
+  hz.write(3, c, 16, 17);
+  c.computed = 17;
+  kv.commit(3, c.tokens, 17);
+  hz.verify(3, c, 0);
+  st = kv.stats();
+  EXPECT_EQ(st.file_fetches, 2);
+  EXPECT_EQ(st.host_fetches, 2);
+  EXPECT_EQ(st.file_migrations, 2 + count_kind(ops, kMigrateOp));
+  kv.free_sequence(3);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, ASwapInsOwnHostBlocksDoNotMoveWhileItTakesRamSlots) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  Harness hz(host_and_file(4, 2, dir), small_geo(4));
+  KvManager& kv = hz.kv();
+  ModelSeq a, b;
+  for (int i = 0; i < 8; ++i) a.push(i + 1);
+  for (int i = 0; i < 16; ++i) b.push(i + 300);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 8));
+  ASSERT_TRUE(kv.swap_out(1));  // host slots 0 and 1
+  run_ops(hz);
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 16));
+  kv.free_sequence(2);  // the hot pool: 4 cached blocks
+  // a's swap-in takes 2 hot blocks, evicting 2 of b's into the cold tier, whose host part holds
+  // only a's blocks: moving one to the file before its fetch is planned would have the fetch read
+  // the host slot after b's block overwrote it. So the first of b's goes to the file, the second
+  // to the host slot the first fetch frees.
+  ASSERT_TRUE(kv.swap_in(1));
+  const std::vector<KvOp> ops = run_ops(hz);
+  EXPECT_EQ(count_kind(ops, kMigrateOp), 0);
+  EXPECT_EQ(count_kind(ops, kFetchOp), 2);
+  hz.verify(1, a, 0);
+  EXPECT_EQ(kv.stats().file_spills, 1);
+  EXPECT_EQ(kv.stats().host_spills, 3);
+  kv.free_sequence(1);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, BlocksBeingReadAheadStayInHostMemory) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  Harness hz(host_and_file(16, 2, dir), small_geo(4));
+  KvManager& kv = hz.kv();
+  std::vector<ModelSeq> m(5);
+  for (SeqId s = 1; s <= 4; ++s) {
+    for (int i = 0; i < 4; ++i) m[static_cast<size_t>(s)].push(10 * static_cast<int>(s) + i);
+    kv.add_sequence(s);
+    ASSERT_TRUE(extend(hz, s, m[static_cast<size_t>(s)], 4));
+  }
+  ASSERT_TRUE(kv.swap_out(1));  // slot 0
+  run_ops(hz);
+  ASSERT_TRUE(kv.swap_out(2));  // slot 1
+  run_ops(hz);
+  // 1's block (the least recently written) is being read ahead: 2's moves instead.
+  const std::vector<std::pair<int32_t, KvTier>> ahead = kv.cold_reads_ahead(1, {});
+  ASSERT_EQ(ahead, (std::vector<std::pair<int32_t, KvTier>>{{0, KvTier::kHot}}));
+  hz.storage().prefetch(ahead);
+  kv.note_reads_ahead(ahead);
+  ASSERT_TRUE(kv.swap_out(3));
+  std::vector<KvOp> ops = run_ops(hz);
+  ASSERT_EQ(count_kind(ops, kMigrateOp), 1);
+  EXPECT_EQ(ops[0].src.slot, 1);
+  // No longer read ahead: 1's block moves next.
+  kv.note_reads_ahead({});
+  ASSERT_TRUE(kv.swap_out(4));
+  ops = run_ops(hz);
+  ASSERT_EQ(count_kind(ops, kMigrateOp), 1);
+  EXPECT_EQ(ops[0].src.slot, 0);
+  for (SeqId s = 1; s <= 4; ++s) {
+    ASSERT_TRUE(kv.swap_in(s));
+    run_ops(hz);
+    hz.verify(s, m[static_cast<size_t>(s)], 0);
+  }
+  EXPECT_EQ(kv.stats().file_fetches, 2);
+  for (SeqId s = 1; s <= 4; ++s) kv.free_sequence(s);
+  kv.check_invariants();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KvManager, OffloadedBlocksNeverMoveToTheFile) {
+  const std::string dir = test::make_temp_dir("strata-kv");
+  KvConfig cfg = host_and_file(16, 2, dir);
+  const uint64_t frame = (small_geo(4).bytes_per_block() + 8 + 255) / 256 * 256;  // --kv-offload's aligned frames
+  cfg.host_bytes = 2 * frame;
+  cfg.offload = true;
+  Harness hz(cfg, small_geo(4));
+  KvManager& kv = hz.kv();
+  ASSERT_EQ(hz.storage().capacity().cold_host_slots, 2);
+  ASSERT_TRUE(kv.offloads() && kv.migrates());
+  ModelSeq a, b;
+  for (int i = 0; i < 12; ++i) a.push(i + 70);
+  for (int i = 0; i < 8; ++i) b.push(i + 170);
+  kv.add_sequence(1);
+  ASSERT_TRUE(extend(hz, 1, a, 12));
+  kv.add_sequence(2);
+  ASSERT_TRUE(extend(hz, 2, b, 8));
+  ASSERT_EQ(kv.offload(1, 2), 2);  // the host part is full of blocks attention reads in place
+  run_ops(hz);
+  hz.verify(1, a, 0);
+  // b's blocks go to the file: nothing in host memory may move.
+  ASSERT_TRUE(kv.swap_out(2));
+  std::vector<KvOp> ops = run_ops(hz);
+  EXPECT_EQ(count_kind(ops, kMigrateOp), 0);
+  EXPECT_EQ(kv.stats().file_spills, 2);
+  hz.verify(1, a, 0);
+  // Swapped out, a keeps its offloaded blocks in host memory (its swap-in reads them in place):
+  // still nothing moves.
+  ASSERT_TRUE(kv.swap_out(1));
+  ops = run_ops(hz);
+  EXPECT_EQ(count_kind(ops, kMigrateOp), 0);
+  ModelSeq c;
+  for (int i = 0; i < 4; ++i) c.push(i + 270);
+  kv.add_sequence(3);
+  ASSERT_TRUE(extend(hz, 3, c, 4));
+  ASSERT_TRUE(kv.swap_out(3));
+  ops = run_ops(hz);
+  EXPECT_EQ(count_kind(ops, kMigrateOp), 0);
+  EXPECT_EQ(kv.stats().file_migrations, 0);
+  for (SeqId s : {1, 2, 3}) {
+    ASSERT_TRUE(kv.swap_in(s));
+    run_ops(hz);
+  }
+  EXPECT_EQ(kv.host_blocks(1), 2) << "read in place again";
+  hz.verify(1, a, 0);
+  hz.verify(2, b, 0);
+  hz.verify(3, c, 0);
+  for (SeqId s : {1, 2, 3}) kv.free_sequence(s);
   kv.check_invariants();
   std::filesystem::remove_all(dir);
 }
@@ -583,6 +863,7 @@ struct PropertyParams {
   int32_t block_size;
   float tol;
   bool offload = false;         // a host tier with --kv-offload: sequences that cannot grow move blocks there
+  bool host = false;            // a small host tier (no offload) above the file: its blocks move down to it
 };
 
 class KvProperty : public ::testing::TestWithParam<PropertyParams> {};
@@ -605,9 +886,10 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
     cfg.host_bytes = 24 * 2048;  // 24 slots of at most 2 KiB (a frame rounded up to 256 bytes)
     cfg.offload = true;
   }
+  if (pp.host) cfg.host_bytes = 6 * (std::max(geo.bytes_per_block(), uint64_t{1}) + 8) + 7;  // 6 slots: often full
   Harness hz(cfg, geo);
   KvManager& kv = hz.kv();
-  const bool any_cold = pp.cold || pp.offload;
+  const bool any_cold = pp.cold || pp.offload || pp.host;
   if (pp.offload) {
     ASSERT_TRUE(kv.offloads());
   }
@@ -719,6 +1001,10 @@ TEST_P(KvProperty, RandomOperationsKeepEverySequenceIntact) {
     EXPECT_GT(st.swap_outs, 0);
     EXPECT_GT(st.spill_bytes_in, 0u);
   }
+  if (pp.host && pp.cold) {
+    EXPECT_GT(st.file_migrations, 0) << "the small host tier must have been full";
+    EXPECT_GT(st.file_fetches, 0);
+  }
   if (pp.offload) {
     EXPECT_GT(st.offloaded_blocks, 0);
     EXPECT_EQ(st.host_resident_blocks, 0);
@@ -742,7 +1028,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PropertyParams{WarmFormat::kInt4, true, 16, 0.1354f}, PropertyParams{WarmFormat::kInt4, false, 5, 0.1354f},
                       // --kv-offload: host tier alone, above a file, with a warm tier
                       PropertyParams{WarmFormat::kNone, false, 4, 0, true},
-                      PropertyParams{WarmFormat::kNone, true, 4, 0, true}, PropertyParams{WarmFormat::kInt8, false, 4, 0.0079f, true}));
+                      PropertyParams{WarmFormat::kNone, true, 4, 0, true}, PropertyParams{WarmFormat::kInt8, false, 4, 0.0079f, true},
+                      // a small host tier above the file: blocks move down when it is full
+                      PropertyParams{WarmFormat::kNone, true, 4, 0, false, true},
+                      PropertyParams{WarmFormat::kInt8, true, 4, 0.0079f, false, true}));
 
 }  // namespace
 }  // namespace strata

@@ -10,7 +10,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "kv/host_cold_store.h"
 #include "kv/kv_storage.h"
+#include "kv/tiered_cold_store.h"
 #include "kv/warm_format.h"
 #include "support/test_support.h"
 
@@ -329,6 +331,109 @@ TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
     EXPECT_EQ(hot_bytes(s, 6), h0);
   }
   std::filesystem::remove_all(dir);
+}
+
+KvOp migrate(int32_t host, int32_t file, KvTier content) {
+  KvOp o{KvOp::Kind::kMigrate, cold(host), cold(file), {}, {}, {}};
+  o.content = content;
+  return o;
+}
+
+// Host memory above a spill file (make_cold_store, 2 host slots): a block moved from a host slot to
+// a file slot, its host slot overwritten in the same list, comes back from the file exactly as it
+// was written, hot blocks and warm slots alike.
+TEST(KvStorage, AMigratedBlockComesBackFromTheFileByteForByte) {
+  const std::string dir = test::make_temp_dir("strata-kvs");
+  KvConfig cfg = config(0);
+  cfg.num_blocks.reset();
+  cfg.memory_bytes = kGeo.bytes_per_block() * 24;
+  cfg.warm_format = WarmFormat::kInt8;
+  cfg.warm_fraction = 0.5;
+  {
+    // Slots as large as a hot block or a warm slot with their frame: 2 in host memory.
+    KvStorage probe(kGeo, cfg);
+    cfg.host_bytes = 2 * (std::max(probe.capacity().hot_block_bytes, probe.capacity().warm_slot_bytes) + 8);
+  }
+  cfg.spill_dir = dir;
+  cfg.spill_bytes = 1 << 20;
+  {
+    KvStorage s(kGeo, cfg);
+    ASSERT_EQ(s.capacity().cold_host_slots, 2);
+    const int32_t span = s.capacity().warm_span;
+    std::vector<BlockId> group;
+    for (int32_t j = 0; j < span; ++j) {
+      group.push_back(4 + j);
+      fill_hot(s, 4 + j, 3);
+    }
+    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
+    fill_hot(s, 1, 9);
+    fill_hot(s, 2, 19);
+    const std::vector<uint8_t> h1 = hot_bytes(s, 1), h2 = hot_bytes(s, 2), w0 = warm_bytes(s, 0);
+    ASSERT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(1), cold(0)), op(kSpill, warm(0), cold(1))}),
+              (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+    // Down to file slots 5 and 2, each host slot taken by the next block right after; the RAM
+    // copies change meanwhile.
+    EXPECT_EQ(s.execute(std::vector<KvOp>{migrate(0, 5, KvTier::kHot), op(kSpill, hot(2), cold(0)),
+                                          migrate(1, 2, KvTier::kWarm), op(kSpill, hot(2), cold(1))}),
+              (std::vector<KvOpStatus>(4, KvOpStatus::kOk)));
+    fill_hot(s, 1, 10);
+    fill_hot(s, 2, 20);
+    for (int32_t j = 0; j < span; ++j) fill_hot(s, 4 + j, 4);
+    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
+    EXPECT_NE(hot_bytes(s, 1), h1);
+    EXPECT_NE(warm_bytes(s, 0), w0);
+    EXPECT_EQ(s.execute(std::vector<KvOp>{op(kFetch, cold(5), hot(3)), op(kFetch, cold(2), warm(1)),
+                                          op(kFetch, cold(0), hot(6)), op(kFetch, cold(1), hot(7))}),
+              (std::vector<KvOpStatus>(4, KvOpStatus::kOk)));
+    EXPECT_EQ(hot_bytes(s, 3), h1);
+    EXPECT_EQ(warm_bytes(s, 1), w0);
+    EXPECT_EQ(hot_bytes(s, 6), h2);
+    EXPECT_EQ(hot_bytes(s, 7), h2);
+    // Moved and fetched again within one list: the fetch reads what the move wrote.
+    fill_hot(s, 0, 30);
+    const std::vector<uint8_t> h0 = hot_bytes(s, 0);
+    EXPECT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(0), cold(0)), migrate(0, 7, KvTier::kHot),
+                                          op(kFetch, cold(7), hot(8))}),
+              (std::vector<KvOpStatus>(3, KvOpStatus::kOk)));
+    EXPECT_EQ(hot_bytes(s, 8), h0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A host slot whose frame is damaged fails its move (kReadFailed), and the file slot it was moving
+// to reads as lost afterwards; a block whose content was lost earlier in the list moves as lost.
+TEST(KvStorage, AMoveOfADamagedHostSlotFailsAndLosesTheFileSlot) {
+  HostColdStore* host = nullptr;
+  MemoryColdStore* file = nullptr;
+  KvConfig cfg = config(8);
+  cfg.cold_store_factory = [&](uint64_t slot_bytes) {
+    auto h = std::make_unique<HostColdStore>(2 * slot_bytes, slot_bytes);
+    auto f = std::make_unique<MemoryColdStore>(4, slot_bytes);
+    host = h.get();
+    file = f.get();
+    return std::make_unique<TieredColdStore>(std::move(h), std::move(f));
+  };
+  KvStorage s(kGeo, cfg);
+  ASSERT_EQ(s.capacity().cold_host_slots, 2);
+  fill_hot(s, 0, 1);
+  fill_hot(s, 1, 2);
+  ASSERT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(0), cold(0)), op(kSpill, hot(1), cold(1))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kOk, KvOpStatus::kOk}));
+  host->slot_memory(0)[20] ^= 0x10;  // a flipped bit in host memory
+  EXPECT_EQ(s.execute(std::vector<KvOp>{migrate(0, 2, KvTier::kHot), migrate(1, 3, KvTier::kHot)}),
+            (std::vector<KvOpStatus>{KvOpStatus::kReadFailed, KvOpStatus::kOk}));
+  EXPECT_FALSE(file->slots_.count(0)) << "nothing written for the damaged block";
+  ASSERT_TRUE(file->slots_.count(1));
+  // The frame in the file is sealed for its new slot: the same payload after the 8-byte header.
+  const std::vector<uint8_t> h1 = hot_bytes(s, 1);
+  EXPECT_EQ(std::vector<uint8_t>(file->slots_[1].begin() + 8, file->slots_[1].end()), h1);
+  EXPECT_EQ(s.execute(std::vector<KvOp>{op(kFetch, cold(2), hot(4)), op(kFetch, cold(3), hot(5))}),
+            (std::vector<KvOpStatus>{KvOpStatus::kSourceLost, KvOpStatus::kOk}));
+  EXPECT_EQ(hot_bytes(s, 5), h1);
+  // Lost content spilled to a host slot moves as lost.
+  file->failing_.insert(1);
+  EXPECT_EQ(s.execute(std::vector<KvOp>{op(kFetch, cold(3), hot(6)), op(kSpill, hot(6), cold(0)), migrate(0, 2, KvTier::kHot)}),
+            (std::vector<KvOpStatus>{KvOpStatus::kReadFailed, KvOpStatus::kSourceLost, KvOpStatus::kSourceLost}));
 }
 
 TEST(KvStorage, AReadAheadServesALaterFetchUnlessItsSlotIsWrittenAgain) {
