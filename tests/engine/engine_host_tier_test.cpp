@@ -1,8 +1,9 @@
 // The host tier of the KV cache (--kv-host-memory) under the engine, on stories260K: 64 greedy
 // requests through a KV pool far too small for them, preempted by swap (into host memory) or by
 // recompute, each give exactly the tokens the same request gives alone on a roomy engine; with a
-// tiny host tier above a spill file, the file takes what the host tier cannot, with the same
-// tokens; a prefix hit read back from host memory gives the tokens of a miss and is counted a hit.
+// tiny host tier above a spill file, the file takes what the host tier cannot (without migration),
+// or the host tier's least recently written blocks move down to the file to make room (with it, the
+// default), with the same tokens; a prefix hit read back from host memory gives the tokens of a miss and is counted a hit.
 // After every run the KV invariants hold and no block is held.
 //
 // Device: STRATA_TEST_DEVICE (cpu when unset; `STRATA_TEST_DEVICE=cuda` runs the same tests on the
@@ -136,19 +137,25 @@ TEST(EngineHostTier, AutoPreemptionUnderPressureKeepsEveryRequestsTokens) {
   EXPECT_EQ(s.final_kv.cold_read_failures, 0);
 }
 
+// A swap-preempting engine with room for 4 blocks in host memory (a block of stories260K is well
+// under 64 KiB with its frame) and a spill file below it for the rest.
+EngineConfig small_host_above_file(const std::string& dir) {
+  EngineConfig cfg = config(kTightBlocks, PreemptMode::kSwap);
+  Engine probe(*loaded().model, *loaded().tok, config(4, PreemptMode::kRecompute));
+  const uint64_t block = probe.stats().kv.hot.bytes_total / 4;
+  probe.shutdown(false);
+  cfg.kv.host_bytes = 4 * (block + 8);
+  cfg.kv.spill_dir = dir;
+  cfg.kv.spill_bytes = 64 << 20;
+  return cfg;
+}
+
 TEST(EngineHostTier, TheFileTakesWhatAFullHostTierCannotWithTheSameTokens) {
   REQUIRE_DEVICE();
   const std::string dir = test::make_temp_dir("strata-host-file");
   {
-    EngineConfig cfg = config(kTightBlocks, PreemptMode::kSwap);
-    // Room for 4 blocks in host memory (a block of stories260K is well under 64 KiB with its
-    // frame); the spill file below it for the rest.
-    Engine probe(*loaded().model, *loaded().tok, config(4, PreemptMode::kRecompute));
-    const uint64_t block = probe.stats().kv.hot.bytes_total / 4;
-    probe.shutdown(false);
-    cfg.kv.host_bytes = 4 * (block + 8);
-    cfg.kv.spill_dir = dir;
-    cfg.kv.spill_bytes = 64 << 20;
+    EngineConfig cfg = small_host_above_file(dir);
+    cfg.kv.host_migrate = false;
     const RunStats s = together(cfg);
     EXPECT_EQ(s.final_kv.host.slots, 4);
     EXPECT_GT(s.final_kv.file.slots, 0);
@@ -156,6 +163,25 @@ TEST(EngineHostTier, TheFileTakesWhatAFullHostTierCannotWithTheSameTokens) {
     EXPECT_GT(s.final_kv.host_spills, 0) << "host slots are taken first";
     EXPECT_GT(s.final_kv.file_spills, 0) << "the file takes what the full host tier cannot";
     EXPECT_GT(s.final_kv.file_fetches, 0);
+    EXPECT_EQ(s.final_kv.file_migrations, 0) << "migration is off";
+    EXPECT_EQ(s.final_kv.cold_read_failures, 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(EngineHostTier, AFullHostTierMovesItsOldestBlocksDownToTheFileWithTheSameTokens) {
+  REQUIRE_DEVICE();
+  const std::string dir = test::make_temp_dir("strata-host-file");
+  {
+    const RunStats s = together(small_host_above_file(dir));  // every output equals its run alone
+    EXPECT_EQ(s.final_kv.host.slots, 4);
+    EXPECT_GT(s.final_kv.swap_outs, 0);
+    EXPECT_GT(s.final_kv.file_migrations, 0) << "the full host tier must have made room by moving blocks down";
+    EXPECT_EQ(s.final_kv.migrated_bytes, static_cast<uint64_t>(s.final_kv.file_migrations) * s.final_kv.hot.bytes_total /
+                                             static_cast<uint64_t>(s.final_kv.hot.slots));
+    EXPECT_GT(s.final_kv.file_fetches, 0) << "moved blocks were read back from the file";
+    EXPECT_GT(s.final_kv.host_fetches, 0);
+    EXPECT_GT(s.final_kv.host_spills, s.final_kv.file_spills) << "new blocks take the host slots";
     EXPECT_EQ(s.final_kv.cold_read_failures, 0);
   }
   std::filesystem::remove_all(dir);
