@@ -480,6 +480,17 @@ int run_bench_offline(const BenchOfflineOptions& o) {
                         {"pcie_to_host_gbs", st.kv_pcie_to_host_gbs},
                         {"pcie_to_device_gbs", st.kv_pcie_to_device_gbs}};
   }
+  if (st.kv.cold.slots > 0) {  // the cold tier: blocks moved into and out of each part, and between them
+    j["kv_cold"] = {{"host_slots", st.kv.host.slots},
+                    {"file_slots", st.kv.file.slots},
+                    {"swap_outs", st.kv.swap_outs},
+                    {"host_spills", st.kv.host_spills},
+                    {"file_spills", st.kv.file_spills},
+                    {"host_fetches", st.kv.host_fetches},
+                    {"file_fetches", st.kv.file_fetches},
+                    {"file_migrations", st.kv.file_migrations},
+                    {"evicted_blocks", st.kv.evicted_blocks}};
+  }
   if (cfg.kv.offload) {  // --kv-offload: blocks of running sequences attended in host slots
     j["kv_offload"] = {{"offloaded_blocks", st.kv.offloaded_blocks},
                        {"host_attended_blocks", st.kv.host_attended_blocks},
@@ -530,6 +541,12 @@ int run_bench_offline(const BenchOfflineOptions& o) {
                static_cast<double>(xfer.bytes_to_device) / (1 << 20), gbs(xfer.bytes_to_device, xfer.seconds_to_device),
                st.kv_pcie_to_host_gbs, st.kv_pcie_to_device_gbs, xfer.compute_wait_seconds,
                100 * xfer.compute_wait_seconds / wall);
+  }
+  if (st.kv.cold.slots > 0) {
+    fmt::print("KV cold tier: {} host + {} file slots; {} swap-outs; spills host {} / file {}, fetches host {} / file {}, "
+               "{} blocks moved from host memory down to the file\n",
+               st.kv.host.slots, st.kv.file.slots, st.kv.swap_outs, st.kv.host_spills, st.kv.file_spills, st.kv.host_fetches,
+               st.kv.file_fetches, st.kv.file_migrations);
   }
   if (cfg.kv.offload) {
     fmt::print("KV offload: {} blocks moved to host slots; attention read {} blocks ({:.1f} MiB) from host memory over {} steps\n",

@@ -1,9 +1,9 @@
 // Two cold stores as one (--kv-host-memory with --kv-spill-dir): slots [0, n_upper) are the upper
 // store's (host memory), [n_upper, n_upper + n_lower) the lower one's (the file). The KV manager
 // takes the upper slots first (its cold pool prefers low ids: BlockPool's preferred range), so
-// the file holds only what the host tier cannot. A block stays in the slot it was written to:
-// nothing migrates from the host part to the file part (a block evicted from RAM when the host
-// part is full goes to the file; host slots freed later take the next blocks).
+// the file holds only what the host tier cannot. This store moves nothing between its parts: the
+// KV manager does, when the host part is full (a kMigrate op: KvStorage reads the host slot and
+// writes the file slot through write()/read() like any other).
 // Thread-safety: see ColdStore; each store keeps its own submission order, and a slot belongs to
 // exactly one of them.
 #pragma once
