@@ -153,8 +153,52 @@ TEST(ServerColdTier, AHostTierAboveTheFileServesSwapsExactlyAndShowsOnMetrics) {
   EXPECT_GT(m["strata_kv_tier_moves_total{tier=\"host\",op=\"fetch\"}"], 0);
   EXPECT_EQ(m["strata_kv_tier_moves_total{tier=\"file\",op=\"spill\"}"], 0) << "8 MiB of host memory holds this load";
   EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"used\"}"], 0) << "nothing is swapped at the end";
+  EXPECT_EQ(m["strata_kv_tier_moves_total{tier=\"file\",op=\"migrate\"}"], 0) << "host memory was never full";
   EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
   std::filesystem::remove_all(spill);
+}
+
+// A host tier of 4 blocks above the file: when it is full its oldest blocks move down to the file
+// (strata_kv_tier_moves_total{tier="file",op="migrate"}) and the swapped requests stay exact; with
+// --kv-no-host-migrate nothing moves and the file takes the spills.
+TEST(ServerColdTier, AFullHostTierMovesBlocksDownToTheFileAndStaysExact) {
+  constexpr int kRequests = 6, kTokens = 120;
+  std::vector<std::string> reference(kRequests);
+  {
+    ServerProcess roomy;
+    for (int i = 0; i < kRequests; ++i) reference[static_cast<size_t>(i)] = complete(roomy, "Once upon a time " + std::to_string(i), kTokens);
+  }
+  for (const bool migrate : {true, false}) {
+    SCOPED_TRACE(migrate ? "migration" : "--kv-no-host-migrate");
+    const std::string spill = test::make_temp_dir("strata-cold-host");
+    ServerProcess::Options o;
+    // stories260K's blocks of 16 tokens are 10 KiB with their frame: 4 host slots.
+    o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-host-memory", "41KiB", "--kv-spill-dir", spill,
+              "--kv-spill-size", "16MiB", "--preempt", "swap"};
+    if (!migrate) o.args.push_back("--kv-no-host-migrate");
+    ServerProcess s(o);
+    std::vector<std::string> got(kRequests);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kRequests; ++i) {
+      clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, "Once upon a time " + std::to_string(i), kTokens); });
+    }
+    for (auto& t : clients) t.join();
+    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], reference[static_cast<size_t>(i)]) << i;
+    auto m = metrics(s);
+    ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+    EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"total\"}"], 4);
+    const double moved = m["strata_kv_tier_moves_total{tier=\"file\",op=\"migrate\"}"];
+    if (migrate) {
+      EXPECT_GT(moved, 0);
+      EXPECT_GT(m["strata_kv_tier_moves_total{tier=\"file\",op=\"fetch\"}"], 0) << "moved blocks come back from the file";
+    } else {
+      EXPECT_EQ(moved, 0);
+      EXPECT_GT(m["strata_kv_tier_moves_total{tier=\"file\",op=\"spill\"}"], 0);
+    }
+    EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"file\",state=\"used\"}"], 0) << "nothing is swapped at the end";
+    EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
+    std::filesystem::remove_all(spill);
+  }
 }
 
 }  // namespace
