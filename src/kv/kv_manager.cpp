@@ -148,12 +148,20 @@ std::optional<int32_t> KvManager::migrate_host_block() {
   // a running sequence's reference is a block attention reads in place, and a reference from no
   // table is a touch of the planning (a prefix hit or a swap-in about to fetch it).
   std::unordered_map<int32_t, int32_t> swapped_refs;
-  for (const auto& [id, q] : seqs_) {
-    if (!q.swapped) continue;
-    for (const Loc& l : q.table) {
-      if (is_host(l)) ++swapped_refs[l.slot];
+  bool counted = false;  // swapped_refs is filled on the first referenced candidate
+  auto swapped_refs_of = [&](int32_t slot) {
+    if (!counted) {
+      for (const auto& [id, q] : seqs_) {
+        if (!q.swapped) continue;
+        for (const Loc& l : q.table) {
+          if (is_host(l)) ++swapped_refs[l.slot];
+        }
+      }
+      counted = true;
     }
-  }
+    auto r = swapped_refs.find(slot);
+    return r == swapped_refs.end() ? 0 : r->second;
+  };
   int32_t victim = -1;
   for (auto it = host_order_.begin(); it != host_order_.end();) {
     const int32_t slot = it->second;
@@ -164,8 +172,7 @@ std::optional<int32_t> KvManager::migrate_host_block() {
     }
     bool movable = !reads_ahead_.count(slot);
     if (movable && refs > 0) {
-      auto r = swapped_refs.find(slot);
-      movable = r != swapped_refs.end() && r->second == refs &&
+      movable = swapped_refs_of(slot) == refs &&
                 // With --kv-offload a swapped sequence reads its host blocks of hot content in place
                 // again after its swap-in (which does not fetch them): they stay in host memory.
                 !(offload_ && cold_info_[static_cast<size_t>(slot)].content == Tier::kHot);
