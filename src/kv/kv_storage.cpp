@@ -402,17 +402,10 @@ void KvStorage::encode_layer(const KvOp& op, int32_t layer) {
               v.warm_v + op.dst.slot * warm_v_slot_bytes_);
 }
 
+// On the host (a device backend's re-encodes go through flush_reencodes).
 void KvStorage::reencode(const KvOp& op) {
   STRATA_CHECK(static_cast<int32_t>(op.hot.size()) == cap_.warm_span && op.dst.tier == KvTier::kWarm);
-  if (device_ != nullptr) {  // a kernel per layer, queued before the next forward pass
-    for (size_t i = 0; i < views_.size(); ++i) {
-      const KvLayerView& v = views_[i];
-      bound_device(i)->kv_warm_encode(warm_format_, v, op.hot, v.warm_k + op.dst.slot * warm_k_slot_bytes_,
-                                      v.warm_v + op.dst.slot * warm_v_slot_bytes_);
-    }
-    rebind_rank0();
-    return;
-  }
+  STRATA_CHECK(device_ == nullptr, "a device backend's re-encodes are batched (flush_reencodes)");
   if (threads_ != nullptr && threads_->size() > 1) {
     // Every layer view: under tensor parallelism each rank's (a rank encodes its own heads).
     threads_->parallel_for(static_cast<int64_t>(views_.size()), 1, [&](int64_t b, int64_t e) {
@@ -572,10 +565,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         } else {
           const auto t0 = std::chrono::steady_clock::now();
           reencode(op);
-          if (device_ == nullptr) {
-            transfer_.reencode_blocking_seconds +=
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          }
+          transfer_.reencode_blocking_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
         for (BlockId b : op.hot) {
           if (is_lost(KvSlot{KvTier::kHot, b})) status[i] = KvOpStatus::kSourceLost;

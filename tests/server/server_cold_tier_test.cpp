@@ -30,6 +30,26 @@ std::string complete(ServerProcess& s, const std::string& prompt, int max_tokens
   return Json::parse(r->body)["choices"][0]["text"];
 }
 
+// The swap tests' load: kSwapRequests prompts "Once upon a time <i>", kSwapTokens greedy tokens each; run
+// one after another on a roomy server (the reference) or all at once.
+constexpr int kSwapRequests = 6, kSwapTokens = 120;
+std::string swap_prompt(int i) { return "Once upon a time " + std::to_string(i); }
+std::vector<std::string> swap_reference() {
+  ServerProcess roomy;
+  std::vector<std::string> out;
+  for (int i = 0; i < kSwapRequests; ++i) out.push_back(complete(roomy, swap_prompt(i), kSwapTokens));
+  return out;
+}
+std::vector<std::string> swap_load_at_once(ServerProcess& s) {
+  std::vector<std::string> got(kSwapRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kSwapRequests; ++i) {
+    clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, swap_prompt(i), kSwapTokens); });
+  }
+  for (auto& t : clients) t.join();
+  return got;
+}
+
 // Overwrites every byte of the server's (unlinked) spill file with garbage; returns the bytes
 // written.
 int64_t damage_spill_file(pid_t pid) {
@@ -92,23 +112,13 @@ TEST(ServerColdTier, PrefixHitsComeBackFromTheSpillFileAndDamageIsRecomputed) {
 // step that resumes them (strata_kv_cold_prefetch_hits_total), with the tokens of a run that never
 // swapped.
 TEST(ServerColdTier, SwappedSequencesAreReadAheadOfTheirResumeAndStayExact) {
-  constexpr int kRequests = 6, kTokens = 120;
-  std::vector<std::string> reference(kRequests);
-  {
-    ServerProcess roomy;
-    for (int i = 0; i < kRequests; ++i) reference[static_cast<size_t>(i)] = complete(roomy, "Once upon a time " + std::to_string(i), kTokens);
-  }
+  const std::vector<std::string> reference = swap_reference();
   const std::string spill = test::make_temp_dir("strata-cold-swap");
   ServerProcess::Options o;
   o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-spill-dir", spill, "--kv-spill-size", "16MiB", "--preempt", "swap"};
   ServerProcess s(o);
-  std::vector<std::string> got(kRequests);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kRequests; ++i) {
-    clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, "Once upon a time " + std::to_string(i), kTokens); });
-  }
-  for (auto& t : clients) t.join();
-  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], reference[static_cast<size_t>(i)]) << i;
+  const std::vector<std::string> got = swap_load_at_once(s);
+  EXPECT_EQ(got, reference);
   auto m = metrics(s);
   ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
   EXPECT_GT(m["strata_kv_spill_in_bytes_total"], 0);
@@ -121,24 +131,14 @@ TEST(ServerColdTier, SwappedSequencesAreReadAheadOfTheirResumeAndStayExact) {
 // each tier's blocks and bytes (strata_kv_tier_blocks / strata_kv_tier_bytes, with the configured
 // capacities) and the moves into and out of host memory.
 TEST(ServerColdTier, AHostTierAboveTheFileServesSwapsExactlyAndShowsOnMetrics) {
-  constexpr int kRequests = 6, kTokens = 120;
-  std::vector<std::string> reference(kRequests);
-  {
-    ServerProcess roomy;
-    for (int i = 0; i < kRequests; ++i) reference[static_cast<size_t>(i)] = complete(roomy, "Once upon a time " + std::to_string(i), kTokens);
-  }
+  const std::vector<std::string> reference = swap_reference();
   const std::string spill = test::make_temp_dir("strata-cold-host");
   ServerProcess::Options o;
   o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-host-memory", "8MiB", "--kv-spill-dir", spill,
             "--kv-spill-size", "16MiB", "--preempt", "swap"};
   ServerProcess s(o);
-  std::vector<std::string> got(kRequests);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kRequests; ++i) {
-    clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, "Once upon a time " + std::to_string(i), kTokens); });
-  }
-  for (auto& t : clients) t.join();
-  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], reference[static_cast<size_t>(i)]) << i;
+  const std::vector<std::string> got = swap_load_at_once(s);
+  EXPECT_EQ(got, reference);
   auto m = metrics(s);
   ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
   EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"hot\",state=\"total\"}"], 24);
@@ -162,12 +162,7 @@ TEST(ServerColdTier, AHostTierAboveTheFileServesSwapsExactlyAndShowsOnMetrics) {
 // (strata_kv_tier_moves_total{tier="file",op="migrate"}) and the swapped requests stay exact; with
 // --kv-no-host-migrate nothing moves and the file takes the spills.
 TEST(ServerColdTier, AFullHostTierMovesBlocksDownToTheFileAndStaysExact) {
-  constexpr int kRequests = 6, kTokens = 120;
-  std::vector<std::string> reference(kRequests);
-  {
-    ServerProcess roomy;
-    for (int i = 0; i < kRequests; ++i) reference[static_cast<size_t>(i)] = complete(roomy, "Once upon a time " + std::to_string(i), kTokens);
-  }
+  const std::vector<std::string> reference = swap_reference();
   for (const bool migrate : {true, false}) {
     SCOPED_TRACE(migrate ? "migration" : "--kv-no-host-migrate");
     const std::string spill = test::make_temp_dir("strata-cold-host");
@@ -177,13 +172,8 @@ TEST(ServerColdTier, AFullHostTierMovesBlocksDownToTheFileAndStaysExact) {
               "--kv-spill-size", "16MiB", "--preempt", "swap"};
     if (!migrate) o.args.push_back("--kv-no-host-migrate");
     ServerProcess s(o);
-    std::vector<std::string> got(kRequests);
-    std::vector<std::thread> clients;
-    for (int i = 0; i < kRequests; ++i) {
-      clients.emplace_back([&, i] { got[static_cast<size_t>(i)] = complete(s, "Once upon a time " + std::to_string(i), kTokens); });
-    }
-    for (auto& t : clients) t.join();
-    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], reference[static_cast<size_t>(i)]) << i;
+    const std::vector<std::string> got = swap_load_at_once(s);
+    EXPECT_EQ(got, reference);
     auto m = metrics(s);
     ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
     EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"total\"}"], 4);
