@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/anon_memory.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "core/units.h"
@@ -63,6 +64,30 @@ TEST(Units, ParseBytes) {
   EXPECT_FALSE(parse_bytes("99999999TiB").has_value());
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(12), "12 B");
+}
+
+// Anonymous memory: zeroed and writable; with Pages::kHuge it starts on a 2 MiB boundary (whether
+// the kernel backs it with huge pages is its choice: THP may be off), and moving hands it over.
+TEST(AnonymousMemory, ZeroedWritableAndHugeAligned) {
+  for (const auto pages : {AnonymousMemory::Pages::kDefault, AnonymousMemory::Pages::kHuge}) {
+    const uint64_t bytes = (uint64_t{5} << 20) + 123;
+    AnonymousMemory m(bytes, pages);
+    ASSERT_NE(m.data(), nullptr);
+    EXPECT_EQ(m.size(), bytes);
+    if (pages == AnonymousMemory::Pages::kHuge) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(m.data()) % AnonymousMemory::kHugePageBytes, 0u);
+    }
+    EXPECT_EQ(m.data()[0], 0);
+    EXPECT_EQ(m.data()[bytes - 1], 0);
+    m.data()[0] = 7;
+    m.data()[bytes - 1] = 9;
+    AnonymousMemory moved = std::move(m);
+    EXPECT_EQ(m.data(), nullptr);
+    EXPECT_EQ(m.size(), 0u);
+    EXPECT_EQ(moved.data()[0], 7);
+    EXPECT_EQ(moved.data()[bytes - 1], 9);
+  }
+  EXPECT_EQ(AnonymousMemory(0, AnonymousMemory::Pages::kHuge).data(), nullptr);
 }
 
 TEST(ThreadPool, RunsEveryIndexOnceAndCoversRanges) {

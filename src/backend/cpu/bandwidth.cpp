@@ -9,9 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <vector>
 
+#include "core/anon_memory.h"
 #include "core/check.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -51,10 +50,11 @@ HWY_EXPORT(SumWords);
 double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes, int reps) {
   STRATA_CHECK(bytes >= (size_t{1} << 20) && reps >= 1, "bandwidth probe: {} bytes, {} reps", bytes, reps);
   const size_t words = bytes / sizeof(uint64_t) / 64 * 64;
-  // 64-byte aligned storage, written by the threads that will read it (first touch places pages).
-  std::unique_ptr<uint64_t[]> storage(new uint64_t[words + 8]);
-  uint64_t* data = storage.get();
-  data += (8 - (reinterpret_cast<uintptr_t>(data) / sizeof(uint64_t)) % 8) % 8;
+  // Storage in huge pages, as the CPU backend's copy of the weights (anon_memory.h): the limit is
+  // what the machine reads at best. Written by the threads that will read it (first touch places
+  // pages).
+  AnonymousMemory storage(words * sizeof(uint64_t), AnonymousMemory::Pages::kHuge);
+  auto* data = reinterpret_cast<uint64_t*>(storage.data());
   const auto threads = static_cast<size_t>(pool.size());
   auto share = [&](int t, size_t* begin, size_t* end) {
     *begin = words * static_cast<size_t>(t) / threads / 64 * 64;
