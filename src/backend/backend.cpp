@@ -100,7 +100,7 @@ std::vector<DeviceKind> available_devices() {
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   switch (resolve_device(o.device)) {
-    case DeviceKind::kCpu: return std::make_unique<CpuBackend>(o.n_threads);
+    case DeviceKind::kCpu: return std::make_unique<CpuBackend>(o.n_threads, o.mapped_weights);
 #ifdef STRATA_HAVE_CUDA
     case DeviceKind::kCuda: return std::make_unique<CudaBackend>(o.device_index);
 #endif

@@ -61,6 +61,9 @@ struct BackendOptions {
   // --tensor-parallel: ranks the model is split over (Model::load; make_backend makes one backend).
   int tensor_parallel = 1;
   int device_index = 0;  // the GPU (CUDA ordinal) of a CUDA backend: tensor-parallel rank r uses GPU r
+  // CPU: compute from the GGUF file's mapping instead of a copy of the weights in huge pages
+  // (--mmap-weights; CpuBackend::upload_matrix).
+  bool mapped_weights = false;
 };
 
 // GPUs this build can use on this machine (0 without CUDA or without a usable device).
@@ -221,11 +224,15 @@ class Backend {
   virtual void copy_to_device(void* dst_device, const void* src_host, uint64_t bytes) = 0;
   virtual void copy_to_host(void* dst_host, const void* src_device, uint64_t bytes) = 0;
 
-  // Weights. `host` points into the model file's mapping, which outlives the backend's use of the
-  // result; the CPU backend returns it unchanged (no copy), a device backend uploads it and owns
-  // the copy until the backend is destroyed.
+  // Weights. `host` points into the model file's mapping (or a copy the model keeps), which
+  // outlives the backend's use of the result; a backend returns it unchanged (the CPU backend with
+  // BackendOptions::mapped_weights) or copies it to memory it owns until it is destroyed (a device
+  // backend; the CPU backend into huge pages).
   virtual bool supports_matmul(GgmlType type) const = 0;
   virtual WeightMatrix upload_matrix(const WeightMatrix& host) = 0;
+  // A table that is only row-gathered (Backend::embed), never multiplied by: the CPU backend leaves
+  // it in the mapping (a few rows per token), a device backend uploads it as a matrix.
+  virtual WeightMatrix upload_table(const WeightMatrix& host) { return upload_matrix(host); }
   virtual const float* upload_vector(const float* host, int64_t n) = 0;
 
   // --- Ops of the forward pass. Every ActView is backend memory. ---

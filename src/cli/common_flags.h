@@ -20,6 +20,7 @@ struct ModelFlags {
   int threads = 0;  // 0 = physical cores
   std::string device = "auto";
   int tensor_parallel = 1;  // --tensor-parallel: ranks (threads of CPU backends), threads split between them
+  bool mmap_weights = false;  // --mmap-weights: CPU compute from the file mapping (no copy in huge pages)
 
   // The backend to load the model on; throws strata::Error for an unknown or unusable --device
   // (e.g. cuda in a build without CUDA), so commands fail before any work.

@@ -41,6 +41,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() { release(); }
 
+void MappedFile::drop_pages(const uint8_t* p, uint64_t bytes) const {
+  const auto lo = reinterpret_cast<uintptr_t>(data_), hi = lo + size_;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (p == nullptr || a < lo || a + bytes > hi || bytes == 0) return;  // not (wholly) inside the mapping
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (a + page - 1) & ~(page - 1), e = (a + bytes) & ~(page - 1);
+  if (e > b) (void)::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // advice: errors change nothing
+}
+
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 

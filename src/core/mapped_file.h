@@ -25,6 +25,12 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Tells the kernel this process needs the whole pages of [p, p + bytes) no more (a range inside
+  // the mapping; pages it shares with bytes outside are kept). They leave the process's resident
+  // set and stay in the page cache (clean, reclaimable); a later read faults them in again with the
+  // file's bytes, so readers never see other bytes. For bytes a backend has copied.
+  void drop_pages(const uint8_t* p, uint64_t bytes) const;
+
  private:
   void release();
   std::string path_;

@@ -306,6 +306,10 @@ std::optional<std::string> GgufFile::find_string(std::string_view key) const {
 
 std::string GgufFile::architecture() const { return find_string("general.architecture").value_or(""); }
 
+void GgufFile::drop_pages(const uint8_t* p, uint64_t bytes) const {
+  if (mapping_) mapping_->drop_pages(p, bytes);
+}
+
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(std::string(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

@@ -87,6 +87,10 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
+  // MappedFile::drop_pages on the file's mapping (nothing for a file parsed from memory): for
+  // tensor bytes a backend has copied.
+  void drop_pages(const uint8_t* p, uint64_t bytes) const;
+
  private:
   GgufFile() = default;
   void parse_all();

@@ -118,6 +118,7 @@ Model::Model(std::unique_ptr<GgufFile> file, const BackendOptions& o)
     rank_options.device = device;
     rank_options.n_threads = device == DeviceKind::kCpu ? std::max(1, threads / n) : o.n_threads;
     rank_options.device_index = device == DeviceKind::kCuda ? r : 0;
+    rank_options.mapped_weights = o.mapped_weights;
     backends.push_back(make_backend(rank_options));
     raw.push_back(backends.back().get());
   }

@@ -41,7 +41,10 @@ class Loader {
     }
   }
 
-  WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true, Slice s = {}) {
+  // `table`: only row-gathered (the embedding of a model with its own output matrix): uploaded with
+  // upload_table. A copy the backend made of bytes in the file lets their pages go (drop_pages).
+  WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows, bool required = true, Slice s = {},
+                      bool table = false) {
     const GgufTensorInfo* t = find(name, required);
     if (!t) return {};
     check_shape(*t, {cols, rows});
@@ -69,7 +72,9 @@ class Loader {
            f_.source(), name, ggml_type_name(t->type));
     }
     w_.matrix_bytes += host.row_bytes * static_cast<uint64_t>(host.rows);
-    return b_->upload_matrix(host);
+    const WeightMatrix up = table ? b_->upload_table(host) : b_->upload_matrix(host);
+    if (up.data != host.data) f_.drop_pages(host.data, host.row_bytes * static_cast<uint64_t>(host.rows));
+    return up;
   }
 
   const float* vector(const std::string& name, int64_t n, bool required = true) {
@@ -121,7 +126,8 @@ ModelWeights walk(const GgufFile& f, const ModelConfig& c, Backend* backend, con
     ff_cols = {true, ff_rows.begin, ff_rows.count};
     w.token_embd = ld.embedding_shard("token_embd.weight", c.n_embd, c.n_vocab, shard->vocab0, shard->n_vocab);
   } else {
-    w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+    const bool tied = f.find_tensor("output.weight") == nullptr;  // then the embedding is also the output matrix
+    w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab, true, {}, /*table=*/!tied);
   }
   w.matrix_bytes = 0;  // embedding rows are gathered, not streamed, per step
   w.output_norm = ld.vector("output_norm.weight", c.n_embd);

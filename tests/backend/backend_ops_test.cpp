@@ -37,6 +37,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -1488,6 +1489,50 @@ TEST(BackendChoice, CpuIsAlwaysThereAndAutoResolvesToAnAvailableDevice) {
     EXPECT_EQ(device_kind_from_name(device_kind_name(d)), d);
   }
   EXPECT_EQ(device_kind_from_name("gpu"), std::nullopt);
+}
+
+// The CPU backend's weights: upload_matrix copies F32/F16/BF16/Q8_0 matrices into huge-page arenas
+// (a new address, 64-byte aligned, the same bytes and shape), unless BackendOptions::mapped_weights
+// (--mmap-weights), which gives the host matrix back, as it does for K-quants; tables
+// (upload_table) stay where they are either way. Products are the same bits from the copy as from
+// the mapping.
+TEST(CpuBackendWeights, UploadCopiesIntoHugePagesUnlessMapped) {
+  std::mt19937 rng(41);
+  BackendOptions mapped_opts{DeviceKind::kCpu, 2};
+  mapped_opts.mapped_weights = true;
+  const std::unique_ptr<Backend> copy = make_backend(BackendOptions{DeviceKind::kCpu, 2}), mapped = make_backend(mapped_opts);
+  for (auto [type, rows, cols] : {std::tuple{GgmlType::kF16, int64_t{100}, int64_t{256}},
+                                  std::tuple{GgmlType::kQ8_0, int64_t{33}, int64_t{512}},
+                                  std::tuple{GgmlType::kQ4_K, int64_t{64}, int64_t{512}},
+                                  std::tuple{GgmlType::kF32, int64_t{3}, int64_t{40}}}) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const auto m = random_matrix(type, rows, cols, rng);
+    const uint64_t bytes = m.w.row_bytes * static_cast<uint64_t>(rows);
+    const WeightMatrix c = copy->upload_matrix(m.w), p = mapped->upload_matrix(m.w);
+    if (type == GgmlType::kQ4_K) {
+      EXPECT_EQ(c.data, m.w.data) << "K-quants stay in the mapping";
+    } else {
+      EXPECT_NE(c.data, m.w.data);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(c.data) % 64, 0u);
+    }
+    EXPECT_EQ(std::memcmp(c.data, m.w.data, bytes), 0);
+    EXPECT_EQ(c.type, m.w.type);
+    EXPECT_EQ(c.rows, rows);
+    EXPECT_EQ(c.cols, cols);
+    EXPECT_EQ(c.row_bytes, m.w.row_bytes);
+    EXPECT_EQ(p.data, m.w.data);
+    EXPECT_EQ(copy->upload_table(m.w).data, m.w.data);
+    EXPECT_EQ(mapped->upload_table(m.w).data, m.w.data);
+    for (int64_t n : {1, 5}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+      auto product = [&](Backend& b, const WeightMatrix& w) {
+        const DevArray dx = upload(b, x, n, cols), dy = alloc(b, n, rows);
+        b.matmul(w, dx.view, dy.view);
+        return download(b, dy.view);
+      };
+      EXPECT_EQ(product(*copy, c), product(*mapped, p));
+    }
+  }
 }
 
 #endif  // STRATA_OPS_TEST_CUDA

@@ -153,6 +153,18 @@ TEST_F(GenerateCli, SinglePromptStreamsTheReferenceText) {
   EXPECT_EQ(lines[0]["text"], ref.content);
 }
 
+// --mmap-weights: the CPU backend multiplies from the file's mapping instead of its copy in huge
+// pages; the same bytes, so the same reference tokens (and the default run above took the copy).
+TEST_F(GenerateCli, MmapWeightsGivesTheReferenceTokens) {
+  const auto ref = test::greedy_references()[1];
+  auto r = run_command(generate_argv({"-p", ref.prompt, "--temperature", "0", "-n", std::to_string(ref.tokens.size()),
+                                      "--json", "--mmap-weights", "--device", "cpu"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["tokens"].get<std::vector<int>>(), ref.tokens);
+}
+
 TEST_F(GenerateCli, SeededSamplingIsReproducibleAndDiffersFromGreedy) {
   auto run = [&](const std::string& seed) {
     auto r = run_command(generate_argv({"-p", "Once upon a time", "--temperature", "1", "--top-k", "0", "--top-p", "1",

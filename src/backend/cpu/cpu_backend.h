@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "core/anon_memory.h"
 
 namespace strata {
 
@@ -18,8 +20,9 @@ struct KernelScratch;
 
 class CpuBackend final : public Backend {
  public:
-  // n_threads <= 0: one per physical core.
-  explicit CpuBackend(int n_threads = 0);
+  // n_threads <= 0: one per physical core. mapped_weights: upload_matrix returns the host matrix
+  // itself (the GGUF file's mapping) instead of a copy in huge pages (see upload_matrix).
+  explicit CpuBackend(int n_threads = 0, bool mapped_weights = false);
   ~CpuBackend() override;
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
@@ -33,7 +36,15 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* dst_host, const void* src_device, uint64_t bytes) override;
 
   bool supports_matmul(GgmlType type) const override;
-  WeightMatrix upload_matrix(const WeightMatrix& host) override { return host; }
+  // F32/F16/BF16/Q8_0 matrices: a copy in anonymous memory advised for transparent huge pages
+  // (arenas of at least 64 MiB, each matrix 64-byte aligned). Matrix-vector products stream the
+  // weights from memory: on the file's 4 KiB pages every page costs a page walk and restarts the
+  // hardware prefetchers, which cost F16 decode 23-35% on a 2-core EPYC (docs/PERFORMANCE.md,
+  // issue 17). Other types (K-quants: 4-10% slower from the copy in five runs of six), and every
+  // type with mapped_weights (--mmap-weights): the host matrix itself. The same bytes either way,
+  // so the same results. Tables (upload_table) stay mapped.
+  WeightMatrix upload_matrix(const WeightMatrix& host) override;
+  WeightMatrix upload_table(const WeightMatrix& host) override { return host; }
   const float* upload_vector(const float* host, int64_t) override { return host; }
 
   void embed(const WeightMatrix& table, std::span<const TokenId> tokens, ActView out) override;
@@ -65,6 +76,9 @@ class CpuBackend final : public Backend {
   double measure_transfer_bandwidth_gbs(bool, uint64_t, int) override { return 0; }
 
  private:
+  bool mapped_weights_;
+  std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
+  uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<cpu::KernelScratch> scratch_;
 };
