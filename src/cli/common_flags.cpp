@@ -82,13 +82,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
                   "Split the model over N ranks (attention heads, feed-forward slices and the vocabulary, "
                   "Megatron-style; KV heads per rank): N CPU backends in threads of this process, --threads split "
                   "between them (at least 1 each). The model's head, KV head, feed-forward and vocabulary counts must "
-                  "divide by N (KV heads: or divide N). With --device cuda: one GPU per rank (rank r on GPU r, NCCL between them). The cold KV tier, --kv-evict and "
-                  "--kv-remote are refused with N > 1")
+                  "divide by N (KV heads: or divide N). With --device cuda: one GPU per rank (rank r on GPU r, NCCL "
+                  "between them). The cold KV tier, --kv-evict and --kv-remote are refused with N > 1")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--mmap-weights", f.mmap_weights,
-                "CPU: multiply straight from the memory-mapped GGUF file instead of a copy of the weights in huge "
-                "pages (no copy at load, less memory while loading; decode reads weights slower from 4 KiB pages)");
+                "CPU: multiply straight from the memory-mapped GGUF file instead of copying F32/F16/BF16/Q8_0 "
+                "weights into huge pages at load (no copy, less memory while loading; decode of those types is "
+                "slower from the file's 4 KiB pages)");
 }
 
 BackendOptions ModelFlags::backend_options() const {

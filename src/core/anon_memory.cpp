@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -20,8 +21,11 @@ AnonymousMemory::AnonymousMemory(uint64_t bytes, Pages pages) : size_(bytes) {
   if (pages == Pages::kHuge) {
     const auto a = reinterpret_cast<uintptr_t>(p);
     data_ = reinterpret_cast<uint8_t*>((a + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
-    // Advice only: a kernel without THP (or with it set to never) leaves 4 KiB pages.
-    (void)::madvise(data_, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1), MADV_HUGEPAGE);
+    // Advice only: a kernel without THP (or with it set to never) leaves 4 KiB pages. Up to the
+    // huge page that holds the last byte, within the mapping.
+    const uint64_t offset = static_cast<uint64_t>(data_ - static_cast<uint8_t*>(p));
+    const uint64_t len = std::min((bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1), map_bytes_ - offset);
+    (void)::madvise(data_, len, MADV_HUGEPAGE);
   }
 }
 
