@@ -90,7 +90,13 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
     at = 0;
   }
   uint8_t* dst = weight_arenas_.back().data() + at;
-  std::memcpy(dst, host.data, bytes);
+  // Copied by the pool's threads, a contiguous part each (memory-bound; `strata generate -n 1` on a
+  // 256 MB F16 model, 2-core VM: 0.28-0.60 s, median 0.40, against 0.24 s with --mmap-weights).
+  const auto threads = static_cast<uint64_t>(pool_->size());
+  pool_->run([&](int t) {
+    const uint64_t b = bytes * static_cast<uint64_t>(t) / threads, e = bytes * static_cast<uint64_t>(t + 1) / threads;
+    if (e > b) std::memcpy(dst + b, host.data + b, e - b);
+  });
   arena_used_ = at + bytes;
   WeightMatrix w = host;
   w.data = dst;
