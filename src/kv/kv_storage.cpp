@@ -348,6 +348,14 @@ uint64_t KvStorage::cold_checksum(int32_t cold_slot, const uint8_t* payload, siz
   return XXH3_64bits_withSeed(payload, n, seed);
 }
 
+void KvStorage::write_cold(int32_t cold, std::vector<uint8_t> frame) {
+  cold_bad_[static_cast<size_t>(cold)] = 0;
+  ++cold_gen_[static_cast<size_t>(cold)];
+  const uint64_t sum = cold_checksum(cold, frame.data() + kColdHeaderBytes, frame.size() - kColdHeaderBytes);
+  std::memcpy(frame.data(), &sum, kColdHeaderBytes);
+  cold_store_->write(cold, std::move(frame));
+}
+
 bool KvStorage::read_cold(int32_t cold, KvTier content, uint64_t ticket, std::vector<uint8_t>& bytes) {
   if (ticket == 0) ticket = cold_store_->read(cold, frame_bytes(content));
   try {
@@ -599,11 +607,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
         }
         std::vector<uint8_t> bytes(kColdHeaderBytes);
         capture(op.src, bytes);
-        cold_bad_[cold] = 0;
-        ++cold_gen_[cold];
-        const uint64_t sum = cold_checksum(op.dst.slot, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
-        std::memcpy(bytes.data(), &sum, kColdHeaderBytes);
-        cold_store_->write(op.dst.slot, std::move(bytes));
+        write_cold(op.dst.slot, std::move(bytes));
         break;
       }
       case KvOp::Kind::kFetch: {
@@ -678,11 +682,7 @@ std::vector<KvOpStatus> KvStorage::execute(std::span<const KvOp> ops) {
           status[i] = KvOpStatus::kReadFailed;
           break;
         }
-        cold_bad_[dst] = 0;
-        ++cold_gen_[dst];
-        const uint64_t sum = cold_checksum(op.dst.slot, bytes.data() + kColdHeaderBytes, bytes.size() - kColdHeaderBytes);
-        std::memcpy(bytes.data(), &sum, kColdHeaderBytes);
-        cold_store_->write(op.dst.slot, std::move(bytes));
+        write_cold(op.dst.slot, std::move(bytes));
         break;
       }
       case KvOp::Kind::kLoad:

@@ -154,6 +154,9 @@ class KvStorage {
   void capture(const KvSlot& ram, std::vector<uint8_t>& out) const;  // appends the slot's bytes
   void restore(const KvSlot& ram, const uint8_t* bytes, size_t n);
   bool read_cold(int32_t cold_slot, KvTier content, uint64_t ticket, std::vector<uint8_t>& bytes);
+  // Writes a frame (kColdHeaderBytes, then the payload) to the cold store's slot: the slot becomes
+  // good with a new generation, the header its checksum.
+  void write_cold(int32_t cold_slot, std::vector<uint8_t> frame);
   void copy_block(BlockId src, BlockId dst);
   void compact(std::span<const KvTokenMove> moves);  // kCompact: token rows, every layer
   void reencode(const KvOp& op);

@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "kv/kv_storage.h"
+#include "kv/memory_cold_store.h"
 #include "kv/tiered_cold_store.h"
 #include "kv/warm_format.h"
 
@@ -370,6 +371,20 @@ class HostSlotStore : public ColdStore {
 
 class KvStorageHostSlots : public KvTransfer {};
 
+// The storage config of these tests: geo's blocks, `blocks` of them, an int8 warm tier of half the
+// memory when `warm`.
+KvConfig host_slots_config(const KvGeometry& geo, int32_t blocks, bool warm) {
+  KvConfig cfg;
+  cfg.block_size = geo.block_size;
+  cfg.dtype = geo.dtype;
+  cfg.num_blocks = blocks;
+  if (warm) {
+    cfg.warm_format = WarmFormat::kInt8;
+    cfg.warm_fraction = 0.5;
+  }
+  return cfg;
+}
+
 KvOp spill(KvSlot src, int32_t cold) { return KvOp{KvOp::Kind::kSpill, src, {KvTier::kCold, cold}, {}, {}, {}}; }
 KvOp fetch(int32_t cold, KvSlot dst) { return KvOp{KvOp::Kind::kFetch, {KvTier::kCold, cold}, dst, {}, {}, {}}; }
 KvOp copy(BlockId src, BlockId dst) { return KvOp{KvOp::Kind::kCopy, {KvTier::kHot, src}, {KvTier::kHot, dst}, {}, {}, {}}; }
@@ -409,12 +424,7 @@ std::vector<uint8_t> storage_block(Backend& be, KvStorage& s, bool warm, int32_t
 // and the store's write()/read() are never called.
 TEST_P(KvStorageHostSlots, SpillOverwriteFetch) {
   const KvGeometry geo{3, 2, 32, 16, KvDtype::kF16};  // layers, kv heads, head_dim, block_size
-  KvConfig cfg;
-  cfg.block_size = geo.block_size;
-  cfg.dtype = geo.dtype;
-  cfg.num_blocks = 32;
-  cfg.warm_format = WarmFormat::kInt8;
-  cfg.warm_fraction = 0.5;
+  KvConfig cfg = host_slots_config(geo, 32, true);
   HostSlotStore* store = nullptr;
   const bool pin = pinned();
   cfg.cold_store_factory = [&store, pin](uint64_t slot_bytes) {
@@ -467,10 +477,7 @@ TEST_P(KvStorageHostSlots, SpillOverwriteFetch) {
 // (the second spill must see the fetched bytes: the batch is issued in between).
 TEST_P(KvStorageHostSlots, DependentOpsInOneList) {
   const KvGeometry geo{2, 2, 32, 16, KvDtype::kBF16};
-  KvConfig cfg;
-  cfg.block_size = geo.block_size;
-  cfg.dtype = geo.dtype;
-  cfg.num_blocks = 4;
+  KvConfig cfg = host_slots_config(geo, 4, false);
   HostSlotStore* store = nullptr;
   const bool pin = pinned();
   cfg.cold_store_factory = [&store, pin](uint64_t slot_bytes) {
@@ -497,35 +504,9 @@ TEST_P(KvStorageHostSlots, DependentOpsInOneList) {
   EXPECT_EQ(store->store_calls, 0);
 }
 
-// The file part below host slots, in memory: framed blocks by slot (KvStorage writes and reads it
-// through write()/read() as it would a file).
-class FramedStore : public ColdStore {
- public:
-  FramedStore(int64_t slots, uint64_t slot_bytes) : n_(slots), slot_bytes_(slot_bytes) {}
-  int64_t num_slots() const override { return n_; }
-  uint64_t slot_bytes() const override { return slot_bytes_; }
-  std::string describe() const override { return "framed slots (test)"; }
-  void write(int64_t slot, std::vector<uint8_t> bytes) override { slots[slot] = std::move(bytes); }
-  uint64_t read(int64_t slot, uint64_t n) override {
-    std::vector<uint8_t> b = slots[slot];
-    b.resize(std::min<size_t>(b.size(), n));
-    reads_[next_] = std::move(b);
-    return next_++;
-  }
-  std::vector<uint8_t> wait(uint64_t ticket) override {
-    std::vector<uint8_t> b = std::move(reads_.at(ticket));
-    reads_.erase(ticket);
-    return b;
-  }
-  void drain() override {}
-  std::map<int64_t, std::vector<uint8_t>> slots;
-
- private:
-  int64_t n_;
-  uint64_t slot_bytes_;
-  uint64_t next_ = 1;
-  std::map<uint64_t, std::vector<uint8_t>> reads_;
-};
+// The file part below host slots, in memory: KvStorage writes its framed blocks and reads them
+// through write()/read() as it would a file's.
+using test::MemoryColdStore;
 
 KvOp migrate(int32_t host, int32_t file, KvTier content) {
   KvOp o{KvOp::Kind::kMigrate, {KvTier::kCold, host}, {KvTier::kCold, file}, {}, {}, {}};
@@ -539,18 +520,13 @@ KvOp migrate(int32_t host, int32_t file, KvTier content) {
 // comes back from the file exactly; the file slot holds the payload after an 8-byte frame header.
 TEST_P(KvStorageHostSlots, MigrateToTheFileThenFetch) {
   const KvGeometry geo{3, 2, 32, 16, KvDtype::kF16};
-  KvConfig cfg;
-  cfg.block_size = geo.block_size;
-  cfg.dtype = geo.dtype;
-  cfg.num_blocks = 16;
-  cfg.warm_format = WarmFormat::kInt8;
-  cfg.warm_fraction = 0.5;
+  KvConfig cfg = host_slots_config(geo, 16, true);
   HostSlotStore* host = nullptr;
-  FramedStore* file = nullptr;
+  MemoryColdStore* file = nullptr;
   const bool pin = pinned();
   cfg.cold_store_factory = [&host, &file, pin](uint64_t slot_bytes) {
     auto h = std::make_unique<HostSlotStore>(2, slot_bytes, pin);
-    auto f = std::make_unique<FramedStore>(4, slot_bytes);
+    auto f = std::make_unique<MemoryColdStore>(4, slot_bytes);
     host = h.get();
     file = f.get();
     return std::make_unique<TieredColdStore>(std::move(h), std::move(f));
@@ -571,9 +547,9 @@ TEST_P(KvStorageHostSlots, MigrateToTheFileThenFetch) {
   const std::vector<KvOp> second = {migrate(1, 4, KvTier::kWarm), spill({KvTier::kHot, 1}, 1)};
   for (KvOpStatus st : s.execute(second)) EXPECT_EQ(st, KvOpStatus::kOk);
   s.drain_io();
-  ASSERT_TRUE(file->slots.count(1) && file->slots.count(2));  // cold slots 3 and 4
-  EXPECT_TRUE(std::vector<uint8_t>(file->slots[1].begin() + 8, file->slots[1].end()) == hot1);
-  EXPECT_TRUE(std::vector<uint8_t>(file->slots[2].begin() + 8, file->slots[2].end()) == warm1);
+  ASSERT_TRUE(file->slots_.count(1) && file->slots_.count(2));  // cold slots 3 and 4
+  EXPECT_TRUE(std::vector<uint8_t>(file->slots_[1].begin() + 8, file->slots_[1].end()) == hot1);
+  EXPECT_TRUE(std::vector<uint8_t>(file->slots_[2].begin() + 8, file->slots_[2].end()) == warm1);
   EXPECT_TRUE(std::vector<uint8_t>(host->slot_memory(0), host->slot_memory(0) + hot_n) == hot3);
   EXPECT_TRUE(std::vector<uint8_t>(host->slot_memory(1), host->slot_memory(1) + hot_n) == hot1);
   // Overwrite the arenas, then fetch everything back into other ids.

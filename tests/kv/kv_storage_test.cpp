@@ -13,6 +13,7 @@
 #include "kv/host_cold_store.h"
 #include "kv/kv_storage.h"
 #include "kv/tiered_cold_store.h"
+#include "kv/memory_cold_store.h"
 #include "kv/warm_format.h"
 #include "support/test_support.h"
 
@@ -29,39 +30,7 @@ KvConfig config(int32_t blocks) {
   return c;
 }
 
-// A cold tier in memory whose reads can be made to fail and whose slots can be damaged. A read
-// sees the slot as it was when the read was issued (as the file store's ordered queue does).
-class MemoryColdStore : public ColdStore {
- public:
-  MemoryColdStore(int64_t slots, uint64_t slot_bytes) : n_(slots), slot_bytes_(slot_bytes) {}
-  int64_t num_slots() const override { return n_; }
-  uint64_t slot_bytes() const override { return slot_bytes_; }
-  std::string describe() const override { return "memory"; }
-  void write(int64_t slot, std::vector<uint8_t> bytes) override { slots_[slot] = std::move(bytes); }
-  uint64_t read(int64_t slot, uint64_t n) override {
-    std::vector<uint8_t> b = slots_[slot];
-    b.resize(std::min<size_t>(b.size(), n));
-    reads_[next_] = {slot, std::move(b)};
-    return next_++;
-  }
-  std::vector<uint8_t> wait(uint64_t ticket) override {
-    auto r = reads_.at(ticket);
-    reads_.erase(ticket);
-    if (failing_.count(r.first)) throw Error("read of slot failed");
-    return r.second;
-  }
-  void drain() override {}
-  int64_t reads_issued() const { return static_cast<int64_t>(next_) - 1; }
-
-  std::map<int64_t, std::vector<uint8_t>> slots_;
-  std::set<int64_t> failing_;
-
- private:
-  int64_t n_;
-  uint64_t slot_bytes_;
-  uint64_t next_ = 1;
-  std::map<uint64_t, std::pair<int64_t, std::vector<uint8_t>>> reads_;
-};
+using test::MemoryColdStore;
 
 // Storage with an in-memory cold tier of 16 slots; *store points at it.
 std::unique_ptr<KvStorage> with_memory_store(KvConfig cfg, MemoryColdStore** store) {
@@ -291,8 +260,8 @@ TEST(KvStorage, ReencodesAheadAreOffOnRequest) {
   EXPECT_FALSE(KvStorage(kGeo, config(8)).reencodes_ahead()) << "no warm tier, nothing to start";
 }
 
-TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
-  const std::string dir = test::make_temp_dir("strata-kvs");
+// 24 blocks' memory, half of it an int8 warm tier, spilling to a 1 MiB file in dir.
+KvConfig spill_config(const std::string& dir) {
   KvConfig cfg = config(0);
   cfg.num_blocks.reset();
   cfg.memory_bytes = kGeo.bytes_per_block() * 24;
@@ -300,19 +269,29 @@ TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
   cfg.warm_fraction = 0.5;
   cfg.spill_dir = dir;
   cfg.spill_bytes = 1 << 20;
+  return cfg;
+}
+
+// Hot blocks 4.. (a warm span of them) filled from `seed` and re-encoded into warm slot 0; their ids.
+std::vector<BlockId> fill_warm0(KvStorage& s, int seed) {
+  std::vector<BlockId> group;
+  for (int32_t j = 0; j < s.capacity().warm_span; ++j) {
+    group.push_back(4 + j);
+    fill_hot(s, 4 + j, seed);
+  }
+  EXPECT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
+  return group;
+}
+
+TEST(KvStorage, SpilledHotBlocksAndWarmSlotsComeBackByteForByte) {
+  const std::string dir = test::make_temp_dir("strata-kvs");
   {
-    KvStorage s(kGeo, cfg);
+    KvStorage s(kGeo, spill_config(dir));
     ASSERT_TRUE(s.has_cold_tier());
     EXPECT_GE(s.capacity().cold_slot_bytes, s.capacity().hot_block_bytes + 8);
     EXPECT_GE(s.capacity().cold_slot_bytes, s.capacity().warm_slot_bytes + 8);
-    const int32_t span = s.capacity().warm_span;
-    std::vector<BlockId> group;
-    for (int32_t j = 0; j < span; ++j) {
-      group.push_back(4 + j);
-      fill_hot(s, 4 + j, 3);
-    }
     fill_hot(s, 1, 9);
-    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
+    fill_warm0(s, 3);
     const std::vector<uint8_t> h1 = hot_bytes(s, 1), w0 = warm_bytes(s, 0);
     // Out, then the RAM slots are reused by something else, then back into other slots.
     EXPECT_EQ(s.execute(std::vector<KvOp>{op(kSpill, hot(1), cold(3)), op(kSpill, warm(0), cold(7))}),
@@ -344,28 +323,18 @@ KvOp migrate(int32_t host, int32_t file, KvTier content) {
 // was written, hot blocks and warm slots alike.
 TEST(KvStorage, AMigratedBlockComesBackFromTheFileByteForByte) {
   const std::string dir = test::make_temp_dir("strata-kvs");
-  KvConfig cfg = config(0);
-  cfg.num_blocks.reset();
-  cfg.memory_bytes = kGeo.bytes_per_block() * 24;
-  cfg.warm_format = WarmFormat::kInt8;
-  cfg.warm_fraction = 0.5;
+  KvConfig cfg = spill_config(dir);
   {
     // Slots as large as a hot block or a warm slot with their frame: 2 in host memory.
-    KvStorage probe(kGeo, cfg);
+    KvConfig no_spill = cfg;
+    no_spill.spill_dir.clear();
+    KvStorage probe(kGeo, no_spill);
     cfg.host_bytes = 2 * (std::max(probe.capacity().hot_block_bytes, probe.capacity().warm_slot_bytes) + 8);
   }
-  cfg.spill_dir = dir;
-  cfg.spill_bytes = 1 << 20;
   {
     KvStorage s(kGeo, cfg);
     ASSERT_EQ(s.capacity().cold_host_slots, 2);
-    const int32_t span = s.capacity().warm_span;
-    std::vector<BlockId> group;
-    for (int32_t j = 0; j < span; ++j) {
-      group.push_back(4 + j);
-      fill_hot(s, 4 + j, 3);
-    }
-    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
+    fill_warm0(s, 3);
     fill_hot(s, 1, 9);
     fill_hot(s, 2, 19);
     const std::vector<uint8_t> h1 = hot_bytes(s, 1), h2 = hot_bytes(s, 2), w0 = warm_bytes(s, 0);
@@ -378,8 +347,7 @@ TEST(KvStorage, AMigratedBlockComesBackFromTheFileByteForByte) {
               (std::vector<KvOpStatus>(4, KvOpStatus::kOk)));
     fill_hot(s, 1, 10);
     fill_hot(s, 2, 20);
-    for (int32_t j = 0; j < span; ++j) fill_hot(s, 4 + j, 4);
-    ASSERT_EQ(s.execute(std::vector<KvOp>{KvOp{KvOp::Kind::kReencode, {}, warm(0), group, {}, {}}})[0], KvOpStatus::kOk);
+    fill_warm0(s, 4);
     EXPECT_NE(hot_bytes(s, 1), h1);
     EXPECT_NE(warm_bytes(s, 0), w0);
     EXPECT_EQ(s.execute(std::vector<KvOp>{op(kFetch, cold(5), hot(3)), op(kFetch, cold(2), warm(1)),

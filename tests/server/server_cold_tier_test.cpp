@@ -50,6 +50,26 @@ std::vector<std::string> swap_load_at_once(ServerProcess& s) {
   return got;
 }
 
+// The swap load all at once on a server of 24 blocks of 16 tokens with --preempt swap, spilling to
+// a fresh directory, `args` added: its outputs must be `reference` and the load must have been
+// preempted. Returns /metrics at the end.
+std::map<std::string, double> swap_run(const std::vector<std::string>& reference, const std::vector<std::string>& args) {
+  const std::string spill = test::make_temp_dir("strata-cold-swap");
+  ServerProcess::Options o;
+  o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-spill-dir", spill, "--kv-spill-size", "16MiB",
+            "--preempt", "swap"};
+  o.args.insert(o.args.end(), args.begin(), args.end());
+  std::map<std::string, double> m;
+  {
+    ServerProcess s(o);
+    EXPECT_EQ(swap_load_at_once(s), reference);
+    m = metrics(s);
+  }
+  std::filesystem::remove_all(spill);
+  EXPECT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+  return m;
+}
+
 // Overwrites every byte of the server's (unlinked) spill file with garbage; returns the bytes
 // written.
 int64_t damage_spill_file(pid_t pid) {
@@ -112,35 +132,17 @@ TEST(ServerColdTier, PrefixHitsComeBackFromTheSpillFileAndDamageIsRecomputed) {
 // step that resumes them (strata_kv_cold_prefetch_hits_total), with the tokens of a run that never
 // swapped.
 TEST(ServerColdTier, SwappedSequencesAreReadAheadOfTheirResumeAndStayExact) {
-  const std::vector<std::string> reference = swap_reference();
-  const std::string spill = test::make_temp_dir("strata-cold-swap");
-  ServerProcess::Options o;
-  o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-spill-dir", spill, "--kv-spill-size", "16MiB", "--preempt", "swap"};
-  ServerProcess s(o);
-  const std::vector<std::string> got = swap_load_at_once(s);
-  EXPECT_EQ(got, reference);
-  auto m = metrics(s);
-  ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+  auto m = swap_run(swap_reference(), {});
   EXPECT_GT(m["strata_kv_spill_in_bytes_total"], 0);
   EXPECT_GT(m["strata_kv_cold_prefetch_hits_total"], 0);
   EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
-  std::filesystem::remove_all(spill);
 }
 
 // The host tier (--kv-host-memory) above a spill file: the same swap load, exact; /metrics shows
 // each tier's blocks and bytes (strata_kv_tier_blocks / strata_kv_tier_bytes, with the configured
 // capacities) and the moves into and out of host memory.
 TEST(ServerColdTier, AHostTierAboveTheFileServesSwapsExactlyAndShowsOnMetrics) {
-  const std::vector<std::string> reference = swap_reference();
-  const std::string spill = test::make_temp_dir("strata-cold-host");
-  ServerProcess::Options o;
-  o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-host-memory", "8MiB", "--kv-spill-dir", spill,
-            "--kv-spill-size", "16MiB", "--preempt", "swap"};
-  ServerProcess s(o);
-  const std::vector<std::string> got = swap_load_at_once(s);
-  EXPECT_EQ(got, reference);
-  auto m = metrics(s);
-  ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+  auto m = swap_run(swap_reference(), {"--kv-host-memory", "8MiB"});
   EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"hot\",state=\"total\"}"], 24);
   // Slots are whole frames (a block and its 8-byte checksum) of the sizes asked for.
   const double block = m["strata_kv_capacity_bytes{tier=\"hot\"}"] / 24;
@@ -155,7 +157,6 @@ TEST(ServerColdTier, AHostTierAboveTheFileServesSwapsExactlyAndShowsOnMetrics) {
   EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"used\"}"], 0) << "nothing is swapped at the end";
   EXPECT_EQ(m["strata_kv_tier_moves_total{tier=\"file\",op=\"migrate\"}"], 0) << "host memory was never full";
   EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
-  std::filesystem::remove_all(spill);
 }
 
 // A host tier of 4 blocks above the file: when it is full its oldest blocks move down to the file
@@ -165,17 +166,10 @@ TEST(ServerColdTier, AFullHostTierMovesBlocksDownToTheFileAndStaysExact) {
   const std::vector<std::string> reference = swap_reference();
   for (const bool migrate : {true, false}) {
     SCOPED_TRACE(migrate ? "migration" : "--kv-no-host-migrate");
-    const std::string spill = test::make_temp_dir("strata-cold-host");
-    ServerProcess::Options o;
     // stories260K's blocks of 16 tokens are 10 KiB with their frame: 4 host slots.
-    o.args = {"--kv-blocks", "24", "--kv-block-size", "16", "--kv-host-memory", "41KiB", "--kv-spill-dir", spill,
-              "--kv-spill-size", "16MiB", "--preempt", "swap"};
-    if (!migrate) o.args.push_back("--kv-no-host-migrate");
-    ServerProcess s(o);
-    const std::vector<std::string> got = swap_load_at_once(s);
-    EXPECT_EQ(got, reference);
-    auto m = metrics(s);
-    ASSERT_GT(m["strata_preemptions_total"], 0) << "the load should not fit 24 blocks";
+    std::vector<std::string> args = {"--kv-host-memory", "41KiB"};
+    if (!migrate) args.push_back("--kv-no-host-migrate");
+    auto m = swap_run(reference, args);
     EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"host\",state=\"total\"}"], 4);
     const double moved = m["strata_kv_tier_moves_total{tier=\"file\",op=\"migrate\"}"];
     if (migrate) {
@@ -187,7 +181,6 @@ TEST(ServerColdTier, AFullHostTierMovesBlocksDownToTheFileAndStaysExact) {
     }
     EXPECT_EQ(m["strata_kv_tier_blocks{tier=\"file\",state=\"used\"}"], 0) << "nothing is swapped at the end";
     EXPECT_EQ(m["strata_kv_cold_read_failures_total"], 0);
-    std::filesystem::remove_all(spill);
   }
 }
 

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 
 #include "core/anon_memory.h"
 #include "core/check.h"
