@@ -441,6 +441,9 @@ class Backend {
     int32_t n_tokens = 0;
     int32_t n_seqs = 0;
     int32_t max_blocks = 0;  // block-table length each sequence's table is padded to
+    // Longest context of the pass (KV slots attended, the new tokens included); 0: unknown. A
+    // backend may keep one recording per range of it (CUDA: the decode attention's launch plan).
+    int32_t max_ctx = 0;
   };
   virtual bool begin_replay(const ReplayShape&) { return false; }
   virtual void end_replay() {}

@@ -351,12 +351,16 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   if (T <= kMaxReplayTokens && shard_ == nullptr && std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const ForwardSeq& s) {
         return s.tokens.size() == 1;
       })) {
-    int32_t max_blocks = 0;
-    for (const AttentionSeq& a : attn_seqs_) max_blocks = std::max(max_blocks, a.n_blocks);
+    int32_t max_blocks = 0, max_ctx = 0;
+    for (const AttentionSeq& a : attn_seqs_) {
+      max_blocks = std::max(max_blocks, a.n_blocks);
+      max_ctx = std::max(max_ctx, a.start_pos + a.n_q);
+    }
     Backend::ReplayShape shape;
     shape.n_tokens = static_cast<int32_t>(T);
     shape.n_seqs = static_cast<int32_t>(attn_seqs_.size());
     shape.max_blocks = (max_blocks + 31) / 32 * 32;
+    shape.max_ctx = max_ctx;
     // Everything a recording bakes in: sizes, every buffer address (the carving of the activation
     // buffers depends on their capacity) and every field of every layer's KV view (the kernels take
     // the views by value: arenas, warm tier, host slots). One model serves engine after engine, and

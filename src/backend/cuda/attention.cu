@@ -1028,6 +1028,9 @@ inline int32_t dec_splits(int32_t n_tokens, int32_t n_head, int32_t head_dim, in
   return static_cast<int32_t>(s);
 }
 
+// The context the decode plan is made for (AttnBatch::plan_ctx).
+inline int32_t plan_ctx(const AttnBatch& b) { return b.plan_ctx > 0 ? std::min(b.plan_ctx, b.max_ctx) : b.max_ctx; }
+
 // Query tiles per block: 4 (K/V tiles shared by 4 warps) when some sequence has >= 4 tiles
 // (prefill), else 1 (decode: one warp per block, parallelism from the splits).
 inline int choose_wq(int32_t max_n_q, int32_t group) { return seq_tiles(max_n_q, group) >= 4 ? 4 : 1; }
@@ -1081,8 +1084,9 @@ void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, in
   using C = DecCfg<VEC, R>;
   const int32_t group = n_head / kv.n_kv_heads;
   const int32_t tps = (group + R - 1) / R;
-  const int nw = dec_warps(b.max_ctx, kv.head_dim);
-  const int32_t nsplit = dec_splits(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
+  const int32_t ctx = plan_ctx(b);
+  const int nw = dec_warps(ctx, kv.head_dim);
+  const int32_t nsplit = dec_splits(b.n_tokens, n_head, kv.head_dim, ctx);
   const int64_t blocks = int64_t{b.n_seqs} * kv.n_kv_heads * tps * nsplit;
   constexpr int kExtra = kFused ? 4 * C::D : 0;  // new K and V rows, RoPE cos and sin (doubles)
   static bool configured = false;  // one flag per instantiation; launchers run on the engine thread only
@@ -1148,7 +1152,7 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
 
 int32_t attention_splits(const KvLayerView& kv, const AttnBatch& b, int32_t n_head) {
   if (b.max_n_q > 1 && attn::mma_eligible(kv)) return attn::mma_splits(b.n_tokens, n_head, b.max_ctx);
-  if (b.max_n_q == 1) return attn::dec_splits(b.n_tokens, n_head, kv.head_dim, b.max_ctx);
+  if (b.max_n_q == 1) return attn::dec_splits(b.n_tokens, n_head, kv.head_dim, attn::plan_ctx(b));
   return attn::choose_splits(b.n_tokens, n_head, b.max_ctx);
 }
 

@@ -331,6 +331,7 @@ struct CudaBackend::Impl {
   std::unordered_set<uint64_t> seen;
   uint64_t key = 0;
   int32_t pad_blocks = 0;
+  int32_t plan_ctx = 0;  // AttnBatch::plan_ctx of the recorded pass (decode_plan_ctx of its longest context)
   uint64_t mem_epoch = 0, graphs_epoch = 0;
   cudaEvent_t replay_done = nullptr;
   bool replay_pending = false;
@@ -993,7 +994,10 @@ cuda::AttnBatch CudaBackend::stage_attention(const KvLayerView& kv, std::span<co
     h.insert(h.end(), s.blocks, s.blocks + s.n_blocks);
     if (padded) h.insert(h.end(), static_cast<size_t>(m.pad_blocks - s.n_blocks), 0);
   }
-  if (padded) b.max_ctx = m.pad_blocks * kv.block_size;
+  if (padded) {
+    b.max_ctx = m.pad_blocks * kv.block_size;
+    b.plan_ctx = std::min(m.plan_ctx, b.max_ctx);
+  }
   const auto* staged = static_cast<const int32_t*>(m.stage(m.memo_attn, h.data(), h.size() * sizeof(int32_t)));
   b.seqs = reinterpret_cast<const cuda::AttnSeqDev*>(staged);
   b.tables = staged + seqs.size() * kFields;
@@ -1388,14 +1392,19 @@ bool CudaBackend::begin_replay(const ReplayShape& shape) {
   // Host arrays: the fixed fields of each array plus alignment, all well under the arena.
   const uint64_t arena_need = 9 * 256 + 4 * (4 * uint64_t(shape.n_tokens) + uint64_t(shape.n_seqs) * (7 + shape.max_blocks));
   if (arena_need > m.arena_cap) return false;
-  const auto it = m.graphs.find(shape.key);
-  const bool first = it == m.graphs.end() && m.seen.insert(shape.key).second;
+  // One recording per power-of-two range of the longest context (the decode attention's launch
+  // plan, AttnBatch::plan_ctx): in the key.
+  const int32_t plan_ctx = shape.max_ctx > 0 ? cuda::decode_plan_ctx(shape.max_ctx) : INT32_MAX;
+  const uint64_t key = shape.key ^ (static_cast<uint64_t>(plan_ctx) * 0x9E3779B97F4A7C15ull);
+  const auto it = m.graphs.find(key);
+  const bool first = it == m.graphs.end() && m.seen.insert(key).second;
   if (m.replay_pending) {  // the last replay may still read the arena's host side
     STRATA_CUDA(cudaEventSynchronize(m.replay_done));
     m.replay_pending = false;
   }
-  m.key = shape.key;
+  m.key = key;
   m.pad_blocks = shape.max_blocks;
+  m.plan_ctx = plan_ctx;
   m.arena_off = 0;
   m.views_digest = 0;
   ++m.graph_seq;

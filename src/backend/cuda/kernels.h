@@ -140,6 +140,12 @@ struct AttnBatch {
   int32_t n_tokens = 0;       // sum of n_q
   int32_t max_n_q = 0;        // largest n_q
   int32_t max_ctx = 0;        // largest start_pos + n_q
+  // Context the decode launch plan (warps per block, key splits; attention_splits) is made for;
+  // 0: max_ctx. In a recorded pass max_ctx is the padded table's length, and the plan is made for
+  // decode_plan_ctx(longest context) instead, so that short contexts under a long padded table do
+  // not pay for splits, and the kernel that merges them, that they do not need. Any value gives a
+  // correct result (the kernels split the real context at run time); only the launch shape changes.
+  int32_t plan_ctx = 0;
   float* scratch = nullptr;   // attention_scratch_floats(...) floats for split-context partials
   // Importance asked (null: off): every attention kernel writes each split's final (max, sum) of
   // its keys, imp_ml[row][split][2] (row = token * n_head + head; max = -INF: no key), so that the
@@ -150,6 +156,14 @@ struct AttnBatch {
   int64_t imp_stride = 0;
   float* imp_ml = nullptr;
 };
+
+// The context a recorded decode pass plans for: the longest context rounded up to a power of two,
+// at least 128 (4 warps of 32 keys), so that one recording serves contexts up to twice as long.
+inline int32_t decode_plan_ctx(int32_t ctx) {
+  int32_t p = 128;
+  while (p < ctx && p < (1 << 30)) p *= 2;
+  return p;
+}
 
 // Floats of scratch that paged_attention needs for a batch of this shape.
 int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_dim, int32_t max_ctx);
