@@ -265,6 +265,7 @@ int run_bench_model(const BenchModelOptions& o) {
     j["reps"] = o.reps;
     j["depth"] = o.depth;
     j["kv_dtype"] = kv_dtype_name(kvc.dtype);
+    j["backend"] = model->backend().description();
     // --depth with --kv-offload: the blocks each decode step reads from host memory (every layer).
     j["tg_host_blocks"] = host_blocks;
     j["tg_host_bytes_per_step"] = static_cast<uint64_t>(host_blocks) * kv.block_bytes();
@@ -287,6 +288,7 @@ int run_bench_model(const BenchModelOptions& o) {
              format_bytes(file_bytes), format_bytes(bytes_per_step), n_threads(*model),
              model->tensor_parallel() > 1 ? fmt::format(" over {} tensor-parallel ranks", model->tensor_parallel()) : "",
              kv_dtype_name(kvc.dtype));
+  fmt::print("backend: {}\n", model->backend().description());
   if (bandwidth > 0) fmt::print("memory read bandwidth: {:.1f} GB/s\n", bandwidth);
   fmt::print("| test | tok/s |\n| --- | --- |\n");
   if (o.pp > 0) fmt::print("| pp{} | {:.1f} ± {:.1f} |\n", o.pp, pp.mean, pp.sd);

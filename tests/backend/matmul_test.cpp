@@ -11,10 +11,14 @@
 //     pins every unpacking detail of the weight blocks).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <span>
+#include <stdexcept>
+#include <string>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_ref.h"
+#include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
 #include "backend/kernel_test_util.h"
 #include "gguf/quant.h"
@@ -90,6 +94,46 @@ TEST_P(Matmul, FloatTypesMatchTheReference) {
       check_type(type, rows, cols, pool1, pool3, rng);
     }
   }
+}
+
+// One token walks the rows in 4-row tiles or one row at a time (matmul_float.h, chosen at load by
+// speed): both give the reference, and a token alone the bits it has in a batch.
+TEST_P(Matmul, FloatTypesGiveTheSameBitsInEitherDecodeOrder) {
+  test::TargetScope scope(GetParam());
+  ThreadPool pool1(1), pool3(3);
+  const FloatDecodeOrder was = float_decode_order();
+  for (FloatDecodeOrder order : {FloatDecodeOrder::kTiles, FloatDecodeOrder::kRows}) {
+    SCOPED_TRACE(float_decode_order_name(order));
+    set_float_decode_order(order);
+    std::mt19937 rng(2);
+    for (GgmlType type : kFloatTypes) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 100}, {9, 768}, {19, 7}}) {
+        check_type(type, rows, cols, pool1, pool3, rng);
+      }
+    }
+  }
+  set_float_decode_order(was);
+}
+
+TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasures) {
+  ThreadPool pool(2);
+  const FloatDecodeOrder was = float_decode_order();
+  setenv("STRATA_CPU_DECODE_ORDER", "rows", 1);
+  EXPECT_EQ(choose_float_decode_order(pool, 768), FloatDecodeOrder::kRows);
+  setenv("STRATA_CPU_DECODE_ORDER", "tiles", 1);
+  EXPECT_EQ(choose_float_decode_order(pool, 768), FloatDecodeOrder::kTiles);
+  setenv("STRATA_CPU_DECODE_ORDER", "fast", 1);
+  try {
+    (void)choose_float_decode_order(pool, 768);
+    ADD_FAILURE() << "no error for an unknown value";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("STRATA_CPU_DECODE_ORDER=fast"), std::string::npos) << e.what();
+  }
+  setenv("STRATA_CPU_DECODE_ORDER", "auto", 1);
+  const FloatDecodeOrder measured = choose_float_decode_order(pool, 768);  // either: it is a measurement
+  EXPECT_TRUE(measured == FloatDecodeOrder::kRows || measured == FloatDecodeOrder::kTiles);
+  EXPECT_EQ(float_decode_order(), was) << "measuring changed the order in use";
+  unsetenv("STRATA_CPU_DECODE_ORDER");
 }
 
 TEST_P(Matmul, QuantizedTypesMatchTheReference) {

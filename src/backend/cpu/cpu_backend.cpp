@@ -6,13 +6,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
 #include <iterator>
+#include <mutex>
 #include <string_view>
 #include <new>
 
 #include "backend/cpu/bandwidth.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_float.h"
 #include "backend/cpu/profile.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
@@ -75,6 +82,14 @@ CpuBackend::CpuBackend(int n_threads, bool mapped_weights)
 CpuBackend::~CpuBackend() { cpu::profile_report(); }
 
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
+  const bool is_float = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16;
+  // The first 16/32-bit float matrix of at least 512 columns, once per process: below that (toy
+  // models of the tests) the weights stay in cache and the order does not matter; tiles then.
+  if (is_float && host.cols >= 512 && !decode_order_chosen_) {
+    static std::once_flag once;
+    std::call_once(once, [&] { cpu::set_float_decode_order(cpu::choose_float_decode_order(*pool_, host.cols)); });
+    decode_order_chosen_ = true;
+  }
   const uint64_t bytes = host.row_bytes * static_cast<uint64_t>(std::max<int64_t>(host.rows, 0));
   // The types measured faster from huge pages (docs/PERFORMANCE.md, issue 17): 16/32-bit floats
   // (+16-45% decode on a 2-core EPYC) and Q8_0 (+8-23% there and on a Xeon); K-quants read
@@ -104,7 +119,9 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
 }
 
 std::string CpuBackend::description() const {
-  return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
+  if (!decode_order_chosen_) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
+  return fmt::format("cpu ({}, {} threads, one-token float matmuls in {})", cpu::simd_target_name(), pool_->size(),
+                     cpu::float_decode_order_name(cpu::float_decode_order()));
 }
 
 std::unique_ptr<DeviceBuffer> CpuBackend::allocate(uint64_t bytes, MemoryUse use) {

@@ -6,8 +6,8 @@
 // vectors (widened from f16/bf16 on the fly, or read from an f32 slice buffer) and RN token vectors.
 //   AVX2 (16 registers): up to 4 × 3  (12 accumulators + 3 token vectors + 1 weight vector).
 //   AVX-512 (32 registers): up to 4 × 6 (24 + 6 + 1).
-// One token (decode): one row at a time (RunRowwise), a single sequential stream.
-// Few tokens (small decode batches): weights are streamed once, each weight vector feeding up to
+// One token (decode): 4-row tiles, or one row at a time (RunRowwise) where that streams faster
+// (FloatDecodeOrder, chosen at load). Few tokens (small decode batches): weights are streamed once, each weight vector feeding up to
 // RN tokens.
 // Many tokens (prefill, batches): tokens go in blocks that stay in L2; for each block, an RM-row
 // slice of f16/bf16 weights is widened once into an L1-sized f32 buffer (prefetching the next
@@ -189,13 +189,15 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 // into groups of nearly equal size (8 tokens with RN = 6: 4 + 4, not 6 + 2).
 // With `slice` (16-bit weights, many tokens), each RM-row slice is first widened into it, so a
 // weight is converted once per token block instead of once per token group.
-// One token (decode): one row after the other, a single sequential stream, no software prefetch.
-// Tiles of 4 rows read 4 short interleaved streams (rows of a few KiB) that the hardware
-// prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m F16 took 4.40-4.49 ms of
+// One token (decode) with FloatDecodeOrder::kRows: one row after the other, a single sequential
+// stream, no software prefetch. Tiles of 4 rows read 4 short interleaved streams (rows of a few
+// KiB) that some hardware prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m F16 took 4.40-4.49 ms of
 // ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch (BF16 6.66-6.78 against
 // 7.93-8.09; the LM head streamed 61 against 51 GB/s), and a standalone loop read 50-54 GB/s one
 // row at a time against 24 (2-row), 27 (4-row) and 39-43 GB/s (4-row with prefetch), with a pure
 // read at 50-65. Each output is the same single FMA chain as in a tile, so the bits are the same.
+// On the H200 machine's Xeon the same order was 1.5-2x slower than the tiles (one chain's latency
+// bounds it there), hence the choice at load (matmul_float.h).
 template <typename WT>
 void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, float* y) {
   for (int64_t r = 0; r < m; ++r) Tile<1, 1, false, WT>(w + r * ws, ws, x, K, K, y + r, 0);
@@ -204,7 +206,7 @@ void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, flo
 template <typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
-  if (n == 1) {
+  if (n == 1 && g_float_decode_order.load(std::memory_order_relaxed) == static_cast<uint8_t>(FloatDecodeOrder::kRows)) {
     RunRowwise(w, ws, m, x, K, y);
     return;
   }
@@ -270,6 +272,16 @@ HWY_AFTER_NAMESPACE();
 namespace strata::cpu {
 
 HWY_EXPORT(MatmulFloatRows);
+
+std::atomic<uint8_t> g_float_decode_order{static_cast<uint8_t>(FloatDecodeOrder::kTiles)};
+
+void set_float_decode_order(FloatDecodeOrder order) {
+  g_float_decode_order.store(static_cast<uint8_t>(order), std::memory_order_relaxed);
+}
+FloatDecodeOrder float_decode_order() {
+  return static_cast<FloatDecodeOrder>(g_float_decode_order.load(std::memory_order_relaxed));
+}
+const char* float_decode_order_name(FloatDecodeOrder order) { return order == FloatDecodeOrder::kRows ? "rows" : "tiles"; }
 
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n) {
   if (w.type == GgmlType::kF32 || n < kFloatWidenMinTokens) return 0;

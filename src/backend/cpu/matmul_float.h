@@ -9,6 +9,7 @@
 // Thread-safety: pure functions over caller memory; concurrent calls must write disjoint rows.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cpu/kernels.h"
@@ -22,6 +23,27 @@ namespace strata::cpu {
 inline constexpr int64_t kFloatWidenMinTokens = 4;
 // Rows of the widening buffer (at least every target's tile rows).
 inline constexpr int64_t kFloatMaxSliceRows = 8;
+
+// The current FloatDecodeOrder (set_float_decode_order), read by the kernels of every target.
+extern std::atomic<uint8_t> g_float_decode_order;
+
+// How one token's matmul walks the weight rows. Both give the same bits (one FMA chain per output
+// either way); which is faster depends on the machine: kRows (one row after the other, a single
+// sequential stream, no software prefetch) suits hardware prefetchers that lose short interleaved
+// streams (on the Zen 5 VM 1.2-1.6x faster than kTiles); kTiles (4 rows side by side with software
+// prefetch: 4 FMA chains in flight) suits cores where one chain's latency bounds the stream (on
+// the H200 machine's Xeon 1.5-2x faster than kRows). CpuBackend measures both at load
+// (choose_float_decode_order). Process-wide; kTiles until set.
+enum class FloatDecodeOrder : uint8_t { kTiles = 0, kRows = 1 };
+void set_float_decode_order(FloatDecodeOrder order);
+FloatDecodeOrder float_decode_order();
+const char* float_decode_order_name(FloatDecodeOrder order);
+// The order to use here: STRATA_CPU_DECODE_ORDER=rows|tiles, or (unset or "auto") whichever runs
+// faster on this machine through matmul over 64 MiB of F16 matrices of `cols` columns, 2 MiB each
+// (as a decode step meets them: one matrix after another, each split over the pool's threads),
+// the best of three passes per order, alternated (~30 ms). Leaves the current order as it was.
+// Throws std::invalid_argument for another value of the variable.
+FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, int64_t cols);
 
 // f32 elements of the widening buffer matmul_float_rows() wants for n tokens (0: none).
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n);
