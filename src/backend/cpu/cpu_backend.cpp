@@ -6,12 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <stdexcept>
-#include <string>
-#include <vector>
 #include <iterator>
 #include <mutex>
 #include <string_view>

@@ -7,8 +7,8 @@
 //   AVX2 (16 registers): up to 4 × 3  (12 accumulators + 3 token vectors + 1 weight vector).
 //   AVX-512 (32 registers): up to 4 × 6 (24 + 6 + 1).
 // One token (decode): 4-row tiles, or one row at a time (RunRowwise) where that streams faster
-// (FloatDecodeOrder, chosen at load). Few tokens (small decode batches): weights are streamed once, each weight vector feeding up to
-// RN tokens.
+// (FloatDecodeOrder, chosen at load). Few tokens (small decode batches): weights are streamed
+// once, each weight vector feeding up to RN tokens.
 // Many tokens (prefill, batches): tokens go in blocks that stay in L2; for each block, an RM-row
 // slice of f16/bf16 weights is widened once into an L1-sized f32 buffer (prefetching the next
 // slice meanwhile) and every token group of the block reads it from there.
@@ -191,8 +191,8 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 // weight is converted once per token block instead of once per token group.
 // One token (decode) with FloatDecodeOrder::kRows: one row after the other, a single sequential
 // stream, no software prefetch. Tiles of 4 rows read 4 short interleaved streams (rows of a few
-// KiB) that some hardware prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m F16 took 4.40-4.49 ms of
-// ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch (BF16 6.66-6.78 against
+// KiB) that some hardware prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m
+// F16 took 4.40-4.49 ms of ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch (BF16 6.66-6.78 against
 // 7.93-8.09; the LM head streamed 61 against 51 GB/s), and a standalone loop read 50-54 GB/s one
 // row at a time against 24 (2-row), 27 (4-row) and 39-43 GB/s (4-row with prefetch), with a pure
 // read at 50-65. Each output is the same single FMA chain as in a tile, so the bits are the same.
