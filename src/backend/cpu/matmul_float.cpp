@@ -184,18 +184,13 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
   }
 }
 
-// Rows [0, m) of w (stride ws) against tokens [0, n) of x: RM-row slices outermost within each
-// token block, so a slice stays in L1 while the block's tokens go by. A block's tokens are split
-// into groups of nearly equal size (8 tokens with RN = 6: 4 + 4, not 6 + 2).
-// With `slice` (16-bit weights, many tokens), each RM-row slice is first widened into it, so a
-// weight is converted once per token block instead of once per token group.
 // One token (decode) with FloatDecodeOrder::kRows: one row after the other, a single sequential
 // stream, no software prefetch. Tiles of 4 rows read 4 short interleaved streams (rows of a few
 // KiB) that some hardware prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m
-// F16 took 4.40-4.49 ms of ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch (BF16 6.66-6.78 against
-// 7.93-8.09; the LM head streamed 61 against 51 GB/s), and a standalone loop read 50-54 GB/s one
-// row at a time against 24 (2-row), 27 (4-row) and 39-43 GB/s (4-row with prefetch), with a pure
-// read at 50-65. Each output is the same single FMA chain as in a tile, so the bits are the same.
+// F16 took 4.40-4.49 ms of ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch
+// (BF16 6.66-6.78 against 7.93-8.09; the LM head streamed 61 against 51 GB/s), and a standalone
+// loop read 50-54 GB/s one row at a time against 24 (2-row), 27 (4-row) and 39-43 GB/s (4-row
+// with prefetch), with a pure read at 50-65. Each output is the same single FMA chain as in a tile, so the bits are the same.
 // On the H200 machine's Xeon the same order was 1.5-2x slower than the tiles (one chain's latency
 // bounds it there), hence the choice at load (matmul_float.h).
 template <typename WT>
@@ -203,6 +198,11 @@ void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, flo
   for (int64_t r = 0; r < m; ++r) Tile<1, 1, false, WT>(w + r * ws, ws, x, K, K, y + r, 0);
 }
 
+// Rows [0, m) of w (stride ws) against tokens [0, n) of x: RM-row slices outermost within each
+// token block, so a slice stays in L1 while the block's tokens go by. A block's tokens are split
+// into groups of nearly equal size (8 tokens with RN = 6: 4 + 4, not 6 + 2).
+// With `slice` (16-bit weights, many tokens), each RM-row slice is first widened into it, so a
+// weight is converted once per token block instead of once per token group.
 template <typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
