@@ -190,9 +190,9 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 // F16 took 4.40-4.49 ms of ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch
 // (BF16 6.66-6.78 against 7.93-8.09; the LM head streamed 61 against 51 GB/s), and a standalone
 // loop read 50-54 GB/s one row at a time against 24 (2-row), 27 (4-row) and 39-43 GB/s (4-row
-// with prefetch), with a pure read at 50-65. Each output is the same single FMA chain as in a tile, so the bits are the same.
-// On the H200 machine's Xeon the same order was 1.5-2x slower than the tiles (one chain's latency
-// bounds it there), hence the choice at load (matmul_float.h).
+// with prefetch), with a pure read at 50-65. Each output is the same single FMA chain as in a
+// tile, so the bits are the same. On the H200 machine's Xeon the same order was 1.5-2x slower
+// than the tiles (one chain's latency bounds it there), hence the choice at load (matmul_float.h).
 template <typename WT>
 void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, float* y) {
   for (int64_t r = 0; r < m; ++r) Tile<1, 1, false, WT>(w + r * ws, ws, x, K, K, y + r, 0);
