@@ -30,7 +30,7 @@ extern std::atomic<uint8_t> g_float_decode_order;
 // How one token's matmul walks the weight rows. Both give the same bits (one FMA chain per output
 // either way); which is faster depends on the machine: kRows (one row after the other, a single
 // sequential stream, no software prefetch) suits hardware prefetchers that lose short interleaved
-// streams (on the Zen 5 VM 1.2-1.6x faster than kTiles); kTiles (4 rows side by side with software
+// streams (on the Zen 5 VM 1.1-1.6x faster than kTiles); kTiles (4 rows side by side with software
 // prefetch: 4 FMA chains in flight) suits cores where one chain's latency bounds the stream (on
 // the H200 machine's Xeon 1.5-2x faster than kRows). CpuBackend measures both at load
 // (choose_float_decode_order). Process-wide; kTiles until set.
