@@ -97,43 +97,56 @@ TEST_P(Matmul, FloatTypesMatchTheReference) {
 }
 
 // One token walks the rows in 4-row tiles or one row at a time (matmul_float.h, chosen at load by
-// speed): both give the reference, and a token alone the bits it has in a batch.
+// speed, per type): both give the reference, and a token alone the bits it has in a batch.
 TEST_P(Matmul, FloatTypesGiveTheSameBitsInEitherDecodeOrder) {
   test::TargetScope scope(GetParam());
   ThreadPool pool1(1), pool3(3);
-  const FloatDecodeOrder was = float_decode_order();
-  for (FloatDecodeOrder order : {FloatDecodeOrder::kTiles, FloatDecodeOrder::kRows}) {
-    SCOPED_TRACE(float_decode_order_name(order));
-    set_float_decode_order(order);
-    std::mt19937 rng(2);
-    for (GgmlType type : kFloatTypes) {
+  for (GgmlType type : kFloatTypes) {
+    const FloatDecodeOrder was = float_decode_order(type);
+    for (FloatDecodeOrder order : {FloatDecodeOrder::kTiles, FloatDecodeOrder::kRows}) {
+      SCOPED_TRACE(float_decode_order_name(order));
+      set_float_decode_order(type, order);
+      std::mt19937 rng(2);
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 100}, {9, 768}, {19, 7}}) {
         check_type(type, rows, cols, pool1, pool3, rng);
       }
     }
+    set_float_decode_order(type, was);
   }
-  set_float_decode_order(was);
 }
 
-TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasures) {
+TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasuresPerType) {
   ThreadPool pool(2);
-  const FloatDecodeOrder was = float_decode_order();
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
+  FloatDecodeOrder was[3];
+  for (size_t i = 0; i < 3; ++i) was[i] = float_decode_order(types[i]);
   setenv("STRATA_CPU_DECODE_ORDER", "rows", 1);
-  EXPECT_EQ(choose_float_decode_order(pool, 768), FloatDecodeOrder::kRows);
+  EXPECT_EQ(choose_float_decode_order(pool, GgmlType::kF16, 768), FloatDecodeOrder::kRows);
   setenv("STRATA_CPU_DECODE_ORDER", "tiles", 1);
-  EXPECT_EQ(choose_float_decode_order(pool, 768), FloatDecodeOrder::kTiles);
+  EXPECT_EQ(choose_float_decode_order(pool, GgmlType::kBF16, 768), FloatDecodeOrder::kTiles);
   setenv("STRATA_CPU_DECODE_ORDER", "fast", 1);
   try {
-    (void)choose_float_decode_order(pool, 768);
+    (void)choose_float_decode_order(pool, GgmlType::kF16, 768);
     ADD_FAILURE() << "no error for an unknown value";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("STRATA_CPU_DECODE_ORDER=fast"), std::string::npos) << e.what();
   }
   setenv("STRATA_CPU_DECODE_ORDER", "auto", 1);
-  const FloatDecodeOrder measured = choose_float_decode_order(pool, 768);  // either: it is a measurement
-  EXPECT_TRUE(measured == FloatDecodeOrder::kRows || measured == FloatDecodeOrder::kTiles);
-  EXPECT_EQ(float_decode_order(), was) << "measuring changed the order in use";
+  for (GgmlType t : types) {
+    SCOPED_TRACE(std::string(ggml_type_name(t)));
+    const FloatDecodeOrder measured = choose_float_decode_order(pool, t, 768);  // either: it is a measurement
+    EXPECT_TRUE(measured == FloatDecodeOrder::kRows || measured == FloatDecodeOrder::kTiles);
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(float_decode_order(types[i]), was[i]) << "measuring changed the order in use";
+  EXPECT_THROW((void)choose_float_decode_order(pool, GgmlType::kQ8_0, 768), std::invalid_argument);
+  EXPECT_THROW(set_float_decode_order(GgmlType::kQ4_K, FloatDecodeOrder::kRows), std::invalid_argument);
   unsetenv("STRATA_CPU_DECODE_ORDER");
+  // One type's order leaves the others' alone.
+  set_float_decode_order(GgmlType::kF16, FloatDecodeOrder::kRows);
+  set_float_decode_order(GgmlType::kBF16, FloatDecodeOrder::kTiles);
+  EXPECT_EQ(float_decode_order(GgmlType::kF16), FloatDecodeOrder::kRows);
+  EXPECT_EQ(float_decode_order(GgmlType::kBF16), FloatDecodeOrder::kTiles);
+  for (size_t i = 0; i < 3; ++i) set_float_decode_order(types[i], was[i]);
 }
 
 TEST_P(Matmul, QuantizedTypesMatchTheReference) {

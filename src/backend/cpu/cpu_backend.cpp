@@ -16,6 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/profile.h"
+#include "gguf/tensor_type.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
 #include "core/error.h"
@@ -78,12 +79,16 @@ CpuBackend::~CpuBackend() { cpu::profile_report(); }
 
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const bool is_float = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16;
-  // The first 16/32-bit float matrix of at least 512 columns, once per process: below that (toy
-  // models of the tests) the weights stay in cache and the order does not matter; tiles then.
-  if (is_float && host.cols >= 512 && !decode_order_chosen_) {
-    static std::once_flag once;
-    std::call_once(once, [&] { cpu::set_float_decode_order(cpu::choose_float_decode_order(*pool_, host.cols)); });
-    decode_order_chosen_ = true;
+  // The first matrix of each 16/32-bit float type of at least 512 columns, once per process and
+  // type: below that (toy models of the tests) the weights stay in cache and the order does not
+  // matter; tiles then.
+  if (is_float && host.cols >= 512) {
+    const int slot = cpu::decode_order_slot(host.type);
+    static std::once_flag once[3];
+    std::call_once(once[slot], [&] {
+      cpu::set_float_decode_order(host.type, cpu::choose_float_decode_order(*pool_, host.type, host.cols));
+    });
+    decode_order_chosen_[static_cast<size_t>(slot)] = true;
   }
   const uint64_t bytes = host.row_bytes * static_cast<uint64_t>(std::max<int64_t>(host.rows, 0));
   // The types measured faster from huge pages (docs/PERFORMANCE.md, issue 17): 16/32-bit floats
@@ -114,9 +119,15 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
 }
 
 std::string CpuBackend::description() const {
-  if (!decode_order_chosen_) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
-  return fmt::format("cpu ({}, {} threads, one-token float matmuls in {})", cpu::simd_target_name(), pool_->size(),
-                     cpu::float_decode_order_name(cpu::float_decode_order()));
+  std::string orders;
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
+  for (size_t i = 0; i < 3; ++i) {
+    if (!decode_order_chosen_[i]) continue;
+    orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(types[i]),
+                          cpu::float_decode_order_name(cpu::float_decode_order(types[i])));
+  }
+  if (orders.empty()) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
+  return fmt::format("cpu ({}, {} threads, one-token matmuls: {})", cpu::simd_target_name(), pool_->size(), orders);
 }
 
 std::unique_ptr<DeviceBuffer> CpuBackend::allocate(uint64_t bytes, MemoryUse use) {

@@ -5,6 +5,7 @@
 // Thread-safety: as Backend: one thread at a time (the engine thread).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,7 +78,7 @@ class CpuBackend final : public Backend {
 
  private:
   bool mapped_weights_;
-  bool decode_order_chosen_ = false;  // cpu::FloatDecodeOrder measured (at the first float matrix)
+  std::array<bool, 3> decode_order_chosen_{};  // per cpu::decode_order_slot: a FloatDecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
   uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()
   std::unique_ptr<ThreadPool> pool_;

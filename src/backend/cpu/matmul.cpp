@@ -166,41 +166,49 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
                  ns(*std::max_element(end.begin(), end.end()) - *std::min_element(end.begin(), end.end())));
 }
 
-FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, int64_t cols) {
+FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols) {
+  const int slot = decode_order_slot(type);  // throws for a type that is not F32/F16/BF16
   const char* env = std::getenv("STRATA_CPU_DECODE_ORDER");
   const std::string_view v = env != nullptr ? env : "auto";
   if (v == "rows") return FloatDecodeOrder::kRows;
   if (v == "tiles") return FloatDecodeOrder::kTiles;
   if (v != "auto") throw std::invalid_argument(fmt::format("STRATA_CPU_DECODE_ORDER={}: expected rows, tiles or auto", v));
+  const int64_t es = slot == 0 ? 4 : 2;  // bytes per weight
   cols = std::clamp<int64_t>(cols, 256, 16384);
-  const int64_t rows = (int64_t{64} << 20) / (cols * 2);
-  AnonymousMemory mem(static_cast<uint64_t>(rows * cols * 2), AnonymousMemory::Pages::kHuge);
+  const int64_t rows = (int64_t{64} << 20) / (cols * es);
+  AnonymousMemory mem(static_cast<uint64_t>(rows * cols * es), AnonymousMemory::Pages::kHuge);
   const auto threads = static_cast<uint64_t>(pool.size());
-  pool.run([&](int t) {  // 1.0 in every f16, written by the threads that will read it
-    const uint64_t b = mem.size() / 2 * static_cast<uint64_t>(t) / threads, e = mem.size() / 2 * (t + 1) / threads;
-    auto* h = reinterpret_cast<uint16_t*>(mem.data());
-    std::fill(h + b, h + e, uint16_t{0x3c00});
+  pool.run([&](int t) {  // 1.0 in every weight, written by the threads that will read it
+    const uint64_t n = mem.size() / static_cast<uint64_t>(es);
+    const uint64_t b = n * static_cast<uint64_t>(t) / threads, e = n * (t + 1) / threads;
+    if (slot == 0) {
+      std::fill(reinterpret_cast<uint32_t*>(mem.data()) + b, reinterpret_cast<uint32_t*>(mem.data()) + e, 0x3f800000u);
+    } else {
+      const uint16_t one = slot == 1 ? 0x3c00 : 0x3f80;
+      std::fill(reinterpret_cast<uint16_t*>(mem.data()) + b, reinterpret_cast<uint16_t*>(mem.data()) + e, one);
+    }
   });
   // As in a decode step: one matrix of a few MiB after another (the matrix of a model layer), each
   // split over the threads, not one long stream.
-  const int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / (cols * 2));
+  const uint64_t row_bytes = static_cast<uint64_t>(cols * es);
+  const int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / (cols * es));
   std::vector<WeightMatrix> ws;
   for (int64_t r = 0; r + mrows <= rows; r += mrows) {
-    ws.push_back({GgmlType::kF16, mrows, cols, mem.data() + r * cols * 2, static_cast<uint64_t>(cols) * 2});
+    ws.push_back({type, mrows, cols, mem.data() + static_cast<uint64_t>(r) * row_bytes, row_bytes});
   }
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(mrows));
   KernelScratch scratch;
   double best[2] = {1e30, 1e30};
-  const FloatDecodeOrder was = float_decode_order();
+  const FloatDecodeOrder was = float_decode_order(type);
   for (int rep = 0; rep < 3; ++rep) {
     for (int o = 0; o < 2; ++o) {
-      set_float_decode_order(static_cast<FloatDecodeOrder>(o));
+      set_float_decode_order(type, static_cast<FloatDecodeOrder>(o));
       const auto t0 = std::chrono::steady_clock::now();
       for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool, scratch);
       best[o] = std::min(best[o], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  set_float_decode_order(was);
+  set_float_decode_order(type, was);
   return best[1] < best[0] ? FloatDecodeOrder::kRows : FloatDecodeOrder::kTiles;
 }
 

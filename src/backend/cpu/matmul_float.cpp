@@ -15,13 +15,17 @@
 
 #include "backend/cpu/matmul_float.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
 #include "core/fp16.h"
+#include "gguf/tensor_type.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul_float.cpp"
@@ -206,7 +210,9 @@ void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, flo
 template <typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
-  if (n == 1 && g_float_decode_order.load(std::memory_order_relaxed) == static_cast<uint8_t>(FloatDecodeOrder::kRows)) {
+  constexpr int kSlot = std::is_same_v<WT, float> ? 0 : (std::is_same_v<WT, F16Bits> ? 1 : 2);  // decode_order_slot
+  if (n == 1 && g_float_decode_order[kSlot].load(std::memory_order_relaxed) ==
+                    static_cast<uint8_t>(FloatDecodeOrder::kRows)) {
     RunRowwise(w, ws, m, x, K, y);
     return;
   }
@@ -273,13 +279,22 @@ namespace strata::cpu {
 
 HWY_EXPORT(MatmulFloatRows);
 
-std::atomic<uint8_t> g_float_decode_order{static_cast<uint8_t>(FloatDecodeOrder::kTiles)};
+std::atomic<uint8_t> g_float_decode_order[3] = {};  // kTiles
 
-void set_float_decode_order(FloatDecodeOrder order) {
-  g_float_decode_order.store(static_cast<uint8_t>(order), std::memory_order_relaxed);
+int decode_order_slot(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return 0;
+    case GgmlType::kF16: return 1;
+    case GgmlType::kBF16: return 2;
+    default:
+      throw std::invalid_argument(fmt::format("one-token decode order: {} is not a 16/32-bit float type", ggml_type_name(type)));
+  }
 }
-FloatDecodeOrder float_decode_order() {
-  return static_cast<FloatDecodeOrder>(g_float_decode_order.load(std::memory_order_relaxed));
+void set_float_decode_order(GgmlType type, FloatDecodeOrder order) {
+  g_float_decode_order[decode_order_slot(type)].store(static_cast<uint8_t>(order), std::memory_order_relaxed);
+}
+FloatDecodeOrder float_decode_order(GgmlType type) {
+  return static_cast<FloatDecodeOrder>(g_float_decode_order[decode_order_slot(type)].load(std::memory_order_relaxed));
 }
 const char* float_decode_order_name(FloatDecodeOrder order) { return order == FloatDecodeOrder::kRows ? "rows" : "tiles"; }
 

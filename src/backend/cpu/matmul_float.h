@@ -24,26 +24,30 @@ inline constexpr int64_t kFloatWidenMinTokens = 4;
 // Rows of the widening buffer (at least every target's tile rows).
 inline constexpr int64_t kFloatMaxSliceRows = 8;
 
-// The current FloatDecodeOrder (set_float_decode_order), read by the kernels of every target.
-extern std::atomic<uint8_t> g_float_decode_order;
-
 // How one token's matmul walks the weight rows. Both give the same bits (one FMA chain per output
-// either way); which is faster depends on the machine: kRows (one row after the other, a single
-// sequential stream, no software prefetch) suits hardware prefetchers that lose short interleaved
-// streams (on the Zen 5 VM 1.1-1.6x faster than kTiles); kTiles (4 rows side by side with software
-// prefetch: 4 FMA chains in flight) suits cores where one chain's latency bounds the stream (on
-// the H200 machine's Xeon 1.5-2x faster than kRows). CpuBackend measures both at load
-// (choose_float_decode_order). Process-wide; kTiles until set.
+// either way); which is faster depends on the machine and the weight type: kRows (one row after
+// the other, a single sequential stream, no software prefetch) suits hardware prefetchers that
+// lose short interleaved streams (on the Zen 5 VM 1.1-1.6x faster than kTiles for F16 and BF16);
+// kTiles (4 rows side by side with software prefetch: 4 FMA chains in flight) suits cores where
+// one chain's latency bounds the stream (on the H200 machine's Xeon 1.5-2x faster than kRows; on
+// the Zen 3 VM ~10% faster for BF16, whose widening costs more per weight, and level for F16).
+// CpuBackend measures both at load for each float type it loads (choose_float_decode_order).
+// Process-wide, one order per type (F32, F16, BF16); kTiles until set.
 enum class FloatDecodeOrder : uint8_t { kTiles = 0, kRows = 1 };
-void set_float_decode_order(FloatDecodeOrder order);
-FloatDecodeOrder float_decode_order();
+// The orders in use, by decode_order_slot (read by the kernels of every target).
+extern std::atomic<uint8_t> g_float_decode_order[3];
+// F32 -> 0, F16 -> 1, BF16 -> 2; throws std::invalid_argument for any other type.
+int decode_order_slot(GgmlType type);
+void set_float_decode_order(GgmlType type, FloatDecodeOrder order);
+FloatDecodeOrder float_decode_order(GgmlType type);
 const char* float_decode_order_name(FloatDecodeOrder order);
-// The order to use here: STRATA_CPU_DECODE_ORDER=rows|tiles, or (unset or "auto") whichever runs
-// faster on this machine through matmul over 64 MiB of F16 matrices of `cols` columns, 2 MiB each
-// (as a decode step meets them: one matrix after another, each split over the pool's threads),
-// the best of three passes per order, alternated (~30 ms). Leaves the current order as it was.
-// Throws std::invalid_argument for another value of the variable.
-FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, int64_t cols);
+// The order to use here for `type` (F32, F16 or BF16): STRATA_CPU_DECODE_ORDER=rows|tiles (every
+// type), or (unset or "auto") whichever runs faster on this machine through matmul over 64 MiB of
+// `type` matrices of `cols` columns, 2 MiB each (as a decode step meets them: one matrix after
+// another, each split over the pool's threads), the best of three passes per order, alternated
+// (~30 ms). Leaves the orders in use as they were. Throws std::invalid_argument for another value
+// of the variable or another type.
+FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
 
 // f32 elements of the widening buffer matmul_float_rows() wants for n tokens (0: none).
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n);
