@@ -151,6 +151,11 @@ HWY_INLINE __m256i DotScaled(__m256i u, __m256i s, __m256i scales16) {
 HWY_INLINE __m256i Scales2(int a, int b) {
   return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a)));
 }
+// Byte shuffle of 8 int16 words held in both 128-bit lanes giving Scales2(word k, word k + 1).
+HWY_INLINE __m256i ScalePair(int k) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(((2 * k + 3) << 8) | (2 * k + 2))),
+                          _mm_set1_epi16(static_cast<int16_t>(((2 * k + 1) << 8) | (2 * k))));
+}
 
 // ---- legacy types: blocks of 32 ----
 
@@ -278,23 +283,31 @@ HWY_INLINE void Finish(const __m256i* isum, __m256i offsets16, float dw, float o
   }
 }
 
-// Scales and mins of Q4_K/Q5_K unpacked to bytes: sc[0..7] then m[0..7] (ggml's layout trick).
-HWY_INLINE void K4ScalesMins(const uint8_t* packed, uint8_t* out16) {
-  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, packed, 12);
-  u[3] = ((u[2] >> 4) & kMask2) | (((u[1] >> 6) & kMask3) << 4);
-  const uint32_t aux = u[1] & kMask1;
-  u[1] = (u[2] & kMask2) | (((u[0] >> 6) & kMask3) << 4);
-  u[2] = aux;
-  u[0] &= kMask1;
-  std::memcpy(out16, u, 16);
+// Scales and mins of Q4_K/Q5_K unpacked to bytes: sc[0..7] then m[0..7] (ggml's layout trick), in
+// vector registers: 32-bit words u0..u2 of the 12 packed bytes give
+//   [u0 & 3f.., (u2 & 0f..) | ((u0 >> 6) & 03..) << 4, u1 & 3f.., ((u2 >> 4) & 0f..) | ((u1 >> 6) & 03..) << 4].
+// Reads 16 bytes from `packed` (the 4 after the scales are the block's next field).
+HWY_INLINE __m128i K4ScalesMins(const uint8_t* packed) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // u0 u2 u1 u2
+  const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
+  const __m128i even = _mm_and_si128(a, _mm_set1_epi32(0x3f3f3f3f));
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)), _mm_set1_epi32(0x0f0f0f0f));
+  const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(b, 6), _mm_set1_epi32(0x03030303)), 4);
+  return _mm_blend_epi32(even, _mm_or_si128(lo, hi), 0xA);
 }
 
-// Each of 8 byte values repeated for two int16 lanes: [v0, v0, v1, v1, ..., v7, v7].
-HWY_INLINE __m256i Repeat2(const uint8_t* v8) {
-  const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v8)));
+// Each of the 8 low byte values of v repeated for two int16 lanes: [v0, v0, v1, v1, ..., v7, v7].
+HWY_INLINE __m256i Repeat2(__m128i v) {
+  const __m128i m = _mm_cvtepu8_epi16(v);
   return _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+}
+// The mins of K4ScalesMins' result (its high 8 bytes), repeated as Repeat2.
+HWY_INLINE __m256i RepeatMins(__m128i sm) { return Repeat2(_mm_unpackhi_epi64(sm, sm)); }
+// Word k (0..7) of each 128-bit half of `words` in every int16 lane (one byte shuffle, in registers:
+// the scales never go through memory, whose narrow reloads of wide stores stalled the AVX2 loop).
+HWY_INLINE __m256i ScaleWord(__m256i words, int k) {
+  return _mm256_shuffle_epi8(words, _mm256_set1_epi16(static_cast<int16_t>(((2 * k + 1) << 8) | (2 * k))));
 }
 
 #if STRATA_ZMM
@@ -336,15 +349,14 @@ template <> struct KQuant<GgmlType::kQ4_K> {
   static constexpr size_t kBytes = sizeof(BlockQ4_K);
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
-    HWY_ALIGN uint8_t sm[16];
-    K4ScalesMins(b + offsetof(BlockQ4_K, scales), sm);
+    const __m128i smv = K4ScalesMins(b + offsetof(BlockQ4_K, scales));
     const uint8_t* qs = b + offsetof(BlockQ4_K, qs);
 #if STRATA_ZMM
     // 64 weights a step: a 32-byte chunk broadcast to both halves, low nibbles kept in the lower
     // half (sub-block 2j) and high nibbles in the upper (2j+1), so the 64 activations are contiguous.
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i half_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(smv));
     __m512i isum[RN];
     for (int c = 0; c < RN; ++c) isum[c] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -357,9 +369,10 @@ template <> struct KQuant<GgmlType::kQ4_K> {
     }
     __m256i folded[RN];
     for (int c = 0; c < RN; ++c) folded[c] = Fold512(isum[c]);
-    Finish<RN>(folded, Repeat2(sm + 8), Half(b + offsetof(BlockQ4_K, d)), -Half(b + offsetof(BlockQ4_K, dmin)), x,
+    Finish<RN>(folded, RepeatMins(smv), Half(b + offsetof(BlockQ4_K, d)), -Half(b + offsetof(BlockQ4_K, dmin)), x,
                acc);
 #else
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));  // the 8 scales as words, twice
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256i isum[RN];
     for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
@@ -368,7 +381,7 @@ template <> struct KQuant<GgmlType::kQ4_K> {
       const __m256i q = Load32(qs + 32 * j);
       const __m256i lo = _mm256_and_si256(q, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      const __m256i slo = _mm256_set1_epi16(sm[2 * j]), shi = _mm256_set1_epi16(sm[2 * j + 1]);
+      const __m256i slo = ScaleWord(sc, 2 * j), shi = ScaleWord(sc, 2 * j + 1);
 #pragma GCC unroll 8
       for (int c = 0; c < RN; ++c) {
         const __m256i p = _mm256_add_epi32(DotScaled(lo, Load32(x.q[c] + 64 * j), slo),
@@ -376,7 +389,7 @@ template <> struct KQuant<GgmlType::kQ4_K> {
         isum[c] = _mm256_add_epi32(isum[c], p);
       }
     }
-    Finish<RN>(isum, Repeat2(sm + 8), Half(b + offsetof(BlockQ4_K, d)), -Half(b + offsetof(BlockQ4_K, dmin)), x,
+    Finish<RN>(isum, RepeatMins(smv), Half(b + offsetof(BlockQ4_K, d)), -Half(b + offsetof(BlockQ4_K, dmin)), x,
                acc);
 #endif
   }
@@ -386,8 +399,8 @@ template <> struct KQuant<GgmlType::kQ5_K> {
   static constexpr size_t kBytes = sizeof(BlockQ5_K);
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
-    HWY_ALIGN uint8_t sm[16];
-    K4ScalesMins(b + offsetof(BlockQ5_K, scales), sm);
+    const __m128i smv = K4ScalesMins(b + offsetof(BlockQ5_K, scales));
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));  // the 8 scales as words, twice
     const uint8_t* qs = b + offsetof(BlockQ5_K, qs);
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     __m256i hbits = Load32(b + offsetof(BlockQ5_K, qh));  // bit j of byte l: fifth bit of sub-block j
@@ -401,7 +414,7 @@ template <> struct KQuant<GgmlType::kQ5_K> {
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
                                          _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
       hbits = _mm256_srli_epi16(hbits, 1);
-      const __m256i slo = _mm256_set1_epi16(sm[2 * j]), shi = _mm256_set1_epi16(sm[2 * j + 1]);
+      const __m256i slo = ScaleWord(sc, 2 * j), shi = ScaleWord(sc, 2 * j + 1);
 #pragma GCC unroll 8
       for (int c = 0; c < RN; ++c) {
         const __m256i p = _mm256_add_epi32(DotScaled(lo, Load32(x.q[c] + 64 * j), slo),
@@ -409,7 +422,7 @@ template <> struct KQuant<GgmlType::kQ5_K> {
         isum[c] = _mm256_add_epi32(isum[c], p);
       }
     }
-    Finish<RN>(isum, Repeat2(sm + 8), Half(b + offsetof(BlockQ5_K, d)), -Half(b + offsetof(BlockQ5_K, dmin)), x,
+    Finish<RN>(isum, RepeatMins(smv), Half(b + offsetof(BlockQ5_K, d)), -Half(b + offsetof(BlockQ5_K, dmin)), x,
                acc);
   }
 };
@@ -420,9 +433,9 @@ template <> struct KQuant<GgmlType::kQ6_K> {
   static HWY_INLINE void Super(const uint8_t* b, const SuperActs<RN>& x, __m256* acc) {
     const uint8_t* ql = b + offsetof(BlockQ6_K, ql);
     const uint8_t* qh = b + offsetof(BlockQ6_K, qh);
+#if STRATA_ZMM
     int8_t sc[16];
     std::memcpy(sc, b + offsetof(BlockQ6_K, scales), 16);
-#if STRATA_ZMM
     // 64 weights a step: ql's 64 bytes of a half give sub-blocks 8h..8h+3 (low nibbles) and
     // 8h+4..8h+7 (high nibbles); the 32 qh bytes are broadcast to both halves and shifted per half.
     const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(3);
@@ -453,12 +466,16 @@ template <> struct KQuant<GgmlType::kQ6_K> {
     const float d = Half(b + offsetof(BlockQ6_K, d));
     Finish<RN>(folded, _mm512_castsi512_si256(sc16), d, -32.0f * d, x, acc);
 #else
+    // The 16 scales as words, from the block in registers (no byte reloads of a stored copy).
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(BlockQ6_K, scales))));
     const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
     __m256i isum[RN];
     for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = Load32(ql + 64 * h), l1 = Load32(ql + 64 * h + 32), hb = Load32(qh + 32 * h);
+      const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h == 0 ? 0x00 : 0x11);  // scales 8h..8h+7, twice
       const __m256i q[4] = {
           _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4)),
           _mm256_or_si256(_mm256_and_si256(l1, low4),
@@ -469,7 +486,7 @@ template <> struct KQuant<GgmlType::kQ6_K> {
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4))};
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
-        const __m256i s = Scales2(sc[8 * h + 2 * g], sc[8 * h + 2 * g + 1]);
+        const __m256i s = _mm256_shuffle_epi8(half, ScalePair(2 * g));  // Scales2(sc[8h + 2g], sc[8h + 2g + 1])
 #pragma GCC unroll 8
         for (int c = 0; c < RN; ++c) {
           isum[c] = _mm256_add_epi32(isum[c], DotScaled(q[g], Load32(x.q[c] + 128 * h + 32 * g), s));
@@ -477,7 +494,6 @@ template <> struct KQuant<GgmlType::kQ6_K> {
       }
     }
     // Zero point 32: Σ_s sc_s · 32 · (16-sum of the activations).
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
     const float d = Half(b + offsetof(BlockQ6_K, d));
     Finish<RN>(isum, sc16, d, -32.0f * d, x, acc);
 #endif
