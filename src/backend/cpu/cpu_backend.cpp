@@ -16,11 +16,11 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/profile.h"
-#include "gguf/tensor_type.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "gguf/tensor_type.h"
 #include "kv/warm_format.h"
 
 namespace strata {
