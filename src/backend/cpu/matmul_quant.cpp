@@ -475,7 +475,9 @@ template <> struct KQuant<GgmlType::kQ6_K> {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = Load32(ql + 64 * h), l1 = Load32(ql + 64 * h + 32), hb = Load32(qh + 32 * h);
-      const __m256i half = _mm256_permute2x128_si256(sc16, sc16, h == 0 ? 0x00 : 0x11);  // scales 8h..8h+7, twice
+      // Scales 8h..8h+7 in both lanes (each permute with its own immediate: -O0 keeps h a variable).
+      const __m256i half =
+          h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00) : _mm256_permute2x128_si256(sc16, sc16, 0x11);
       const __m256i q[4] = {
           _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4)),
           _mm256_or_si256(_mm256_and_si256(l1, low4),
