@@ -30,8 +30,9 @@ inline constexpr int64_t kFloatMaxSliceRows = 8;
 // lose short interleaved streams (on the Zen 5 VM 1.1-1.6x faster than kTiles for F16 and BF16);
 // kTiles (4 rows side by side with software prefetch: 4 FMA chains in flight) suits cores where
 // one chain's latency bounds the stream (on the H200 machine's Xeon 1.5-2x faster than kRows; on
-// the Zen 3 VM ~10% faster for BF16, whose widening costs more per weight, and level for F16).
-// CpuBackend measures both at load for each float type it loads (choose_float_decode_order).
+// the Zen 3 VM the two were within its noise for F16 and BF16). The balance can differ by type
+// (BF16's widening costs more per weight than F16's), so CpuBackend measures both at load for each
+// float type it loads, on matrices of that type (choose_float_decode_order).
 // Process-wide, one order per type (F32, F16, BF16); kTiles until set.
 enum class FloatDecodeOrder : uint8_t { kTiles = 0, kRows = 1 };
 // The orders in use, by decode_order_slot (read by the kernels of every target).
