@@ -3,6 +3,8 @@
 // the next of enough copies to overflow the caches) and in GFLOP/s for n = 8, 64, 512; paged
 // attention in GFLOP/s; and the read-bandwidth probe, to compare against in the same run.
 // Threads: STRATA_THREADS (default: physical cores). STRATA_BENCH_HOT=1: weights stay in cache.
+// STRATA_CPU_DECODE_ORDER=rows|tiles: one token's F32/F16/BF16 matmuls walk the rows in that order
+// (as in the backend; unset or auto: measured here at start, as the backend does at load).
 //   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
@@ -18,6 +20,7 @@
 #include "backend/cpu/bandwidth.h"
 #include "hwy/targets.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
 #include "core/fp16.h"
 #include "gguf/quant_blocks.h"
@@ -47,6 +50,17 @@ ThreadPool& pool() {
   }());
   return p;
 }
+
+// The one-token row order of each float type, chosen as CpuBackend does (matmul_float.h).
+[[maybe_unused]] const bool kOrdersSet = [] {
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    const FloatDecodeOrder o = choose_float_decode_order(pool(), t, 2048);
+    set_float_decode_order(t, o);
+    std::fprintf(stderr, "%.*s: one-token matmuls in %s\n", static_cast<int>(ggml_type_name(t).size()),
+                 ggml_type_name(t).data(), float_decode_order_name(o));
+  }
+  return true;
+}();
 
 // Random weights: f16 values in [-1, 1], or random quant bytes with sane f16 scales.
 std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
