@@ -103,7 +103,8 @@ build-tsan: dev-deps
 	@cmake --build $(TSAN_BUILD) -j $(JOBS)
 
 # ThreadSanitizer over the thread pool, the cold store's I/O thread, the engine thread and the
-# server (its black-box tests run the TSan binary); suppressions in tests/tsan.supp.
+# server (its black-box tests run the TSan binary); suppressions in tests/tsan.supp. The CPU SIMD
+# kernel files are built without its instrumentation (src/backend/cpu/CMakeLists.txt).
 test-tsan: build-tsan
 	$(CTEST) --test-dir $(TSAN_BUILD) -j $(JOBS) -L '$(TSAN_LABELS)'
 
