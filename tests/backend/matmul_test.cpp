@@ -107,10 +107,11 @@ TEST_P(Matmul, FloatTypesGiveTheSameBitsInEitherDecodeOrder) {
       SCOPED_TRACE(float_decode_order_name(order));
       set_float_decode_order(type, order);
       std::mt19937 rng(2);
-      // Full vectors of the row (8 lanes on AVX2, 16 on AVX-512): even and a tail (100), even
-      // (768), none (7), odd (120: 15 / 7 and a tail, 1000: 125 / 62 and a tail), so both chains
-      // of matmul_float.h and the tail are covered on every target.
-      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 100}, {9, 768}, {19, 7}, {13, 120}, {6, 1000}}) {
+      // Full vectors per row (8 lanes on AVX2, 16 on AVX-512): an even count and a tail (100), even
+      // (768), none (7), odd (120: 15 / 7 and a tail; 1000: 125 / 62 and a tail) on every target,
+      // so that a kernel splitting a row's vectors between accumulators meets every remainder.
+      for (auto [rows, cols] :
+           {std::pair<int64_t, int64_t>{37, 100}, {9, 768}, {19, 7}, {13, 120}, {6, 1000}}) {
         check_type(type, rows, cols, pool1, pool3, rng);
       }
     }
