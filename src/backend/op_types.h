@@ -21,6 +21,14 @@ struct WeightMatrix {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
+  // How the rows lie in `data`. 0: one after the other, row r at data + r * row_bytes. kRowGroup
+  // (only from CpuBackend::upload_matrix, for F16/BF16 rows of a multiple of 64 bytes): rows in
+  // groups of kRowGroup, group g at data + g * kRowGroup * row_bytes, its rows interleaved 64
+  // bytes at a time (bytes [64c, 64c + 64) of row r at group + (kRowGroup * c + r % kRowGroup) * 64),
+  // so that a tile of the group's rows reads one sequential stream; the last group is padded with
+  // zero rows. Only the backend that made such a matrix reads it.
+  static constexpr uint8_t kRowGroup = 4;
+  uint8_t row_group = 0;
 };
 
 struct RopeParams {

@@ -1492,7 +1492,7 @@ TEST(BackendChoice, CpuIsAlwaysThereAndAutoResolvesToAnAvailableDevice) {
 }
 
 // The CPU backend's weights: upload_matrix copies F32/F16/BF16/Q8_0 matrices into huge-page arenas
-// (a new address, 64-byte aligned, the same bytes and shape), unless BackendOptions::mapped_weights
+// (a new address, 64-byte aligned, the same bytes and shape; F16 in groups of 4 rows), unless BackendOptions::mapped_weights
 // (--mmap-weights), which gives the host matrix back, as it does for K-quants; tables
 // (upload_table) stay where they are either way. Products are the same bits from the copy as from
 // the mapping.
@@ -1501,7 +1501,7 @@ TEST(CpuBackendWeights, UploadCopiesIntoHugePagesUnlessMapped) {
   BackendOptions mapped_opts{DeviceKind::kCpu, 2};
   mapped_opts.mapped_weights = true;
   const std::unique_ptr<Backend> copy = make_backend(BackendOptions{DeviceKind::kCpu, 2}), mapped = make_backend(mapped_opts);
-  for (auto [type, rows, cols] : {std::tuple{GgmlType::kF16, int64_t{100}, int64_t{256}},
+  for (auto [type, rows, cols] : {std::tuple{GgmlType::kF16, int64_t{101}, int64_t{256}},
                                   std::tuple{GgmlType::kQ8_0, int64_t{33}, int64_t{512}},
                                   std::tuple{GgmlType::kQ4_K, int64_t{64}, int64_t{512}},
                                   std::tuple{GgmlType::kF32, int64_t{3}, int64_t{40}}}) {
@@ -1515,7 +1515,26 @@ TEST(CpuBackendWeights, UploadCopiesIntoHugePagesUnlessMapped) {
       EXPECT_NE(c.data, m.w.data);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(c.data) % 64, 0u);
     }
-    EXPECT_EQ(std::memcmp(c.data, m.w.data, bytes), 0);
+    if (type == GgmlType::kF16) {
+      // F16/BF16 rows of a multiple of 64 bytes: in groups of 4 interleaved line by line (op_types.h),
+      // the last group's missing rows zero.
+      ASSERT_EQ(c.row_group, WeightMatrix::kRowGroup);
+      const uint64_t g = c.row_group, lines = c.row_bytes / 64, groups = (static_cast<uint64_t>(rows) + g - 1) / g;
+      for (uint64_t r = 0; r < groups * g; ++r) {
+        for (uint64_t l = 0; l < lines; ++l) {
+          const uint8_t* got = c.data + (r / g) * g * c.row_bytes + (g * l + r % g) * 64;
+          if (r < static_cast<uint64_t>(rows)) {
+            ASSERT_EQ(std::memcmp(got, m.w.data + r * m.w.row_bytes + l * 64, 64), 0) << "row " << r << " line " << l;
+          } else {
+            ASSERT_TRUE(std::all_of(got, got + 64, [](uint8_t b) { return b == 0; })) << "padding row " << r;
+          }
+        }
+      }
+      EXPECT_EQ(p.row_group, 0) << "--mmap-weights keeps the file's layout";
+    } else {
+      EXPECT_EQ(c.row_group, 0);
+      EXPECT_EQ(std::memcmp(c.data, m.w.data, bytes), 0);
+    }
     EXPECT_EQ(c.type, m.w.type);
     EXPECT_EQ(c.rows, rows);
     EXPECT_EQ(c.cols, cols);

@@ -16,11 +16,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_ref.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
 #include "backend/kernel_test_util.h"
+#include "core/error.h"
 #include "gguf/quant.h"
 
 namespace strata::cpu {
@@ -117,6 +119,95 @@ TEST_P(Matmul, FloatTypesGiveTheSameBitsInEitherDecodeOrder) {
     }
     set_float_decode_order(type, was);
   }
+}
+
+// CpuBackend::upload_matrix copies F16/BF16 rows of a multiple of 64 bytes in groups of 4 rows,
+// interleaved line by line (WeightMatrix::row_group): every path over such a matrix (one token's
+// tiles, the narrow few-token tiles, the widened slices of many tokens, the embedding gather) must
+// give the bits it gives over the rows as stored, and the padding rows of the last group must never
+// be read into an output.
+TEST_P(Matmul, RowsInGroupsGiveTheBitsOfRowsAsStored) {
+  test::TargetScope scope(GetParam());
+  ThreadPool pool1(1), pool3(3);
+  CpuBackend backend(2);
+  CpuBackend mapped(2, /*mapped_weights=*/true);
+  std::mt19937 rng(5);
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 64}, {13, 768}, {6, 1024}, {1, 32}, {4, 96}, {9, 100}}) {
+      SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " rows " << rows << " cols " << cols);
+      const auto m = random_matrix(type, rows, cols, rng);
+      const WeightMatrix up = backend.upload_matrix(m.w);
+      const bool groups = cols % 32 == 0;  // 64-byte rows
+      ASSERT_EQ(up.row_group, groups ? WeightMatrix::kRowGroup : 0);
+      ASSERT_NE(up.data, m.w.data);
+      EXPECT_EQ(mapped.upload_matrix(m.w).row_group, 0) << "--mmap-weights keeps the file's layout";
+      KernelScratch scratch;
+      const GroupPrefetch was = group_prefetch(type);
+      for (int64_t n : kTokenCounts) {
+        SCOPED_TRACE(n);
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+        std::vector<float> plain(static_cast<size_t>(n * rows)), grouped1(plain.size()), grouped3(plain.size());
+        matmul(m.w, x.data(), n, plain.data(), pool1, scratch);
+        for (GroupPrefetch p : {GroupPrefetch::kSoftware, GroupPrefetch::kHardware}) {
+          SCOPED_TRACE(group_prefetch_name(p));
+          set_group_prefetch(type, p);
+          matmul(up, x.data(), n, grouped1.data(), pool1, scratch);
+          matmul(up, x.data(), n, grouped3.data(), pool3, scratch);
+          ASSERT_TRUE(test::bitwise_equal(plain.data(), grouped1.data(), plain.size()));
+          ASSERT_TRUE(test::bitwise_equal(plain.data(), grouped3.data(), plain.size()));
+        }
+      }
+      set_group_prefetch(type, was);
+      std::vector<float> a(static_cast<size_t>(cols)), b(a.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        get_row(m.w, r, a.data());
+        get_row(up, r, b.data());
+        ASSERT_TRUE(test::bitwise_equal(a.data(), b.data(), a.size())) << "row " << r;
+      }
+      if (groups && rows > 4) {
+        std::vector<float> y(static_cast<size_t>(rows)), x(static_cast<size_t>(cols), 1.0f);
+        EXPECT_THROW(matmul_float_rows(up, x.data(), 1, y.data(), 2, rows, nullptr), std::invalid_argument)
+            << "a range that starts inside a group";
+      }
+    }
+  }
+}
+
+TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
+  std::mt19937 rng(6);
+  const auto m = random_matrix(GgmlType::kF16, 8, 64, rng);
+  setenv("STRATA_CPU_ROW_GROUPS", "0", 1);
+  EXPECT_EQ(CpuBackend(1).upload_matrix(m.w).row_group, 0);
+  setenv("STRATA_CPU_ROW_GROUPS", "1", 1);
+  EXPECT_EQ(CpuBackend(1).upload_matrix(m.w).row_group, WeightMatrix::kRowGroup);
+  setenv("STRATA_CPU_ROW_GROUPS", "yes", 1);
+  try {
+    CpuBackend b(1);
+    ADD_FAILURE() << "no error for an unknown value";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("STRATA_CPU_ROW_GROUPS=yes"), std::string::npos) << e.what();
+  }
+  unsetenv("STRATA_CPU_ROW_GROUPS");
+  // Software prefetch or none, chosen by the variable or measured.
+  ThreadPool pool(2);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "hardware", 1);
+  EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kF16, 768), GroupPrefetch::kHardware);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "software", 1);
+  EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kBF16, 768), GroupPrefetch::kSoftware);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "none", 1);
+  try {
+    (void)choose_group_prefetch(pool, GgmlType::kF16, 768);
+    ADD_FAILURE() << "no error for an unknown value";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("STRATA_CPU_GROUP_PREFETCH=none"), std::string::npos) << e.what();
+  }
+  setenv("STRATA_CPU_GROUP_PREFETCH", "auto", 1);
+  const GroupPrefetch was = group_prefetch(GgmlType::kF16);
+  const GroupPrefetch measured = choose_group_prefetch(pool, GgmlType::kF16, 1000);  // either: a measurement
+  EXPECT_TRUE(measured == GroupPrefetch::kSoftware || measured == GroupPrefetch::kHardware);
+  EXPECT_EQ(group_prefetch(GgmlType::kF16), was) << "measuring changed the choice in use";
+  EXPECT_THROW((void)choose_group_prefetch(pool, GgmlType::kF32, 768), std::invalid_argument);
+  unsetenv("STRATA_CPU_GROUP_PREFETCH");
 }
 
 TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasuresPerType) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <mutex>
@@ -68,21 +69,37 @@ void check_same_shape(ActView a, ActView b, const char* op) {
                b.rows, b.cols);
 }
 
+// STRATA_CPU_ROW_GROUPS=0 keeps copied F16/BF16 rows one after the other (cpu_backend.h).
+bool row_groups_from_env() {
+  const char* env = std::getenv("STRATA_CPU_ROW_GROUPS");
+  if (env == nullptr || std::string_view(env).empty() || std::string_view(env) == "1") return true;
+  if (std::string_view(env) == "0") return false;
+  fail("STRATA_CPU_ROW_GROUPS={}: expected 0 (rows one after the other) or 1 (rows in groups of {}, the default)", env,
+       WeightMatrix::kRowGroup);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads, bool mapped_weights)
     : mapped_weights_(mapped_weights),
+      row_groups_(row_groups_from_env()),
       pool_(std::make_unique<ThreadPool>(n_threads > 0 ? n_threads : ThreadPool::physical_cores())),
       scratch_(std::make_unique<cpu::KernelScratch>()) {}
 
 CpuBackend::~CpuBackend() { cpu::profile_report(); }
 
+bool CpuBackend::groups_rows(const WeightMatrix& host) const {
+  return !mapped_weights_ && row_groups_ && (host.type == GgmlType::kF16 || host.type == GgmlType::kBF16) &&
+         host.row_bytes % 64 == 0 && host.rows > 0 && host.data != nullptr;
+}
+
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const bool is_float = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16;
-  // The first matrix of each 16/32-bit float type of at least 512 columns, once per process and
-  // type: below that (toy models of the tests) the weights stay in cache and the order does not
-  // matter; tiles then.
-  if (is_float && host.cols >= 512) {
+  const bool grouped = groups_rows(host);
+  // The first matrix of each 16/32-bit float type of at least 512 columns that keeps its rows one
+  // after the other, once per process and type: below that (toy models of the tests) the weights
+  // stay in cache and the order does not matter; tiles then. Rows in groups always go in tiles.
+  if (is_float && host.cols >= 512 && !grouped) {
     const int slot = cpu::decode_order_slot(host.type);
     static std::once_flag once[3];
     std::call_once(once[slot], [&] {
@@ -90,7 +107,22 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
     });
     decode_order_chosen_[static_cast<size_t>(slot)] = true;
   }
-  const uint64_t bytes = host.row_bytes * static_cast<uint64_t>(std::max<int64_t>(host.rows, 0));
+  if (grouped) {
+    // Likewise the software prefetch or none for rows in groups (matmul_float.h: GroupPrefetch).
+    const int slot = cpu::decode_order_slot(host.type);
+    if (host.cols >= 512) {
+      static std::once_flag once[3];
+      std::call_once(once[slot], [&] {
+        cpu::set_group_prefetch(host.type, cpu::choose_group_prefetch(*pool_, host.type, host.cols));
+      });
+      group_prefetch_chosen_[static_cast<size_t>(slot)] = true;
+    }
+    grouped_types_[static_cast<size_t>(slot)] = true;
+  }
+  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(host.rows, 0));
+  constexpr uint64_t kG = WeightMatrix::kRowGroup;
+  const uint64_t groups = (rows + kG - 1) / kG;
+  const uint64_t bytes = host.row_bytes * (grouped ? groups * kG : rows);
   // The types measured faster from huge pages (docs/PERFORMANCE.md, issue 17): 16/32-bit floats
   // (+16-45% decode on a 2-core EPYC) and Q8_0 (+8-23% there and on a Xeon); K-quants read
   // 4-10% slower from the copy in five runs of six on the two, the other types were not measured:
@@ -108,13 +140,34 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   // Copied by the pool's threads, a contiguous part each (memory-bound; `strata generate -n 1` on a
   // 256 MB F16 model, 2-core VM: 0.28-0.60 s, median 0.40, against 0.24 s with --mmap-weights).
   const auto threads = static_cast<uint64_t>(pool_->size());
-  pool_->run([&](int t) {
-    const uint64_t b = bytes * static_cast<uint64_t>(t) / threads, e = bytes * static_cast<uint64_t>(t + 1) / threads;
-    if (e > b) std::memcpy(dst + b, host.data + b, e - b);
-  });
+  if (grouped) {
+    // Group by group (op_types.h): line c of the group's row j at line kG * c + j; rows past the
+    // last are zero.
+    const uint64_t lines = host.row_bytes / 64;
+    pool_->run([&](int t) {
+      const uint64_t g0 = groups * static_cast<uint64_t>(t) / threads, g1 = groups * static_cast<uint64_t>(t + 1) / threads;
+      for (uint64_t g = g0; g < g1; ++g) {
+        uint8_t* out = dst + g * kG * host.row_bytes;
+        for (uint64_t j = 0; j < kG; ++j) {
+          const uint64_t r = g * kG + j;
+          for (uint64_t c = 0; c < lines; ++c) {
+            uint8_t* line = out + (kG * c + j) * 64;
+            if (r < rows) std::memcpy(line, host.data + r * host.row_bytes + c * 64, 64);
+            else std::memset(line, 0, 64);
+          }
+        }
+      }
+    });
+  } else {
+    pool_->run([&](int t) {
+      const uint64_t b = bytes * static_cast<uint64_t>(t) / threads, e = bytes * static_cast<uint64_t>(t + 1) / threads;
+      if (e > b) std::memcpy(dst + b, host.data + b, e - b);
+    });
+  }
   arena_used_ = at + bytes;
   WeightMatrix w = host;
   w.data = dst;
+  w.row_group = grouped ? WeightMatrix::kRowGroup : 0;
   return w;
 }
 
@@ -122,6 +175,13 @@ std::string CpuBackend::description() const {
   std::string orders;
   const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
   for (size_t i = 0; i < 3; ++i) {
+    if (grouped_types_[i]) {
+      orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", ggml_type_name(types[i]),
+                            WeightMatrix::kRowGroup);
+      if (group_prefetch_chosen_[i]) {
+        orders += fmt::format(" ({} prefetch)", cpu::group_prefetch_name(cpu::group_prefetch(types[i])));
+      }
+    }
     if (!decode_order_chosen_[i]) continue;
     orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(types[i]),
                           cpu::float_decode_order_name(cpu::float_decode_order(types[i])));

@@ -44,6 +44,13 @@ class CpuBackend final : public Backend {
   // issue 17). Other types (K-quants: 4-10% slower from the copy in five runs of six), and every
   // type with mapped_weights (--mmap-weights): the host matrix itself. The same bytes either way,
   // so the same results. Tables (upload_table) stay mapped.
+  // F16/BF16 rows of a multiple of 64 bytes are copied in groups of 4 rows interleaved line by
+  // line (WeightMatrix::row_group): a tile of 4 rows then reads one sequential stream, so one
+  // token's matmul has both the single stream that hardware prefetchers follow and 4 FMA chains
+  // in flight (docs/PERFORMANCE.md, issue 17); whether software prefetch helps that stream is
+  // measured at the first such matrix of ≥ 512 columns per type (cpu::choose_group_prefetch).
+  // STRATA_CPU_ROW_GROUPS=0 keeps the rows as they are.
+  // The same arithmetic per output, so the same results either way.
   WeightMatrix upload_matrix(const WeightMatrix& host) override;
   WeightMatrix upload_table(const WeightMatrix& host) override { return host; }
   const float* upload_vector(const float* host, int64_t) override { return host; }
@@ -77,7 +84,13 @@ class CpuBackend final : public Backend {
   double measure_transfer_bandwidth_gbs(bool, uint64_t, int) override { return 0; }
 
  private:
+  // Whether upload_matrix copies `host` with its rows in groups.
+  bool groups_rows(const WeightMatrix& host) const;
+
   bool mapped_weights_;
+  bool row_groups_;                             // STRATA_CPU_ROW_GROUPS (default on)
+  std::array<bool, 3> grouped_types_{};         // per cpu::decode_order_slot: a matrix was copied in groups
+  std::array<bool, 3> group_prefetch_chosen_{};  // ... and a cpu::GroupPrefetch measured for it
   std::array<bool, 3> decode_order_chosen_{};  // per cpu::decode_order_slot: a FloatDecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
   uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()

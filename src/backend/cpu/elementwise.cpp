@@ -194,20 +194,20 @@ void KvStore(const KvLayerView& kv, const float* k, const float* v, const int32_
   }
 }
 
-void GetRow(const WeightMatrix& table, int64_t r, float* out) {
-  const uint8_t* row = table.data + static_cast<uint64_t>(r) * table.row_bytes;
+// cols elements of one row's bytes at `row` (contiguous) into out.
+void RowToF32(GgmlType type, const uint8_t* row, int64_t cols, float* out) {
   const DF d;
   const auto N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  switch (table.type) {
+  switch (type) {
     case GgmlType::kF32:
-      std::memcpy(out, row, static_cast<size_t>(table.cols) * sizeof(float));
+      std::memcpy(out, row, static_cast<size_t>(cols) * sizeof(float));
       return;
     case GgmlType::kF16: {
       const hn::Rebind<hwy::float16_t, DF> dh;
       const auto* src = reinterpret_cast<const hwy::float16_t*>(row);
-      for (; i + N <= table.cols; i += N) hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, src + i)), d, out + i);
-      for (; i < table.cols; ++i) {
+      for (; i + N <= cols; i += N) hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, src + i)), d, out + i);
+      for (; i < cols; ++i) {
         uint16_t h;
         std::memcpy(&h, row + 2 * i, 2);
         out[i] = fp16_to_f32(h);
@@ -215,8 +215,22 @@ void GetRow(const WeightMatrix& table, int64_t r, float* out) {
       return;
     }
     default:
-      dequantize_row(table.type, row, out, table.cols);
+      dequantize_row(type, row, out, cols);
       return;
+  }
+}
+
+void GetRow(const WeightMatrix& table, int64_t r, float* out) {
+  if (table.row_group == 0) {
+    RowToF32(table.type, table.data + static_cast<uint64_t>(r) * table.row_bytes, table.cols, out);
+    return;
+  }
+  // Rows in groups (op_types.h): the row's 64-byte pieces are row_group lines apart (16-bit types).
+  const uint64_t g = static_cast<uint64_t>(r) / table.row_group, j = static_cast<uint64_t>(r) % table.row_group;
+  const uint8_t* group = table.data + g * table.row_group * table.row_bytes;
+  const int64_t per_line = 64 / static_cast<int64_t>(ggml_type_traits(table.type).type_size);
+  for (int64_t c = 0; c * per_line < table.cols; ++c) {
+    RowToF32(table.type, group + (static_cast<uint64_t>(c) * table.row_group + j) * 64, per_line, out + c * per_line);
   }
 }
 

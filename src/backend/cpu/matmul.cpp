@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -166,13 +167,14 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
                  ns(*std::max_element(end.begin(), end.end()) - *std::min_element(end.begin(), end.end())));
 }
 
-FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols) {
-  const int slot = decode_order_slot(type);  // throws for a type that is not F32/F16/BF16
-  const char* env = std::getenv("STRATA_CPU_DECODE_ORDER");
-  const std::string_view v = env != nullptr ? env : "auto";
-  if (v == "rows") return FloatDecodeOrder::kRows;
-  if (v == "tiles") return FloatDecodeOrder::kTiles;
-  if (v != "auto") throw std::invalid_argument(fmt::format("STRATA_CPU_DECODE_ORDER={}: expected rows, tiles or auto", v));
+namespace {
+
+// Seconds of the best of three passes of one-token matmuls over 64 MiB of `type` matrices of `cols`
+// columns (rows in groups if `grouped`), for each of two variants, alternated: set(v) selects
+// variant v before its passes.
+template <typename Set>
+std::array<double, 2> time_two_variants(ThreadPool& pool, GgmlType type, int64_t cols, bool grouped, Set&& set) {
+  const int slot = decode_order_slot(type);
   const int64_t es = slot == 0 ? 4 : 2;  // bytes per weight
   cols = std::clamp<int64_t>(cols, 256, 16384);
   const int64_t rows = (int64_t{64} << 20) / (cols * es);
@@ -189,27 +191,64 @@ FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int6
     }
   });
   // As in a decode step: one matrix of a few MiB after another (the matrix of a model layer), each
-  // split over the threads, not one long stream.
+  // split over the threads, not one long stream. (Every weight is the same, so a grouped matrix is
+  // the same bytes; only its row_group and whole groups per matrix differ.)
   const uint64_t row_bytes = static_cast<uint64_t>(cols * es);
-  const int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / (cols * es));
+  int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / (cols * es));
+  if (grouped) mrows = std::max<int64_t>(WeightMatrix::kRowGroup, mrows / WeightMatrix::kRowGroup * WeightMatrix::kRowGroup);
   std::vector<WeightMatrix> ws;
   for (int64_t r = 0; r + mrows <= rows; r += mrows) {
-    ws.push_back({type, mrows, cols, mem.data() + static_cast<uint64_t>(r) * row_bytes, row_bytes});
+    WeightMatrix w{type, mrows, cols, mem.data() + static_cast<uint64_t>(r) * row_bytes, row_bytes};
+    w.row_group = grouped ? WeightMatrix::kRowGroup : 0;
+    ws.push_back(w);
   }
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(mrows));
   KernelScratch scratch;
-  double best[2] = {1e30, 1e30};
-  const FloatDecodeOrder was = float_decode_order(type);
+  std::array<double, 2> best = {1e30, 1e30};
   for (int rep = 0; rep < 3; ++rep) {
-    for (int o = 0; o < 2; ++o) {
-      set_float_decode_order(type, static_cast<FloatDecodeOrder>(o));
+    for (int v = 0; v < 2; ++v) {
+      set(v);
       const auto t0 = std::chrono::steady_clock::now();
       for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool, scratch);
-      best[o] = std::min(best[o], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
+  return best;
+}
+
+}  // namespace
+
+FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols) {
+  (void)decode_order_slot(type);  // throws for a type that is not F32/F16/BF16
+  const char* env = std::getenv("STRATA_CPU_DECODE_ORDER");
+  const std::string_view v = env != nullptr ? env : "auto";
+  if (v == "rows") return FloatDecodeOrder::kRows;
+  if (v == "tiles") return FloatDecodeOrder::kTiles;
+  if (v != "auto") throw std::invalid_argument(fmt::format("STRATA_CPU_DECODE_ORDER={}: expected rows, tiles or auto", v));
+  const FloatDecodeOrder was = float_decode_order(type);
+  const auto best = time_two_variants(pool, type, cols, false,
+                                      [&](int o) { set_float_decode_order(type, static_cast<FloatDecodeOrder>(o)); });
   set_float_decode_order(type, was);
   return best[1] < best[0] ? FloatDecodeOrder::kRows : FloatDecodeOrder::kTiles;
+}
+
+GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols) {
+  if (type != GgmlType::kF16 && type != GgmlType::kBF16) {
+    throw std::invalid_argument(fmt::format("rows in groups: {} is not F16 or BF16", ggml_type_name(type)));
+  }
+  const char* env = std::getenv("STRATA_CPU_GROUP_PREFETCH");
+  const std::string_view v = env != nullptr ? env : "auto";
+  if (v == "software") return GroupPrefetch::kSoftware;
+  if (v == "hardware") return GroupPrefetch::kHardware;
+  if (v != "auto") {
+    throw std::invalid_argument(fmt::format("STRATA_CPU_GROUP_PREFETCH={}: expected software, hardware or auto", v));
+  }
+  const GroupPrefetch was = group_prefetch(type);
+  cols = std::max<int64_t>(32, cols / 32 * 32);  // 64-byte rows
+  const auto best = time_two_variants(pool, type, cols, true,
+                                      [&](int p) { set_group_prefetch(type, static_cast<GroupPrefetch>(p)); });
+  set_group_prefetch(type, was);
+  return best[1] < best[0] ? GroupPrefetch::kHardware : GroupPrefetch::kSoftware;
 }
 
 }  // namespace strata::cpu

@@ -12,6 +12,10 @@
 // Many tokens (prefill, batches): tokens go in blocks that stay in L2; for each block, an RM-row
 // slice of f16/bf16 weights is widened once into an L1-sized f32 buffer (prefetching the next
 // slice meanwhile) and every token group of the block reads it from there.
+// Rows in groups (WeightMatrix::row_group, F16/BF16 copied by CpuBackend): a group of 4 rows is
+// one sequential stream of cache lines, row after row within each line's k range; one token
+// always goes in 4-row tiles over it (with software prefetch or not: GroupPrefetch, measured at
+// load), few tokens in direct tiles (not the narrow path), many tokens widen a group line by line.
 
 #include "backend/cpu/matmul_float.h"
 
@@ -83,12 +87,34 @@ HWY_INLINE void PrefetchL2(const T* p) {
   __builtin_prefetch(p, 0, 2);
 }
 
-// y[c * ys + r] for r < RM, c < RN: dot products of weight rows w + r*ws with token rows x + c*xs.
-template <int RM, int RN, bool kPrefetch, typename WT>
+// Rows in groups (WeightMatrix::row_group): a group's rows interleaved one cache line at a time.
+constexpr size_t kGroupRows = WeightMatrix::kRowGroup;
+static_assert(kGroupRows % kMaxRM == 0, "a tile's rows lie in one group");
+
+// Row r (counted from a group's first row) of weights w with row stride ws (elements of one row).
+template <bool kGrouped, typename WT>
+HWY_INLINE const WT* RowPtr(const WT* w, size_t ws, int64_t r) {
+  if constexpr (kGrouped) {
+    const auto g = static_cast<size_t>(r) / kGroupRows, j = static_cast<size_t>(r) % kGroupRows;
+    return w + g * kGroupRows * ws + j * kElemsPerLine<WT>;
+  } else {
+    return w + static_cast<size_t>(r) * ws;
+  }
+}
+
+// y[c * ys + r] for r < RM, c < RN: dot products of weight rows w, w + ws, ... (kGrouped: rows of
+// one group, w the first of them, K a multiple of a line's elements) with token rows x + c*xs.
+// The k loop goes by cache lines of weights (C elements), each line a few SIMD vectors; the FMA
+// sequence per output is the same either way (k ascending, one vector at a time).
+template <int RM, int RN, bool kPrefetch, bool kGrouped, typename WT>
 HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RESTRICT x, size_t xs, size_t K,
                        float* HWY_RESTRICT y, size_t ys) {
   const DF d;
   const size_t N = hn::Lanes(d);
+  constexpr size_t C = kElemsPerLine<WT>;
+  // From one row to the next at the same k, and from a row's line to its next line.
+  const size_t rs = kGrouped ? C : ws;
+  constexpr size_t cs = kGrouped ? kGroupRows * C : C;
   VF acc[RM][RN];
 #pragma GCC unroll 8
   for (int r = 0; r < RM; ++r) {
@@ -96,35 +122,58 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
     for (int c = 0; c < RN; ++c) acc[r][c] = hn::Zero(d);
   }
   size_t k = 0;
-  for (; k + N <= K; k += N) {
+  const WT* wc = w;
+  for (; k + C <= K; k += C, wc += cs) {
     if constexpr (kPrefetch) {
-      if (k % kElemsPerLine<WT> == 0) {
+      if constexpr (kGrouped) {
+        // kPrefetchTiles groups ahead, the line of each of the group's rows (a tile of fewer rows,
+        // at a matrix's last group, fetches the lines after its own too: harmless hints).
 #pragma GCC unroll 8
-        for (int r = 0; r < RM; ++r) PrefetchL2(w + (r + kPrefetchTiles * RM) * ws + k);
+        for (size_t q = 0; q < kGroupRows; ++q) PrefetchL2(wc + q * C + kPrefetchTiles * kGroupRows * ws);
+      } else {
+        // kPrefetchTiles tiles of RM rows ahead.
+#pragma GCC unroll 8
+        for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
       }
     }
-    VF xv[RN];
+#pragma GCC unroll 4
+    for (size_t kk = 0; kk < C; kk += N) {
+      VF xv[RN];
 #pragma GCC unroll 8
-    for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k);
+      for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
 #pragma GCC unroll 8
-    for (int r = 0; r < RM; ++r) {
-      const VF wv = LoadW(d, w + r * ws + k);
+      for (int r = 0; r < RM; ++r) {
+        const VF wv = LoadW(d, wc + r * rs + kk);
 #pragma GCC unroll 8
-      for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+        for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+      }
     }
   }
-  if (k < K) {
-    // The last partial vector, zero-padded: the same FMA step in every tile shape.
-    HWY_ALIGN float buf[hn::MaxLanes(d)];
-    VF xt[RN];
-    for (int c = 0; c < RN; ++c) {
-      for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? x[c * xs + k + i] : 0.0f;
-      xt[c] = hn::Load(d, buf);
+  if constexpr (!kGrouped) {
+    for (; k + N <= K; k += N) {
+      VF xv[RN];
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < RM; ++r) {
+        const VF wv = LoadW(d, w + r * ws + k);
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+      }
     }
-    for (int r = 0; r < RM; ++r) {
-      for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? ScalarW(w + r * ws + k + i) : 0.0f;
-      const VF wt = hn::Load(d, buf);
-      for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wt, xt[c], acc[r][c]);
+    if (k < K) {
+      // The last partial vector, zero-padded: the same FMA step in every tile shape.
+      HWY_ALIGN float buf[hn::MaxLanes(d)];
+      VF xt[RN];
+      for (int c = 0; c < RN; ++c) {
+        for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? x[c * xs + k + i] : 0.0f;
+        xt[c] = hn::Load(d, buf);
+      }
+      for (int r = 0; r < RM; ++r) {
+        for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? ScalarW(w + r * ws + k + i) : 0.0f;
+        const VF wt = hn::Load(d, buf);
+        for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wt, xt[c], acc[r][c]);
+      }
     }
   }
   for (int r = 0; r < RM; ++r) {
@@ -137,14 +186,14 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
 template <typename WT>
 using TileFn = void (*)(const WT*, size_t, const float*, size_t, size_t, float*, size_t);
 
-template <typename WT, bool kPrefetch, int RM, int... RNs>
+template <typename WT, bool kPrefetch, bool kGrouped, int RM, int... RNs>
 constexpr auto TileRow(std::integer_sequence<int, RNs...>) {
-  return std::array<TileFn<WT>, kMaxRN>{&Tile<RM, RNs + 1, kPrefetch, WT>...};
+  return std::array<TileFn<WT>, kMaxRN>{&Tile<RM, RNs + 1, kPrefetch, kGrouped, WT>...};
 }
-template <typename WT, bool kPrefetch, int... RMs>
+template <typename WT, bool kPrefetch, bool kGrouped, int... RMs>
 constexpr auto TileTable(std::integer_sequence<int, RMs...>) {
   return std::array<std::array<TileFn<WT>, kMaxRN>, kMaxRM>{
-      TileRow<WT, kPrefetch, RMs + 1>(std::make_integer_sequence<int, kMaxRN>())...};
+      TileRow<WT, kPrefetch, kGrouped, RMs + 1>(std::make_integer_sequence<int, kMaxRN>())...};
 }
 
 // Few tokens (a decode batch) on AVX2: every token against each weight row in one pass, so each
@@ -161,7 +210,7 @@ constexpr int kNarrowMaxTokens = 8;
 
 template <typename WT, int... RNs>
 constexpr auto NarrowTable(std::integer_sequence<int, RNs...>) {
-  return std::array<TileFn<WT>, sizeof...(RNs)>{&Tile<1, RNs + 1, true, WT>...};
+  return std::array<TileFn<WT>, sizeof...(RNs)>{&Tile<1, RNs + 1, true, false, WT>...};
 }
 
 template <typename WT>
@@ -188,6 +237,25 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
   }
 }
 
+// The same for m rows of one group (w its first row): line by line in memory order, so that the
+// group is read as one sequential stream (K a multiple of a line's elements).
+template <typename WT>
+void WidenGroup(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  constexpr size_t C = kElemsPerLine<WT>;
+  const size_t ahead = 2 * kGroupRows * ws;  // the group after next
+  for (size_t k = 0; k < K; k += C) {
+    const WT* line = w + (k / C) * kGroupRows * C;
+    for (int64_t r = 0; r < m; ++r, line += C) {
+      PrefetchL2(line + ahead);
+      float* out = dst + r * K + k;
+#pragma GCC unroll 4
+      for (size_t kk = 0; kk < C; kk += N) hn::StoreU(LoadW(d, line + kk), d, out + kk);
+    }
+  }
+}
+
 // One token (decode) with FloatDecodeOrder::kRows: one row after the other, a single sequential
 // stream, no software prefetch. Tiles of 4 rows read 4 short interleaved streams (rows of a few
 // KiB) that some hardware prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m
@@ -199,7 +267,7 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 // than the tiles (one chain's latency bounds it there), hence the choice at load (matmul_float.h).
 template <typename WT>
 void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, float* y) {
-  for (int64_t r = 0; r < m; ++r) Tile<1, 1, false, WT>(w + r * ws, ws, x, K, K, y + r, 0);
+  for (int64_t r = 0; r < m; ++r) Tile<1, 1, false, false, WT>(w + r * ws, ws, x, K, K, y + r, 0);
 }
 
 // Rows [0, m) of w (stride ws) against tokens [0, n) of x: RM-row slices outermost within each
@@ -207,23 +275,35 @@ void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, flo
 // into groups of nearly equal size (8 tokens with RN = 6: 4 + 4, not 6 + 2).
 // With `slice` (16-bit weights, many tokens), each RM-row slice is first widened into it, so a
 // weight is converted once per token block instead of once per token group.
-template <typename WT>
+// kGrouped: w's rows lie in groups (WeightMatrix::row_group), w the first row of a group; one
+// token then always goes in tiles of a group's rows (one sequential stream and 4 FMA chains in
+// flight: the best of both orders).
+template <bool kGrouped, typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
   constexpr int kSlot = std::is_same_v<WT, float> ? 0 : (std::is_same_v<WT, F16Bits> ? 1 : 2);  // decode_order_slot
-  if (n == 1 && g_float_decode_order[kSlot].load(std::memory_order_relaxed) ==
+  if (!kGrouped && n == 1 && g_float_decode_order[kSlot].load(std::memory_order_relaxed) ==
                     static_cast<uint8_t>(FloatDecodeOrder::kRows)) {
     RunRowwise(w, ws, m, x, K, y);
     return;
   }
-  if constexpr (!std::is_same_v<WT, float> && kNarrowMaxTokens > 0) {
+  if constexpr (!std::is_same_v<WT, float> && kNarrowMaxTokens > 0 && !kGrouped) {
     if (n > kMaxRN && n <= kNarrowMaxTokens) {
       RunNarrow(w, ws, m, x, K, n, y, ys);
       return;
     }
   }
-  static constexpr auto kDirect = TileTable<WT, true>(std::make_integer_sequence<int, kMaxRM>());
-  static constexpr auto kWidened = TileTable<float, false>(std::make_integer_sequence<int, kMaxRM>());
+  static constexpr auto kDirectPf = TileTable<WT, true, kGrouped>(std::make_integer_sequence<int, kMaxRM>());
+  const auto* direct = &kDirectPf;
+  if constexpr (kGrouped) {
+    // One token over rows in groups: with or without software prefetch, as measured at load.
+    static constexpr auto kDirectHw = TileTable<WT, false, true>(std::make_integer_sequence<int, kMaxRM>());
+    if (n == 1 && g_group_prefetch[kSlot].load(std::memory_order_relaxed) == static_cast<uint8_t>(GroupPrefetch::kHardware)) {
+      direct = &kDirectHw;
+    }
+  }
+  const auto& kDirect = *direct;
+  static constexpr auto kWidened = TileTable<float, false, false>(std::make_integer_sequence<int, kMaxRM>());
   // Tokens per block: a block of x rows stays in (half of) L2 while weight slices go by.
   const int64_t fit = static_cast<int64_t>((192 * 1024) / (K * sizeof(float)));
   const int64_t token_block = std::max<int64_t>(kMaxRN, fit / kMaxRN * kMaxRN);
@@ -231,21 +311,42 @@ void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64
     const int64_t t1 = std::min(n, t0 + token_block);
     const int64_t groups = (t1 - t0 + kMaxRN - 1) / kMaxRN;
     // Widening pays off once a slice feeds more than one token group.
-    const bool widen = slice != nullptr && groups > 1;
+    // Rows in groups with few tokens (AVX2's narrow range) take direct tiles instead: each slice is
+    // read from memory by the first token group and from L1 by the others. On the Zen 3 VM at B = 8
+    // that was level with rows as stored (389-398 against 387-459 tok/s), where the narrow path's
+    // one row at a time (a group's lines in four strided passes, even with each group first copied
+    // out as rows) and widening were 16-25% slower.
+    const bool widen = slice != nullptr && groups > 1 && !(kGrouped && n <= kNarrowMaxTokens);
     for (int64_t r = 0; r < m; r += kMaxRM) {
       const int rm = static_cast<int>(std::min<int64_t>(kMaxRM, m - r));
       if constexpr (!std::is_same_v<WT, float>) {
-        if (widen) Widen(w + r * ws, ws, rm, K, slice);
+        if (widen) {
+          if constexpr (kGrouped) {
+            WidenGroup(RowPtr<kGrouped>(w, ws, r), ws, rm, K, slice);
+          } else {
+            Widen(w + r * ws, ws, rm, K, slice);
+          }
+        }
       }
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t ta = t0 + (t1 - t0) * g / groups, tb = t0 + (t1 - t0) * (g + 1) / groups;
         if (widen) {
           kWidened[rm - 1][tb - ta - 1](slice, K, x + ta * K, K, K, y + ta * ys + r, ys);
         } else {
-          kDirect[rm - 1][tb - ta - 1](w + r * ws, ws, x + ta * K, K, K, y + ta * ys + r, ys);
+          kDirect[rm - 1][tb - ta - 1](RowPtr<kGrouped>(w, ws, r), ws, x + ta * K, K, K, y + ta * ys + r, ys);
         }
       }
     }
+  }
+}
+
+template <typename WT>
+void RunLayout(const WeightMatrix& w, const WT* base, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y,
+               size_t ys, float* slice) {
+  if (w.row_group != 0) {
+    RunTiles<true>(base, ws, m, x, K, n, y, ys, slice);
+  } else {
+    RunTiles<false>(base, ws, m, x, K, n, y, ys, slice);
   }
 }
 
@@ -255,16 +356,17 @@ void MatmulFloatRows(const WeightMatrix& w, const float* x, int64_t n, float* y,
   const size_t ys = static_cast<size_t>(w.rows);
   const int64_t m = r1 - r0;
   float* yr = y + r0;
+  // In a grouped matrix r0 starts a group (matmul_float_rows checks), which starts at the same byte.
   const uint8_t* base = w.data + static_cast<uint64_t>(r0) * w.row_bytes;
   switch (w.type) {
     case GgmlType::kF32:
-      RunTiles(reinterpret_cast<const float*>(base), w.row_bytes / 4, m, x, K, n, yr, ys, nullptr);
+      RunTiles<false>(reinterpret_cast<const float*>(base), w.row_bytes / 4, m, x, K, n, yr, ys, nullptr);
       return;
     case GgmlType::kF16:
-      RunTiles(reinterpret_cast<const F16Bits*>(base), w.row_bytes / 2, m, x, K, n, yr, ys, slice);
+      RunLayout(w, reinterpret_cast<const F16Bits*>(base), w.row_bytes / 2, m, x, K, n, yr, ys, slice);
       return;
     case GgmlType::kBF16:
-      RunTiles(reinterpret_cast<const BF16Bits*>(base), w.row_bytes / 2, m, x, K, n, yr, ys, slice);
+      RunLayout(w, reinterpret_cast<const BF16Bits*>(base), w.row_bytes / 2, m, x, K, n, yr, ys, slice);
       return;
     default:
       return;  // the caller only sends float types
@@ -280,6 +382,7 @@ namespace strata::cpu {
 HWY_EXPORT(MatmulFloatRows);
 
 std::atomic<uint8_t> g_float_decode_order[3] = {};  // kTiles
+std::atomic<uint8_t> g_group_prefetch[3] = {};      // kSoftware
 
 int decode_order_slot(GgmlType type) {
   switch (type) {
@@ -297,6 +400,13 @@ FloatDecodeOrder float_decode_order(GgmlType type) {
   return static_cast<FloatDecodeOrder>(g_float_decode_order[decode_order_slot(type)].load(std::memory_order_relaxed));
 }
 const char* float_decode_order_name(FloatDecodeOrder order) { return order == FloatDecodeOrder::kRows ? "rows" : "tiles"; }
+void set_group_prefetch(GgmlType type, GroupPrefetch p) {
+  g_group_prefetch[decode_order_slot(type)].store(static_cast<uint8_t>(p), std::memory_order_relaxed);
+}
+GroupPrefetch group_prefetch(GgmlType type) {
+  return static_cast<GroupPrefetch>(g_group_prefetch[decode_order_slot(type)].load(std::memory_order_relaxed));
+}
+const char* group_prefetch_name(GroupPrefetch p) { return p == GroupPrefetch::kHardware ? "hardware" : "software"; }
 
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n) {
   if (w.type == GgmlType::kF32 || n < kFloatWidenMinTokens) return 0;
@@ -305,6 +415,14 @@ int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n) {
 
 void matmul_float_rows(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
                        float* slice) {
+  if (w.row_group != 0) {
+    if (w.row_group != WeightMatrix::kRowGroup || w.type == GgmlType::kF32 || w.row_bytes % 64 != 0 ||
+        r0 % WeightMatrix::kRowGroup != 0) {
+      throw std::invalid_argument(fmt::format("matmul: rows in groups of {} ({}, {} bytes a row) from row {}: expected "
+                                              "groups of {} of f16/bf16 rows of a multiple of 64 bytes, from a group's first row",
+                                              w.row_group, ggml_type_name(w.type), w.row_bytes, r0, WeightMatrix::kRowGroup));
+    }
+  }
   HWY_DYNAMIC_DISPATCH(MatmulFloatRows)(w, x, n, y, r0, r1, slice);
 }
 

@@ -32,7 +32,9 @@ inline constexpr int64_t kFloatMaxSliceRows = 8;
 // one chain's latency bounds the stream (on the H200 machine's Xeon 1.5-2x faster than kRows; on
 // the Zen 3 VM the two were within its noise for F16 and BF16). The balance can differ by type
 // (BF16's widening costs more per weight than F16's), so CpuBackend measures both at load for each
-// float type it loads, on matrices of that type (choose_float_decode_order).
+// float type it loads with rows as stored, on matrices of that type (choose_float_decode_order).
+// Matrices with rows in groups (WeightMatrix::row_group) ignore it: one token always takes their
+// 4-row tiles (one stream and 4 chains), with or without software prefetch (GroupPrefetch below).
 // Process-wide, one order per type (F32, F16, BF16); kTiles until set.
 enum class FloatDecodeOrder : uint8_t { kTiles = 0, kRows = 1 };
 // The orders in use, by decode_order_slot (read by the kernels of every target).
@@ -49,6 +51,23 @@ const char* float_decode_order_name(FloatDecodeOrder order);
 // (~30 ms). Leaves the orders in use as they were. Throws std::invalid_argument for another value
 // of the variable or another type.
 FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
+
+// One token over rows in groups (WeightMatrix::row_group: one sequential stream, 4 FMA chains):
+// kSoftware prefetches 4 groups ahead as the tiles of rows as stored do, kHardware leaves the
+// stream to the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16
+// decode ran 1.6-1.7x faster with the software prefetch, on the Zen 3 VM 1.1-1.2x faster without
+// (docs/PERFORMANCE.md, issue 17), so CpuBackend measures both at load, per float type
+// (choose_group_prefetch). Process-wide, one per type (by decode_order_slot); kSoftware until set.
+enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1 };
+extern std::atomic<uint8_t> g_group_prefetch[3];
+void set_group_prefetch(GgmlType type, GroupPrefetch p);
+GroupPrefetch group_prefetch(GgmlType type);
+const char* group_prefetch_name(GroupPrefetch p);
+// As choose_float_decode_order, for rows in groups: STRATA_CPU_GROUP_PREFETCH=software|hardware
+// (every type), or (unset or "auto") the faster of the two on 64 MiB of `type` matrices of `cols`
+// columns in groups (cols a multiple of 64 bytes' elements). Throws std::invalid_argument for another
+// value of the variable or a type that is not F16/BF16.
+GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols);
 
 // f32 elements of the widening buffer matmul_float_rows() wants for n tokens (0: none).
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n);
