@@ -55,8 +55,9 @@ FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int6
 // One token over rows in groups (WeightMatrix::row_group: one sequential stream, 4 FMA chains):
 // kSoftware prefetches 4 groups ahead as the tiles of rows as stored do, kHardware leaves the
 // stream to the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16
-// decode ran 1.6-1.7x faster with the software prefetch, on the Zen 3 VM 1.1-1.2x faster without
-// (docs/PERFORMANCE.md, issue 17), so CpuBackend measures both at load, per float type
+// decode ran 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its
+// noise, without ahead in some runs (docs/PERFORMANCE.md, issue 17). So CpuBackend measures both at
+// load, per float type
 // (choose_group_prefetch). Process-wide, one per type (by decode_order_slot); kSoftware until set.
 enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1 };
 extern std::atomic<uint8_t> g_group_prefetch[3];
