@@ -5,6 +5,9 @@
 // Threads: STRATA_THREADS (default: physical cores). STRATA_BENCH_HOT=1: weights stay in cache.
 // STRATA_CPU_DECODE_ORDER=rows|tiles: one token's F32/F16/BF16 matmuls walk the rows in that order
 // (as in the backend; unset or auto: measured here at start, as the backend does at load).
+// STRATA_BENCH_ROW_GROUPS=1: F16/BF16 matrices (rows a multiple of 4 and of 64 bytes) are read as
+// rows in groups of 4 (WeightMatrix::row_group, as CpuBackend copies them; the bytes are random
+// either way), one token's prefetch chosen as the backend does (STRATA_CPU_GROUP_PREFETCH or measured).
 //   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
@@ -58,6 +61,18 @@ ThreadPool& pool() {
     set_float_decode_order(t, o);
     std::fprintf(stderr, "%.*s: one-token matmuls in %s\n", static_cast<int>(ggml_type_name(t).size()),
                  ggml_type_name(t).data(), float_decode_order_name(o));
+  }
+  return true;
+}();
+
+const bool kRowGroups = [] {
+  const char* env = std::getenv("STRATA_BENCH_ROW_GROUPS");
+  if (env == nullptr || std::strcmp(env, "1") != 0) return false;
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16}) {
+    const GroupPrefetch p = choose_group_prefetch(pool(), t, 2048);
+    set_group_prefetch(t, p);
+    std::fprintf(stderr, "%.*s: rows in groups of 4, %s prefetch\n", static_cast<int>(ggml_type_name(t).size()),
+                 ggml_type_name(t).data(), group_prefetch_name(p));
   }
   return true;
 }();
@@ -116,6 +131,10 @@ void RunMatmul(benchmark::State& state) {
   for (int i = 0; i < copies; ++i) {
     data.push_back(i == 0 ? random_weights(type, rows, cols, 1) : data.front());
     ws.push_back(WeightMatrix{type, rows, cols, data.back().data(), bytes / static_cast<uint64_t>(rows)});
+    if (kRowGroups && (type == GgmlType::kF16 || type == GgmlType::kBF16) && rows % WeightMatrix::kRowGroup == 0 &&
+        ws.back().row_bytes % 64 == 0) {
+      ws.back().row_group = WeightMatrix::kRowGroup;
+    }
   }
   std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
   std::mt19937 rng(0);
