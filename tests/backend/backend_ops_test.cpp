@@ -1492,10 +1492,10 @@ TEST(BackendChoice, CpuIsAlwaysThereAndAutoResolvesToAnAvailableDevice) {
 }
 
 // The CPU backend's weights: upload_matrix copies F32/F16/BF16/Q8_0 matrices into huge-page arenas
-// (a new address, 64-byte aligned, the same bytes and shape; F16 in groups of 4 rows), unless BackendOptions::mapped_weights
-// (--mmap-weights), which gives the host matrix back, as it does for K-quants; tables
-// (upload_table) stay where they are either way. Products are the same bits from the copy as from
-// the mapping.
+// (a new address, 64-byte aligned, the same bytes and shape; F16 in groups of 4 rows), unless
+// BackendOptions::mapped_weights (--mmap-weights), which gives the host matrix back, as it does for
+// K-quants; tables (upload_table) stay where they are either way. Products are the same bits from
+// the copy as from the mapping.
 TEST(CpuBackendWeights, UploadCopiesIntoHugePagesUnlessMapped) {
   std::mt19937 rng(41);
   BackendOptions mapped_opts{DeviceKind::kCpu, 2};

@@ -145,7 +145,8 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
     // last are zero.
     const uint64_t lines = host.row_bytes / 64;
     pool_->run([&](int t) {
-      const uint64_t g0 = groups * static_cast<uint64_t>(t) / threads, g1 = groups * static_cast<uint64_t>(t + 1) / threads;
+      const uint64_t g0 = groups * static_cast<uint64_t>(t) / threads;
+      const uint64_t g1 = groups * static_cast<uint64_t>(t + 1) / threads;
       for (uint64_t g = g0; g < g1; ++g) {
         uint8_t* out = dst + g * kG * host.row_bytes;
         for (uint64_t j = 0; j < kG; ++j) {

@@ -195,7 +195,8 @@ std::array<double, 2> time_two_variants(ThreadPool& pool, GgmlType type, int64_t
   // the same bytes; only its row_group and whole groups per matrix differ.)
   const uint64_t row_bytes = static_cast<uint64_t>(cols * es);
   int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / (cols * es));
-  if (grouped) mrows = std::max<int64_t>(WeightMatrix::kRowGroup, mrows / WeightMatrix::kRowGroup * WeightMatrix::kRowGroup);
+  constexpr int64_t kG = WeightMatrix::kRowGroup;
+  if (grouped) mrows = std::max<int64_t>(kG, mrows / kG * kG);
   std::vector<WeightMatrix> ws;
   for (int64_t r = 0; r + mrows <= rows; r += mrows) {
     WeightMatrix w{type, mrows, cols, mem.data() + static_cast<uint64_t>(r) * row_bytes, row_bytes};
@@ -210,7 +211,8 @@ std::array<double, 2> time_two_variants(ThreadPool& pool, GgmlType type, int64_t
       set(v);
       const auto t0 = std::chrono::steady_clock::now();
       for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool, scratch);
-      best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], s);
     }
   }
   return best;

@@ -298,7 +298,8 @@ void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64
   if constexpr (kGrouped) {
     // One token over rows in groups: with or without software prefetch, as measured at load.
     static constexpr auto kDirectHw = TileTable<WT, false, true>(std::make_integer_sequence<int, kMaxRM>());
-    if (n == 1 && g_group_prefetch[kSlot].load(std::memory_order_relaxed) == static_cast<uint8_t>(GroupPrefetch::kHardware)) {
+    const auto hardware = static_cast<uint8_t>(GroupPrefetch::kHardware);
+    if (n == 1 && g_group_prefetch[kSlot].load(std::memory_order_relaxed) == hardware) {
       direct = &kDirectHw;
     }
   }
@@ -341,8 +342,8 @@ void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64
 }
 
 template <typename WT>
-void RunLayout(const WeightMatrix& w, const WT* base, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y,
-               size_t ys, float* slice) {
+void RunLayout(const WeightMatrix& w, const WT* base, size_t ws, int64_t m, const float* x, size_t K, int64_t n,
+               float* y, size_t ys, float* slice) {
   if (w.row_group != 0) {
     RunTiles<true>(base, ws, m, x, K, n, y, ys, slice);
   } else {
@@ -418,9 +419,10 @@ void matmul_float_rows(const WeightMatrix& w, const float* x, int64_t n, float* 
   if (w.row_group != 0) {
     if (w.row_group != WeightMatrix::kRowGroup || w.type == GgmlType::kF32 || w.row_bytes % 64 != 0 ||
         r0 % WeightMatrix::kRowGroup != 0) {
-      throw std::invalid_argument(fmt::format("matmul: rows in groups of {} ({}, {} bytes a row) from row {}: expected "
-                                              "groups of {} of f16/bf16 rows of a multiple of 64 bytes, from a group's first row",
-                                              w.row_group, ggml_type_name(w.type), w.row_bytes, r0, WeightMatrix::kRowGroup));
+      throw std::invalid_argument(
+          fmt::format("matmul: rows in groups of {} ({}, {} bytes a row) from row {}: expected groups of {} of "
+                      "f16/bf16 rows of a multiple of 64 bytes, from a group's first row",
+                      w.row_group, ggml_type_name(w.type), w.row_bytes, r0, WeightMatrix::kRowGroup));
     }
   }
   HWY_DYNAMIC_DISPATCH(MatmulFloatRows)(w, x, n, y, r0, r1, slice);
