@@ -57,6 +57,18 @@ std::vector<float> reference_on_quantized_acts(const WeightMatrix& w, const std:
 
 class Matmul : public ::testing::TestWithParam<int64_t> {};
 
+// Sets the environment variable `var` to `value`, then expects `f` to throw E naming var=value.
+template <typename E, typename F>
+void expect_env_rejected(const char* var, const char* value, F&& f) {
+  setenv(var, value, 1);
+  try {
+    f();
+    ADD_FAILURE() << "no error for " << var << "=" << value;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string(var) + "=" + value), std::string::npos) << e.what();
+  }
+}
+
 void check_type(GgmlType type, int64_t rows, int64_t cols, ThreadPool& pool1, ThreadPool& pool3, std::mt19937& rng) {
   KernelScratch scratch;
   const auto m = random_matrix(type, rows, cols, rng);
@@ -180,13 +192,7 @@ TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
   EXPECT_EQ(CpuBackend(1).upload_matrix(m.w).row_group, 0);
   setenv("STRATA_CPU_ROW_GROUPS", "1", 1);
   EXPECT_EQ(CpuBackend(1).upload_matrix(m.w).row_group, WeightMatrix::kRowGroup);
-  setenv("STRATA_CPU_ROW_GROUPS", "yes", 1);
-  try {
-    CpuBackend b(1);
-    ADD_FAILURE() << "no error for an unknown value";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("STRATA_CPU_ROW_GROUPS=yes"), std::string::npos) << e.what();
-  }
+  expect_env_rejected<Error>("STRATA_CPU_ROW_GROUPS", "yes", [] { CpuBackend b(1); });
   unsetenv("STRATA_CPU_ROW_GROUPS");
   // Software prefetch or none, chosen by the variable or measured.
   ThreadPool pool(2);
@@ -194,13 +200,8 @@ TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
   EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kF16, 768), GroupPrefetch::kHardware);
   setenv("STRATA_CPU_GROUP_PREFETCH", "software", 1);
   EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kBF16, 768), GroupPrefetch::kSoftware);
-  setenv("STRATA_CPU_GROUP_PREFETCH", "none", 1);
-  try {
-    (void)choose_group_prefetch(pool, GgmlType::kF16, 768);
-    ADD_FAILURE() << "no error for an unknown value";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("STRATA_CPU_GROUP_PREFETCH=none"), std::string::npos) << e.what();
-  }
+  expect_env_rejected<std::invalid_argument>("STRATA_CPU_GROUP_PREFETCH", "none",
+                                             [&] { (void)choose_group_prefetch(pool, GgmlType::kF16, 768); });
   setenv("STRATA_CPU_GROUP_PREFETCH", "auto", 1);
   const GroupPrefetch was = group_prefetch(GgmlType::kF16);
   const GroupPrefetch measured = choose_group_prefetch(pool, GgmlType::kF16, 1000);  // either: a measurement
@@ -219,13 +220,8 @@ TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasuresPerType) {
   EXPECT_EQ(choose_float_decode_order(pool, GgmlType::kF16, 768), FloatDecodeOrder::kRows);
   setenv("STRATA_CPU_DECODE_ORDER", "tiles", 1);
   EXPECT_EQ(choose_float_decode_order(pool, GgmlType::kBF16, 768), FloatDecodeOrder::kTiles);
-  setenv("STRATA_CPU_DECODE_ORDER", "fast", 1);
-  try {
-    (void)choose_float_decode_order(pool, GgmlType::kF16, 768);
-    ADD_FAILURE() << "no error for an unknown value";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("STRATA_CPU_DECODE_ORDER=fast"), std::string::npos) << e.what();
-  }
+  expect_env_rejected<std::invalid_argument>("STRATA_CPU_DECODE_ORDER", "fast",
+                                             [&] { (void)choose_float_decode_order(pool, GgmlType::kF16, 768); });
   setenv("STRATA_CPU_DECODE_ORDER", "auto", 1);
   for (GgmlType t : types) {
     SCOPED_TRACE(std::string(ggml_type_name(t)));

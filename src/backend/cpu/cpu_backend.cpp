@@ -96,28 +96,27 @@ bool CpuBackend::groups_rows(const WeightMatrix& host) const {
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const bool is_float = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16;
   const bool grouped = groups_rows(host);
-  // The first matrix of each 16/32-bit float type of at least 512 columns that keeps its rows one
-  // after the other, once per process and type: below that (toy models of the tests) the weights
-  // stay in cache and the order does not matter; tiles then. Rows in groups always go in tiles.
-  if (is_float && host.cols >= 512 && !grouped) {
-    const int slot = cpu::decode_order_slot(host.type);
-    static std::once_flag once[3];
-    std::call_once(once[slot], [&] {
-      cpu::set_float_decode_order(host.type, cpu::choose_float_decode_order(*pool_, host.type, host.cols));
-    });
-    decode_order_chosen_[static_cast<size_t>(slot)] = true;
-  }
-  if (grouped) {
-    // Likewise the software prefetch or none for rows in groups (matmul_float.h: GroupPrefetch).
-    const int slot = cpu::decode_order_slot(host.type);
+  // How one token walks the matrix, measured at the first matrix of each 16/32-bit float type of
+  // at least 512 columns, once per process and type: rows as stored, the order (FloatDecodeOrder);
+  // rows in groups (always 4-row tiles), the prefetch (GroupPrefetch). Below that size (toy models
+  // of the tests) the weights stay in cache and neither matters; the defaults then.
+  if (is_float) {
+    const auto slot = static_cast<size_t>(cpu::decode_order_slot(host.type));
+    if (grouped) grouped_types_[slot] = true;
     if (host.cols >= 512) {
-      static std::once_flag once[3];
-      std::call_once(once[slot], [&] {
-        cpu::set_group_prefetch(host.type, cpu::choose_group_prefetch(*pool_, host.type, host.cols));
-      });
-      group_prefetch_chosen_[static_cast<size_t>(slot)] = true;
+      static std::once_flag order_once[3], prefetch_once[3];
+      if (grouped) {
+        std::call_once(prefetch_once[slot], [&] {
+          cpu::set_group_prefetch(host.type, cpu::choose_group_prefetch(*pool_, host.type, host.cols));
+        });
+        group_prefetch_chosen_[slot] = true;
+      } else {
+        std::call_once(order_once[slot], [&] {
+          cpu::set_float_decode_order(host.type, cpu::choose_float_decode_order(*pool_, host.type, host.cols));
+        });
+        decode_order_chosen_[slot] = true;
+      }
     }
-    grouped_types_[static_cast<size_t>(slot)] = true;
   }
   const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(host.rows, 0));
   constexpr uint64_t kG = WeightMatrix::kRowGroup;
