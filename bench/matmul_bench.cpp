@@ -54,13 +54,13 @@ ThreadPool& pool() {
   return p;
 }
 
-// The one-token row order of each float type, chosen as CpuBackend does (matmul_float.h).
+// The one-token row order of each type with a choice, chosen as CpuBackend does (decode_order.h).
 [[maybe_unused]] const bool kOrdersSet = [] {
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
-    const FloatDecodeOrder o = choose_float_decode_order(pool(), t, 2048);
-    set_float_decode_order(t, o);
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const DecodeOrder o = choose_decode_order(pool(), t, 2048);
+    set_decode_order(t, o);
     std::fprintf(stderr, "%.*s: one-token matmuls in %s\n", static_cast<int>(ggml_type_name(t).size()),
-                 ggml_type_name(t).data(), float_decode_order_name(o));
+                 ggml_type_name(t).data(), decode_order_name(o));
   }
   return true;
 }();

@@ -110,16 +110,16 @@ TEST_P(Matmul, FloatTypesMatchTheReference) {
   }
 }
 
-// One token walks the rows in 4-row tiles or one row at a time (matmul_float.h, chosen at load by
+// One token walks the rows in 4-row tiles or one row at a time (decode_order.h, chosen at load by
 // speed, per type): both give the reference, and a token alone the bits it has in a batch.
 TEST_P(Matmul, FloatTypesGiveTheSameBitsInEitherDecodeOrder) {
   test::TargetScope scope(GetParam());
   ThreadPool pool1(1), pool3(3);
   for (GgmlType type : kFloatTypes) {
-    const FloatDecodeOrder was = float_decode_order(type);
-    for (FloatDecodeOrder order : {FloatDecodeOrder::kTiles, FloatDecodeOrder::kRows}) {
-      SCOPED_TRACE(float_decode_order_name(order));
-      set_float_decode_order(type, order);
+    const DecodeOrder was = decode_order(type);
+    for (DecodeOrder order : {DecodeOrder::kTiles, DecodeOrder::kRows}) {
+      SCOPED_TRACE(decode_order_name(order));
+      set_decode_order(type, order);
       std::mt19937 rng(2);
       // Full vectors per row (8 lanes on AVX2, 16 on AVX-512): an even count and a tail (100), even
       // (768), none (7), odd (120: 15 / 7 and a tail; 1000: 125 / 62 and a tail) on every target,
@@ -129,7 +129,7 @@ TEST_P(Matmul, FloatTypesGiveTheSameBitsInEitherDecodeOrder) {
         check_type(type, rows, cols, pool1, pool3, rng);
       }
     }
-    set_float_decode_order(type, was);
+    set_decode_order(type, was);
   }
 }
 
@@ -213,31 +213,38 @@ TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
 
 TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasuresPerType) {
   ThreadPool pool(2);
-  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
-  FloatDecodeOrder was[3];
-  for (size_t i = 0; i < 3; ++i) was[i] = float_decode_order(types[i]);
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ6_K};
+  DecodeOrder was[5];
+  for (size_t i = 0; i < 5; ++i) was[i] = decode_order(types[i]);
   setenv("STRATA_CPU_DECODE_ORDER", "rows", 1);
-  EXPECT_EQ(choose_float_decode_order(pool, GgmlType::kF16, 768), FloatDecodeOrder::kRows);
+  EXPECT_EQ(choose_decode_order(pool, GgmlType::kF16, 768), DecodeOrder::kRows);
   setenv("STRATA_CPU_DECODE_ORDER", "tiles", 1);
-  EXPECT_EQ(choose_float_decode_order(pool, GgmlType::kBF16, 768), FloatDecodeOrder::kTiles);
+  EXPECT_EQ(choose_decode_order(pool, GgmlType::kBF16, 768), DecodeOrder::kTiles);
+  EXPECT_EQ(choose_decode_order(pool, GgmlType::kQ6_K, 768), DecodeOrder::kTiles);
   expect_env_rejected<std::invalid_argument>("STRATA_CPU_DECODE_ORDER", "fast",
-                                             [&] { (void)choose_float_decode_order(pool, GgmlType::kF16, 768); });
+                                             [&] { (void)choose_decode_order(pool, GgmlType::kF16, 768); });
   setenv("STRATA_CPU_DECODE_ORDER", "auto", 1);
   for (GgmlType t : types) {
     SCOPED_TRACE(std::string(ggml_type_name(t)));
-    const FloatDecodeOrder measured = choose_float_decode_order(pool, t, 768);  // either: it is a measurement
-    EXPECT_TRUE(measured == FloatDecodeOrder::kRows || measured == FloatDecodeOrder::kTiles);
+    const DecodeOrder measured = choose_decode_order(pool, t, 768);  // either: it is a measurement
+    EXPECT_TRUE(measured == DecodeOrder::kRows || measured == DecodeOrder::kTiles);
   }
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(float_decode_order(types[i]), was[i]) << "measuring changed the order in use";
-  EXPECT_THROW((void)choose_float_decode_order(pool, GgmlType::kQ8_0, 768), std::invalid_argument);
-  EXPECT_THROW(set_float_decode_order(GgmlType::kQ4_K, FloatDecodeOrder::kRows), std::invalid_argument);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(decode_order(types[i]), was[i]) << "measuring changed the order in use";
+  // Q8_0 (one row at a time always) has no choice; a K-quant's width is rounded down to its block.
+  EXPECT_THROW((void)choose_decode_order(pool, GgmlType::kQ8_0, 768), std::invalid_argument);
+  EXPECT_THROW(set_decode_order(GgmlType::kQ8_0, DecodeOrder::kRows), std::invalid_argument);
+  const DecodeOrder odd = choose_decode_order(pool, GgmlType::kQ4_K, 1000);
+  EXPECT_TRUE(odd == DecodeOrder::kRows || odd == DecodeOrder::kTiles);
   unsetenv("STRATA_CPU_DECODE_ORDER");
   // One type's order leaves the others' alone.
-  set_float_decode_order(GgmlType::kF16, FloatDecodeOrder::kRows);
-  set_float_decode_order(GgmlType::kBF16, FloatDecodeOrder::kTiles);
-  EXPECT_EQ(float_decode_order(GgmlType::kF16), FloatDecodeOrder::kRows);
-  EXPECT_EQ(float_decode_order(GgmlType::kBF16), FloatDecodeOrder::kTiles);
-  for (size_t i = 0; i < 3; ++i) set_float_decode_order(types[i], was[i]);
+  set_decode_order(GgmlType::kF16, DecodeOrder::kRows);
+  set_decode_order(GgmlType::kBF16, DecodeOrder::kTiles);
+  set_decode_order(GgmlType::kQ4_K, DecodeOrder::kRows);
+  EXPECT_EQ(decode_order(GgmlType::kF16), DecodeOrder::kRows);
+  EXPECT_EQ(decode_order(GgmlType::kBF16), DecodeOrder::kTiles);
+  EXPECT_EQ(decode_order(GgmlType::kQ4_K), DecodeOrder::kRows);
+  EXPECT_EQ(decode_order(GgmlType::kQ6_K), was[4]);
+  for (size_t i = 0; i < 5; ++i) set_decode_order(types[i], was[i]);
 }
 
 TEST_P(Matmul, QuantizedTypesMatchTheReference) {
@@ -287,6 +294,25 @@ TEST_P(Matmul, QuantizedSmallBatchesAndOddRows) {
   test::TargetScope scope(GetParam());
   std::mt19937 rng(4);
   check_small_batches_and_odd_rows(kQuantTypes, rng);
+}
+
+// The K-quants' one-token order (decode_order.h): 4-row tiles or one row at a time, row counts
+// around the tile, against the exact arithmetic and each token alone against the batch (whose tiles
+// do not depend on the order).
+TEST_P(Matmul, KQuantsGiveTheSameBitsInEitherDecodeOrder) {
+  test::TargetScope scope(GetParam());
+  constexpr GgmlType kKQuants[] = {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                   GgmlType::kQ6_K};
+  for (GgmlType type : kKQuants) {
+    const DecodeOrder was = decode_order(type);
+    for (DecodeOrder order : {DecodeOrder::kTiles, DecodeOrder::kRows}) {
+      SCOPED_TRACE(decode_order_name(order));
+      set_decode_order(type, order);
+      std::mt19937 rng(5);
+      check_small_batches_and_odd_rows(std::span<const GgmlType>(&type, 1), rng);
+    }
+    set_decode_order(type, was);
+  }
 }
 
 // The portable Highway kernels of Q8_0, Q4_0, Q4_K and Q6_K (matmul_quant_hwy-inl.h), which x86 targets

@@ -14,8 +14,10 @@
 #include <new>
 
 #include "backend/cpu/bandwidth.h"
+#include "backend/cpu/decode_order.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
+#include "backend/cpu/matmul_quant.h"
 #include "backend/cpu/profile.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
@@ -94,17 +96,17 @@ bool CpuBackend::groups_rows(const WeightMatrix& host) const {
 }
 
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
-  const bool is_float = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16;
   const bool grouped = groups_rows(host);
-  // How one token walks the matrix, measured at the first matrix of each 16/32-bit float type of
-  // at least 512 columns, once per process and type: rows as stored, the order (FloatDecodeOrder);
-  // rows in groups (always 4-row tiles), the prefetch (GroupPrefetch). Below that size (toy models
-  // of the tests) the weights stay in cache and neither matters; the defaults then.
-  if (is_float) {
+  // How one token walks the matrix, measured at the first matrix of each type with a choice of at
+  // least 512 columns, once per process and type: F32/F16/BF16 rows as stored and the K-quants, the
+  // order (cpu::DecodeOrder); F16/BF16 rows in groups (always 4-row tiles), the prefetch
+  // (GroupPrefetch). Below that size (toy models of the tests) the weights stay in cache and neither
+  // matters; the defaults then.
+  if (cpu::has_decode_order(host.type)) {
     const auto slot = static_cast<size_t>(cpu::decode_order_slot(host.type));
     if (grouped) grouped_types_[slot] = true;
     if (host.cols >= 512) {
-      static std::once_flag order_once[3], prefetch_once[3];
+      static std::once_flag order_once[cpu::kDecodeOrderSlots], prefetch_once[3];
       if (grouped) {
         std::call_once(prefetch_once[slot], [&] {
           cpu::set_group_prefetch(host.type, cpu::choose_group_prefetch(*pool_, host.type, host.cols));
@@ -112,7 +114,7 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
         group_prefetch_chosen_[slot] = true;
       } else {
         std::call_once(order_once[slot], [&] {
-          cpu::set_float_decode_order(host.type, cpu::choose_float_decode_order(*pool_, host.type, host.cols));
+          cpu::set_decode_order(host.type, cpu::choose_decode_order(*pool_, host.type, host.cols));
         });
         decode_order_chosen_[slot] = true;
       }
@@ -123,11 +125,13 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const uint64_t groups = (rows + kG - 1) / kG;
   const uint64_t bytes = host.row_bytes * (grouped ? groups * kG : rows);
   // The types measured faster from huge pages (docs/PERFORMANCE.md, issue 17): 16/32-bit floats
-  // (+16-45% decode on a 2-core EPYC) and Q8_0 (+8-23% there and on a Xeon); K-quants read
-  // 4-10% slower from the copy in five runs of six on the two, the other types were not measured:
+  // (+16-45% decode on a 2-core EPYC) and Q8_0 (+8-23% there and on a Xeon); and the K-quants,
+  // level with the mapping or a little ahead (Zen 3 one row at a time, four alternated runs: Q4_K
+  // median +6%, Q6_K +1%; the Xeon in tiles: level), copied so that they are read from the pages
+  // their one-token order was measured on (choose_decode_order). The other types were not measured:
   // they stay mapped.
   const bool copies = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16 ||
-                      host.type == GgmlType::kQ8_0;
+                      host.type == GgmlType::kQ8_0 || cpu::quant_act_block(host.type) == 256;  // 256: the K-quants
   if (mapped_weights_ || !copies || host.data == nullptr || bytes == 0) return host;
   constexpr uint64_t kArenaBytes = uint64_t{64} << 20, kAlign = 64;
   uint64_t at = (arena_used_ + kAlign - 1) & ~(kAlign - 1);
@@ -173,18 +177,20 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
 
 std::string CpuBackend::description() const {
   std::string orders;
-  const GgmlType types[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16};
-  for (size_t i = 0; i < 3; ++i) {
-    if (grouped_types_[i]) {
-      orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", ggml_type_name(types[i]),
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ2_K,
+                            GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  for (GgmlType type : types) {
+    const auto i = static_cast<size_t>(cpu::decode_order_slot(type));
+    if (i < grouped_types_.size() && grouped_types_[i]) {
+      orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", ggml_type_name(type),
                             WeightMatrix::kRowGroup);
       if (group_prefetch_chosen_[i]) {
-        orders += fmt::format(" ({} prefetch)", cpu::group_prefetch_name(cpu::group_prefetch(types[i])));
+        orders += fmt::format(" ({} prefetch)", cpu::group_prefetch_name(cpu::group_prefetch(type)));
       }
     }
     if (!decode_order_chosen_[i]) continue;
-    orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(types[i]),
-                          cpu::float_decode_order_name(cpu::float_decode_order(types[i])));
+    orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(type),
+                          cpu::decode_order_name(cpu::decode_order(type)));
   }
   if (orders.empty()) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
   return fmt::format("cpu ({}, {} threads, one-token matmuls: {})", cpu::simd_target_name(), pool_->size(), orders);

@@ -91,7 +91,7 @@ class CpuBackend final : public Backend {
   bool row_groups_;                             // STRATA_CPU_ROW_GROUPS (default on)
   std::array<bool, 3> grouped_types_{};         // per cpu::decode_order_slot: a matrix was copied in groups
   std::array<bool, 3> group_prefetch_chosen_{};  // ... and a cpu::GroupPrefetch measured for it
-  std::array<bool, 3> decode_order_chosen_{};  // per cpu::decode_order_slot: a FloatDecodeOrder measured
+  std::array<bool, 8> decode_order_chosen_{};  // per cpu::decode_order_slot: a cpu::DecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
   uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()
   std::unique_ptr<ThreadPool> pool_;

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/decode_order.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
@@ -170,36 +171,35 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
 namespace {
 
 // Seconds of the best of three passes of one-token matmuls over 64 MiB of `type` matrices of `cols`
-// columns (rows in groups if `grouped`), for each of two variants, alternated: set(v) selects
-// variant v before its passes.
+// columns (a multiple of the type's block; rows in groups if `grouped`), for each of two variants,
+// alternated: set(v) selects variant v before its passes.
 template <typename Set>
 std::array<double, 2> time_two_variants(ThreadPool& pool, GgmlType type, int64_t cols, bool grouped, Set&& set) {
-  const int slot = decode_order_slot(type);
-  const int64_t es = slot == 0 ? 4 : 2;  // bytes per weight
-  cols = std::clamp<int64_t>(cols, 256, 16384);
-  const int64_t rows = (int64_t{64} << 20) / (cols * es);
-  AnonymousMemory mem(static_cast<uint64_t>(rows * cols * es), AnonymousMemory::Pages::kHuge);
+  const auto row_bytes = static_cast<int64_t>(ggml_row_size(type, static_cast<uint64_t>(cols)));
+  const int64_t rows = (int64_t{64} << 20) / row_bytes;
+  AnonymousMemory mem(static_cast<uint64_t>(rows * row_bytes), AnonymousMemory::Pages::kHuge);
   const auto threads = static_cast<uint64_t>(pool.size());
-  pool.run([&](int t) {  // 1.0 in every weight, written by the threads that will read it
-    const uint64_t n = mem.size() / static_cast<uint64_t>(es);
+  pool.run([&](int t) {  // written by the threads that will read it
+    const uint64_t n = mem.size() / 4;
+    auto* words = reinterpret_cast<uint32_t*>(mem.data());
     const uint64_t b = n * static_cast<uint64_t>(t) / threads, e = n * (t + 1) / threads;
-    if (slot == 0) {
-      std::fill(reinterpret_cast<uint32_t*>(mem.data()) + b, reinterpret_cast<uint32_t*>(mem.data()) + e, 0x3f800000u);
-    } else {
-      const uint16_t one = slot == 1 ? 0x3c00 : 0x3f80;
-      std::fill(reinterpret_cast<uint16_t*>(mem.data()) + b, reinterpret_cast<uint16_t*>(mem.data()) + e, one);
+    switch (type) {  // 1.0 in every float weight; quantized blocks all zero (the same work as any)
+      case GgmlType::kF32: std::fill(words + b, words + e, 0x3f800000u); break;
+      case GgmlType::kF16: std::fill(words + b, words + e, 0x3c003c00u); break;
+      case GgmlType::kBF16: std::fill(words + b, words + e, 0x3f803f80u); break;
+      default: std::fill(words + b, words + e, 0u); break;
     }
   });
   // As in a decode step: one matrix of a few MiB after another (the matrix of a model layer), each
   // split over the threads, not one long stream. (Every weight is the same, so a grouped matrix is
   // the same bytes; only its row_group and whole groups per matrix differ.)
-  const uint64_t row_bytes = static_cast<uint64_t>(cols * es);
-  int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / (cols * es));
+  int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / row_bytes);
   constexpr int64_t kG = WeightMatrix::kRowGroup;
   if (grouped) mrows = std::max<int64_t>(kG, mrows / kG * kG);
   std::vector<WeightMatrix> ws;
   for (int64_t r = 0; r + mrows <= rows; r += mrows) {
-    WeightMatrix w{type, mrows, cols, mem.data() + static_cast<uint64_t>(r) * row_bytes, row_bytes};
+    WeightMatrix w{type, mrows, cols, mem.data() + static_cast<uint64_t>(r * row_bytes),
+                   static_cast<uint64_t>(row_bytes)};
     w.row_group = grouped ? WeightMatrix::kRowGroup : 0;
     ws.push_back(w);
   }
@@ -220,18 +220,38 @@ std::array<double, 2> time_two_variants(ThreadPool& pool, GgmlType type, int64_t
 
 }  // namespace
 
-FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols) {
-  (void)decode_order_slot(type);  // throws for a type that is not F32/F16/BF16
+std::atomic<uint8_t> g_decode_order[kDecodeOrderSlots] = {};  // kTiles
+
+int decode_order_slot(GgmlType type) {
+  const int slot = decode_order_slot_or_none(type);
+  if (slot < 0) {
+    throw std::invalid_argument(
+        fmt::format("one-token decode order: {} is not a 16/32-bit float type or a K-quant", ggml_type_name(type)));
+  }
+  return slot;
+}
+void set_decode_order(GgmlType type, DecodeOrder order) {
+  g_decode_order[decode_order_slot(type)].store(static_cast<uint8_t>(order), std::memory_order_relaxed);
+}
+DecodeOrder decode_order(GgmlType type) {
+  return static_cast<DecodeOrder>(g_decode_order[decode_order_slot(type)].load(std::memory_order_relaxed));
+}
+const char* decode_order_name(DecodeOrder order) { return order == DecodeOrder::kRows ? "rows" : "tiles"; }
+
+DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols) {
+  (void)decode_order_slot(type);  // throws for a type without a choice
   const char* env = std::getenv("STRATA_CPU_DECODE_ORDER");
   const std::string_view v = env != nullptr ? env : "auto";
-  if (v == "rows") return FloatDecodeOrder::kRows;
-  if (v == "tiles") return FloatDecodeOrder::kTiles;
+  if (v == "rows") return DecodeOrder::kRows;
+  if (v == "tiles") return DecodeOrder::kTiles;
   if (v != "auto") throw std::invalid_argument(fmt::format("STRATA_CPU_DECODE_ORDER={}: expected rows, tiles or auto", v));
-  const FloatDecodeOrder was = float_decode_order(type);
-  const auto best = time_two_variants(pool, type, cols, false,
-                                      [&](int o) { set_float_decode_order(type, static_cast<FloatDecodeOrder>(o)); });
-  set_float_decode_order(type, was);
-  return best[1] < best[0] ? FloatDecodeOrder::kRows : FloatDecodeOrder::kTiles;
+  const DecodeOrder was = decode_order(type);
+  const int64_t block = quant_act_block(type) > 0 ? quant_act_block(type) : 1;
+  cols = std::max<int64_t>(block, std::clamp<int64_t>(cols, 256, 16384) / block * block);
+  const auto best =
+      time_two_variants(pool, type, cols, false, [&](int o) { set_decode_order(type, static_cast<DecodeOrder>(o)); });
+  set_decode_order(type, was);
+  return best[1] < best[0] ? DecodeOrder::kRows : DecodeOrder::kTiles;
 }
 
 GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols) {
@@ -246,7 +266,7 @@ GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t col
     throw std::invalid_argument(fmt::format("STRATA_CPU_GROUP_PREFETCH={}: expected software, hardware or auto", v));
   }
   const GroupPrefetch was = group_prefetch(type);
-  cols = std::max<int64_t>(32, cols / 32 * 32);  // 64-byte rows
+  cols = std::max<int64_t>(32, std::clamp<int64_t>(cols, 256, 16384) / 32 * 32);  // 64-byte rows
   const auto best = time_two_variants(pool, type, cols, true,
                                       [&](int p) { set_group_prefetch(type, static_cast<GroupPrefetch>(p)); });
   set_group_prefetch(type, was);

@@ -7,7 +7,7 @@
 //   AVX2 (16 registers): up to 4 × 3  (12 accumulators + 3 token vectors + 1 weight vector).
 //   AVX-512 (32 registers): up to 4 × 6 (24 + 6 + 1).
 // One token (decode): 4-row tiles, or one row at a time (RunRowwise) where that streams faster
-// (FloatDecodeOrder, chosen at load). Few tokens (small decode batches): weights are streamed
+// (DecodeOrder, chosen at load: decode_order.h). Few tokens (small decode batches): weights are streamed
 // once, each weight vector feeding up to RN tokens.
 // Many tokens (prefill, batches): tokens go in blocks that stay in L2; for each block, an RM-row
 // slice of f16/bf16 weights is widened once into an L1-sized f32 buffer (prefetching the next
@@ -256,7 +256,7 @@ void WidenGroup(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
   }
 }
 
-// One token (decode) with FloatDecodeOrder::kRows: one row after the other, a single sequential
+// One token (decode) with DecodeOrder::kRows: one row after the other, a single sequential
 // stream, no software prefetch. Tiles of 4 rows read 4 short interleaved streams (rows of a few
 // KiB) that some hardware prefetchers follow badly: on the Zen 5 VM a decode step of llama-134m
 // F16 took 4.40-4.49 ms of ops row by row against 5.06-5.19 ms in 4-row tiles with prefetch
@@ -264,7 +264,7 @@ void WidenGroup(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
 // loop read 50-54 GB/s one row at a time against 24 (2-row), 27 (4-row) and 39-43 GB/s (4-row
 // with prefetch), with a pure read at 50-65. Each output is the same single FMA chain as in a
 // tile, so the bits are the same. On the H200 machine's Xeon the same order was 1.5-2x slower
-// than the tiles (one chain's latency bounds it there), hence the choice at load (matmul_float.h).
+// than the tiles (one chain's latency bounds it there), hence the choice at load (decode_order.h).
 template <typename WT>
 void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, float* y) {
   for (int64_t r = 0; r < m; ++r) Tile<1, 1, false, false, WT>(w + r * ws, ws, x, K, K, y + r, 0);
@@ -282,8 +282,8 @@ template <bool kGrouped, typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
   constexpr int kSlot = std::is_same_v<WT, float> ? 0 : (std::is_same_v<WT, F16Bits> ? 1 : 2);  // decode_order_slot
-  if (!kGrouped && n == 1 && g_float_decode_order[kSlot].load(std::memory_order_relaxed) ==
-                    static_cast<uint8_t>(FloatDecodeOrder::kRows)) {
+  if (!kGrouped && n == 1 && g_decode_order[kSlot].load(std::memory_order_relaxed) ==
+                    static_cast<uint8_t>(DecodeOrder::kRows)) {
     RunRowwise(w, ws, m, x, K, y);
     return;
   }
@@ -382,30 +382,23 @@ namespace strata::cpu {
 
 HWY_EXPORT(MatmulFloatRows);
 
-std::atomic<uint8_t> g_float_decode_order[3] = {};  // kTiles
-std::atomic<uint8_t> g_group_prefetch[3] = {};      // kSoftware
+std::atomic<uint8_t> g_group_prefetch[3] = {};  // kSoftware
 
-int decode_order_slot(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32: return 0;
-    case GgmlType::kF16: return 1;
-    case GgmlType::kBF16: return 2;
-    default:
-      throw std::invalid_argument(fmt::format("one-token decode order: {} is not a 16/32-bit float type", ggml_type_name(type)));
+namespace {
+int group_prefetch_slot(GgmlType type) {
+  const int slot = decode_order_slot(type);
+  if (slot > 2) {
+    throw std::invalid_argument(fmt::format("rows in groups: {} is not a 16/32-bit float type", ggml_type_name(type)));
   }
+  return slot;
 }
-void set_float_decode_order(GgmlType type, FloatDecodeOrder order) {
-  g_float_decode_order[decode_order_slot(type)].store(static_cast<uint8_t>(order), std::memory_order_relaxed);
-}
-FloatDecodeOrder float_decode_order(GgmlType type) {
-  return static_cast<FloatDecodeOrder>(g_float_decode_order[decode_order_slot(type)].load(std::memory_order_relaxed));
-}
-const char* float_decode_order_name(FloatDecodeOrder order) { return order == FloatDecodeOrder::kRows ? "rows" : "tiles"; }
+}  // namespace
+
 void set_group_prefetch(GgmlType type, GroupPrefetch p) {
-  g_group_prefetch[decode_order_slot(type)].store(static_cast<uint8_t>(p), std::memory_order_relaxed);
+  g_group_prefetch[group_prefetch_slot(type)].store(static_cast<uint8_t>(p), std::memory_order_relaxed);
 }
 GroupPrefetch group_prefetch(GgmlType type) {
-  return static_cast<GroupPrefetch>(g_group_prefetch[decode_order_slot(type)].load(std::memory_order_relaxed));
+  return static_cast<GroupPrefetch>(g_group_prefetch[group_prefetch_slot(type)].load(std::memory_order_relaxed));
 }
 const char* group_prefetch_name(GroupPrefetch p) { return p == GroupPrefetch::kHardware ? "hardware" : "software"; }
 

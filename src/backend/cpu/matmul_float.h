@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "backend/cpu/decode_order.h"
 #include "backend/cpu/kernels.h"
 
 namespace strata::cpu {
@@ -24,47 +25,22 @@ inline constexpr int64_t kFloatWidenMinTokens = 4;
 // Rows of the widening buffer (at least every target's tile rows).
 inline constexpr int64_t kFloatMaxSliceRows = 8;
 
-// How one token's matmul walks the weight rows. Both give the same bits (one FMA chain per output
-// either way); which is faster depends on the machine and the weight type: kRows (one row after
-// the other, a single sequential stream, no software prefetch) suits hardware prefetchers that
-// lose short interleaved streams (on the Zen 5 VM 1.1-1.6x faster than kTiles for F16 and BF16);
-// kTiles (4 rows side by side with software prefetch: 4 FMA chains in flight) suits cores where
-// one chain's latency bounds the stream (on the H200 machine's Xeon 1.5-2x faster than kRows; on
-// the Zen 3 VM the two were within its noise for F16 and BF16). The balance can differ by type
-// (BF16's widening costs more per weight than F16's), so CpuBackend measures both at load for each
-// float type it loads with rows as stored, on matrices of that type (choose_float_decode_order).
-// Matrices with rows in groups (WeightMatrix::row_group) ignore it: one token always takes their
-// 4-row tiles (one stream and 4 chains), with or without software prefetch (GroupPrefetch below).
-// Process-wide, one order per type (F32, F16, BF16); kTiles until set.
-enum class FloatDecodeOrder : uint8_t { kTiles = 0, kRows = 1 };
-// The orders in use, by decode_order_slot (read by the kernels of every target).
-extern std::atomic<uint8_t> g_float_decode_order[3];
-// F32 -> 0, F16 -> 1, BF16 -> 2; throws std::invalid_argument for any other type.
-int decode_order_slot(GgmlType type);
-void set_float_decode_order(GgmlType type, FloatDecodeOrder order);
-FloatDecodeOrder float_decode_order(GgmlType type);
-const char* float_decode_order_name(FloatDecodeOrder order);
-// The order to use here for `type` (F32, F16 or BF16): STRATA_CPU_DECODE_ORDER=rows|tiles (every
-// type), or (unset or "auto") whichever runs faster on this machine through matmul over 64 MiB of
-// `type` matrices of `cols` columns, 2 MiB each (as a decode step meets them: one matrix after
-// another, each split over the pool's threads), the best of three passes per order, alternated
-// (~30 ms). Leaves the orders in use as they were. Throws std::invalid_argument for another value
-// of the variable or another type.
-FloatDecodeOrder choose_float_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
+// One token over rows as stored takes 4-row tiles or one row at a time: DecodeOrder (decode_order.h),
+// measured at load per type.
 
 // One token over rows in groups (WeightMatrix::row_group: one sequential stream, 4 FMA chains):
 // kSoftware prefetches 4 groups ahead as the tiles of rows as stored do, kHardware leaves the
 // stream to the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16
 // decode ran 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its
 // noise, without ahead in some runs (docs/PERFORMANCE.md, issue 17). So CpuBackend measures both at
-// load, per float type
-// (choose_group_prefetch). Process-wide, one per type (by decode_order_slot); kSoftware until set.
+// load, per float type (choose_group_prefetch). Process-wide, one per float type (F32 0, F16 1, BF16 2: their
+// decode_order_slot); kSoftware until set.
 enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1 };
 extern std::atomic<uint8_t> g_group_prefetch[3];
 void set_group_prefetch(GgmlType type, GroupPrefetch p);
 GroupPrefetch group_prefetch(GgmlType type);
 const char* group_prefetch_name(GroupPrefetch p);
-// As choose_float_decode_order, for rows in groups: STRATA_CPU_GROUP_PREFETCH=software|hardware
+// As choose_decode_order, for rows in groups: STRATA_CPU_GROUP_PREFETCH=software|hardware
 // (every type), or (unset or "auto") the faster of the two on 64 MiB of `type` matrices of `cols`
 // columns in groups (cols a multiple of 64 bytes' elements). Throws std::invalid_argument for another
 // value of the variable or a type that is not F16/BF16.

@@ -10,8 +10,9 @@
 //   their sub-block scales applied in int16 (madd), so a super-block costs one integer sum per
 //   token and two f32 FMAs (scales, and mins/zero points through the activations' 16-sums).
 //   RN = 4 on AVX2 (16 registers), 8 on AVX-512 (32 registers).
-//   One token (decode): K-quants in tiles of 4 rows (KRows, the rows' chains interleaved), legacy
-//   types one row at a time (a single sequential stream). Every tile prefetches 8 KiB ahead.
+//   One token (decode): K-quants in tiles of 4 rows (KRows, the rows' chains interleaved) or one row
+//   at a time, as measured at load (DecodeOrder, decode_order.h); legacy types one row at a time (a
+//   single sequential stream). Every tile prefetches 8 KiB ahead.
 // Which path each target takes:
 //   AVX3_DL (AVX-512 with VNNI: Ice Lake and later, Zen 4/5): legacy dots with vpdpbusd (EVEX);
 //     Q4_K and Q6_K unpack 64 weights per 512-bit step (maddubs/madd), folded to 8 int32 lanes;
@@ -35,6 +36,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/decode_order.h"
 #include "core/fp16.h"
 #include "gguf/quant.h"
 #include "gguf/quant_blocks.h"
@@ -656,10 +658,16 @@ void RunK(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_
   const int64_t nsb = w.cols / 256;
   const size_t ys = static_cast<size_t>(w.rows);
   const int64_t tb = QuantTokenBlock(w.cols);
+  constexpr int kSlot = decode_order_slot_or_none(T);
+  static_assert(kSlot >= 0, "every K-quant has a one-token decode order");
+  constexpr auto kTilesOrder = static_cast<uint8_t>(DecodeOrder::kTiles);
   for (int64_t t0 = 0; t0 < n; t0 += tb) {
     const int64_t t1 = std::min(n, t0 + tb);
     int64_t r = r0;
-    if (t1 - t0 == 1) {  // one token: rows in groups (the tail below takes the rest)
+    // One token: 4-row tiles (DecodeOrder::kTiles; the tail below takes the rest) or one row at a
+    // time (kRows: the loop below, KTile<T, 1>: per row the same arithmetic as KRows'), as measured
+    // at load (decode_order.h).
+    if (t1 - t0 == 1 && g_decode_order[kSlot].load(std::memory_order_relaxed) == kTilesOrder) {
       for (; r + kDecodeRows <= r1; r += kDecodeRows) {
         KRows<T, kDecodeRows>(w.data + static_cast<uint64_t>(r) * w.row_bytes, w.row_bytes, nsb, a, t0,
                               y + t0 * w.rows + r);
