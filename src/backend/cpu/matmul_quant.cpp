@@ -471,7 +471,7 @@ template <> struct KQuant<GgmlType::kQ6_K> {
     // The 16 scales as words, from the block in registers (no byte reloads of a stored copy).
     const __m256i sc16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offsetof(BlockQ6_K, scales))));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     __m256i isum[RN];
     for (int c = 0; c < RN; ++c) isum[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -480,14 +480,14 @@ template <> struct KQuant<GgmlType::kQ6_K> {
       // Scales 8h..8h+7 in both lanes (each permute with its own immediate: -O0 keeps h a variable).
       const __m256i half =
           h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00) : _mm256_permute2x128_si256(sc16, sc16, 0x11);
+      // Bit pair 2g of each qh byte moved to bits 4-5 in one 16-bit shift (or none) and a mask: the
+      // bits a shift carries across the bytes of a 16-bit lane fall outside 0x30.
       const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45)),
+          _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, bits45)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4))};
+                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45))};
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
         const __m256i s = _mm256_shuffle_epi8(half, ScalePair(2 * g));  // Scales2(sc[8h + 2g], sc[8h + 2g + 1])
