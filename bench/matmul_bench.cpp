@@ -153,6 +153,9 @@ void RunMatmul(benchmark::State& state) {
                  "/n=" + std::to_string(n));
 }
 
+constexpr GgmlType kOtherQuant[] = {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                    GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ5_K};
+
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
@@ -162,12 +165,16 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
       }
     }
   }
+  // The other quantized types, one shape (against BM_MatmulHighway's).
+  for (GgmlType t : kOtherQuant) {
+    for (int64_t n : {1, 8}) b->Args({static_cast<int64_t>(t), 2048, 768, n});
+  }
 }
 void BM_Matmul(benchmark::State& state) { RunMatmul(state); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The same with the portable Highway kernels of Q8_0/Q4_0/Q4_K/Q6_K forced (matmul_quant_hwy-inl.h; on
-// x86 the default is the intrinsics path): A/B against BM_Matmul's rows in the same run.
+// The same with the portable Highway kernels forced (matmul_quant_hwy-inl.h; on x86 the default is
+// the intrinsics path): A/B against BM_Matmul's rows in the same run.
 void BM_MatmulHighway(benchmark::State& state) {
   set_quant_highway_forced(true);
   RunMatmul(state);
@@ -178,6 +185,9 @@ void MatmulHighwayArgs(benchmark::internal::Benchmark* b) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}) {
       for (int64_t n : {1, 8}) b->Args({static_cast<int64_t>(t), rows, cols, n});
     }
+  }
+  for (GgmlType t : kOtherQuant) {
+    for (int64_t n : {1, 8}) b->Args({static_cast<int64_t>(t), 2048, 768, n});
   }
 }
 BENCHMARK(BM_MatmulHighway)->Apply(MatmulHighwayArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -315,7 +315,7 @@ TEST_P(Matmul, KQuantsGiveTheSameBitsInEitherDecodeOrder) {
   }
 }
 
-// The portable Highway kernels of Q8_0, Q4_0, Q4_K and Q6_K (matmul_quant_hwy-inl.h), which x86 targets
+// The portable Highway kernels of every quantized type (matmul_quant_hwy-inl.h), which x86 targets
 // only use when forced: on every target here, including SCALAR (Highway's generic code; NEON and
 // SVE take the same code with 8+ lanes), the same checks as above and against the f32 reference.
 class MatmulHighwayForced : public ::testing::TestWithParam<int64_t> {
@@ -324,7 +324,8 @@ class MatmulHighwayForced : public ::testing::TestWithParam<int64_t> {
   void TearDown() override { set_quant_highway_forced(false); }
 };
 
-constexpr GgmlType kHighwayTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+// Every quantized type has a Highway kernel (matmul_quant_hwy-inl.h).
+constexpr auto& kHighwayTypes = kQuantTypes;
 
 TEST_P(MatmulHighwayForced, SmallBatchesAndOddRows) {
   test::TargetScope scope(GetParam());

@@ -19,10 +19,9 @@
 //     Q2_K, Q3_K, Q5_K use the 256-bit steps.
 //   AVX3 (AVX-512 without VNNI: Skylake-X): the same, legacy dots with maddubs + madd.
 //   AVX2: 256-bit steps throughout (maddubs + madd).
-//   Every other target (NEON, SVE, SSE4/SSSE3 where compiled, EMU128/SCALAR): Q8_0, Q4_0, Q4_K and
-//     Q6_K take the portable Highway kernels of matmul_quant_hwy-inl.h (int16 lanes, ReorderWiden-
-//     MulAccumulate; 8 lanes on NEON); Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K dequantize blocks with
-//     the reference code and use f32 dots (correct, not fast).
+//   Every other target (NEON, SVE, SSE4/SSSE3 where compiled, EMU128/SCALAR): every quantized type
+//     takes the portable Highway kernels of matmul_quant_hwy-inl.h (int16 lanes, ReorderWiden-
+//     MulAccumulate; 8 lanes on NEON).
 //   The x86 targets keep their intrinsics: on the Zen 5 VM the Highway kernels forced there
 //   (STRATA_QUANT_HWY=1, BM_MatmulHighway) were as fast for Q8_0 from memory but up to 1.15x slower
 //   in cache (AVX3_DL), and 1.2-1.75x slower for Q4_K/Q6_K (no u8 x i8 pair dot in Highway 1.0.3).
@@ -702,29 +701,9 @@ void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float
 
 #else  // !STRATA_X86_SIMD
 
-// Q8_0, Q4_0, Q4_K, Q6_K: the Highway kernels (matmul_quant_hwy-inl.h). Other types: dequantize each
-// weight block with the reference code and dot it with the quantized activations in f32.
+// Every quantized type: the Highway kernels (matmul_quant_hwy-inl.h).
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
-  if (HasHwyQuantKernel(w.type)) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
-  const int64_t B = a.block;
-  const int64_t nb = w.cols / B;
-  const uint64_t block_bytes = w.row_bytes / static_cast<uint64_t>(nb);
-  float wd[256];
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-    for (int64_t t = 0; t < n; ++t) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        dequantize_row(w.type, row + static_cast<uint64_t>(b) * block_bytes, wd, B);
-        const float dx = a.d[t * nb + b];
-        const int8_t* q = a.qs + t * w.cols + b * B;
-        float s = 0.0f;
-        for (int64_t e = 0; e < B; ++e) s += wd[e] * static_cast<float>(q[e]);
-        acc += s * dx;
-      }
-      y[t * w.rows + r] = acc;
-    }
-  }
+  MatmulQuantRowsHwy(w, a, n, y, r0, r1);
 }
 
 #endif  // STRATA_X86_SIMD

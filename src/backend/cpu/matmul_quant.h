@@ -46,7 +46,7 @@ void quantize_acts(const float* x, int64_t t0, int64_t t1, const QuantActs& acts
 // with quant_act_block(w.type). y: [n][w.rows].
 void matmul_quant_rows(const WeightMatrix& w, const QuantActs& acts, int64_t n, float* y, int64_t r0, int64_t r1);
 
-// The portable Highway kernels (matmul_quant_hwy-inl.h) for Q8_0, Q4_0, Q4_K and Q6_K on x86 targets too,
+// The portable Highway kernels (matmul_quant_hwy-inl.h) of every quantized type on x86 targets too,
 // instead of their AVX2/AVX-512 intrinsics (which are faster there); other targets use them
 // anyway. Initially on iff the environment has STRATA_QUANT_HWY=1. A test and benchmark hook;
 // set it while no matmul runs.

@@ -1,4 +1,5 @@
-// Portable (Highway) quantized dot kernels for Q8_0, Q4_0, Q4_K and Q6_K: one weight row against one
+// Portable (Highway) quantized dot kernels for every quantized type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q2_K..Q6_K): one weight row against one
 // token's int8 activations (QuantActs), for every Highway target. matmul_quant.cpp uses them on
 // every target without its own x86 intrinsics path (NEON, SVE, EMU128/SCALAR, ...), and on x86 when
 // forced (set_quant_highway_forced / STRATA_QUANT_HWY=1: tests and benchmarks).
@@ -28,6 +29,7 @@
 #include <vector>
 #include <algorithm>
 
+#include "backend/cpu/decode_order.h"
 #include "backend/cpu/matmul_quant.h"
 #include "core/fp16.h"
 #include "gguf/quant_blocks.h"
@@ -135,11 +137,59 @@ HWY_INLINE float DotQ4_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int1
   return hn::GetLane(hn::SumOfLanes(tg.df, acc));
 }
 
+// The fifth bits of weights i .. i + lanes - 1 of a 16-weight half of a Q5_0/Q5_1 block (`half` = its
+// 16 bits of qh), as 16 in int16 lanes where set.
+template <class T>
+HWY_INLINE auto FifthBits16(const T& tg, uint32_t half, size_t i) {
+  const hn::RebindToUnsigned<decltype(tg.d16)> du16;
+  const auto shifted = hn::Shr(hn::Set(du16, static_cast<uint16_t>(half)),
+                               hn::Add(hn::Iota(du16, 0), hn::Set(du16, static_cast<uint16_t>(i))));
+  return hn::BitCast(tg.d16, hn::ShiftLeft<4>(hn::And(shifted, hn::Set(du16, 1))));
+}
+
+// Blocks of 32 with nibbles as Q4_0 (weights 0..15 low, 16..31 high) and an optional fifth bit
+// (Q5_0/Q5_1: bit e of qh) and min (Q4_1/Q5_1: w = d·q + m, through the activations' 16-sums;
+// Q5_0: zero point 16). kQh/kMin: offsets of qh and m in the block, or 0 without.
+template <size_t kBytes, size_t kQs, size_t kQh, size_t kMin, int kZero>
+HWY_INLINE float DotLegacy(const uint8_t* HWY_RESTRICT row, int64_t nb, const int16_t* HWY_RESTRICT xq,
+                           const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
+  const Tags<16> tg;
+  using V16 = hn::Vec<decltype(tg.d16)>;
+  const size_t N = hn::Lanes(tg.d16);
+  const V16 low4 = hn::Set(tg.d16, 0x0F), zero_point = hn::Set(tg.d16, kZero);
+  auto acc = hn::Zero(tg.df);
+  float macc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + static_cast<size_t>(b) * kBytes;
+    Prefetch(blk);
+    const uint8_t* qs = blk + kQs;
+    uint32_t qh = 0;
+    if (kQh != 0) std::memcpy(&qh, blk + kQh, 4);
+    const int16_t* x = xq + 32 * b;
+    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+    for (size_t i = 0; i < 16; i += N) {
+      const V16 q = LoadU8(tg, qs + i);
+      V16 lo = hn::And(q, low4), hi = hn::ShiftRight<4>(q);
+      if (kQh != 0) {
+        lo = hn::Or(lo, FifthBits16(tg, qh & 0xFFFFu, i));
+        hi = hn::Or(hi, FifthBits16(tg, qh >> 16, i));
+      }
+      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(lo, zero_point), LoadX(tg, x + i), s0, s1);
+      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(hi, zero_point), LoadX(tg, x + 16 + i), s0, s1);
+    }
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
+    if (kMin != 0) macc += HalfAt(blk + kMin) * xd[b] * static_cast<float>(xs[2 * b] + xs[2 * b + 1]);
+  }
+  return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
+}
+
 // Q4_K: super-blocks of 256 = 8 sub-blocks of 32 unsigned 4-bit weights with 6-bit scales and
-// mins; 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high nibbles).
-struct KQ4 {
+// mins; 32 bytes of qs hold sub-block 2j (low nibbles) and 2j+1 (high nibbles). Q5_K (kFifth):
+// the same with a fifth bit, bit 2j of qh[l] for weight l of sub-block 2j and bit 2j+1 for 2j+1.
+template <class Block, bool kFifth>
+struct KQ4Or5 {
   using TG = Tags<32>;
-  static constexpr size_t kBytes = sizeof(BlockQ4_K);
+  static constexpr size_t kBytes = sizeof(Block);
   // acc += (integer dot) · d · dx (lanes); macc -= dmin · dx · Σ_s m_s · (activation sum of s).
   template <class VF>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
@@ -147,29 +197,84 @@ struct KQ4 {
     const TG tg;
     using V16 = hn::Vec<decltype(tg.d16)>;
     const size_t N = hn::Lanes(tg.d16);
-    const V16 low4 = hn::Set(tg.d16, 0x0F);
+    const V16 low4 = hn::Set(tg.d16, 0x0F), one = hn::Set(tg.d16, 1);
     uint8_t sm[16];
-    ScalesMinsK4(blk + offsetof(BlockQ4_K, scales), sm);
-    const uint8_t* qs = blk + offsetof(BlockQ4_K, qs);
+    ScalesMinsK4(blk + offsetof(Block, scales), sm);
+    const uint8_t* qs = blk + offsetof(Block, qs);
     auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int j = 0; j < 4; ++j) {
       const V16 slo = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j]));
       const V16 shi = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j + 1]));
       for (size_t i = 0; i < 32; i += N) {
         const V16 q = LoadU8(tg, qs + 32 * j + i);
-        const V16 lo = hn::Mul(hn::And(q, low4), slo);
-        const V16 hi = hn::Mul(hn::ShiftRight<4>(q), shi);
-        s0 = hn::ReorderWidenMulAccumulate(tg.d32, lo, LoadX(tg, x + 64 * j + i), s0, s1);
-        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hi, LoadX(tg, x + 64 * j + 32 + i), s0, s1);
+        V16 lo = hn::And(q, low4), hi = hn::ShiftRight<4>(q);
+        if constexpr (kFifth) {
+          const V16 hb = LoadU8(tg, blk + offsetof(Block, qh) + i);
+          lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(hb, 2 * j), one)));
+          hi = hn::Or(hi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(hb, 2 * j + 1), one)));
+        }
+        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Mul(lo, slo), LoadX(tg, x + 64 * j + i), s0, s1);
+        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Mul(hi, shi), LoadX(tg, x + 64 * j + 32 + i), s0, s1);
       }
     }
     int32_t msum = 0;
     for (int s = 0; s < 8; ++s) msum += static_cast<int32_t>(sm[8 + s]) * (s16[2 * s] + s16[2 * s + 1]);
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ4_K, d)) * dx),
-                     acc);
-    macc += -HalfAt(blk + offsetof(BlockQ4_K, dmin)) * dx * static_cast<float>(msum);
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(Block, d)) * dx), acc);
+    macc += -HalfAt(blk + offsetof(Block, dmin)) * dx * static_cast<float>(msum);
   }
 };
+using KQ4 = KQ4Or5<BlockQ4_K, false>;
+using KQ5 = KQ4Or5<BlockQ5_K, true>;
+
+// Q2_K and Q3_K (kThird): 16 sub-blocks of 16 weights with h, j, l as in quant_blocks.h: q = the 2
+// bits of qs[32h + l] at 2j, for Q3_K | bit 4h + j of hmask[l] << 2, minus 4; times the sub-block's
+// scale (Q2_K: the low nibble of scales[s], its high nibble a min taken through the activations'
+// 16-sums as Q4_K's; Q3_K: q3_k_scale - 32).
+template <class Block, bool kThird>
+struct KQ2Or3 {
+  using TG = Tags<32>;
+  static constexpr size_t kBytes = sizeof(Block);
+  template <class VF>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
+                               const int16_t* HWY_RESTRICT s16, float dx, VF& acc, float& macc) {
+    const TG tg;
+    using V16 = hn::Vec<decltype(tg.d16)>;
+    const size_t N = hn::Lanes(tg.d16);
+    const V16 low2 = hn::Set(tg.d16, 3), one = hn::Set(tg.d16, 1), zero_point = hn::Set(tg.d16, kThird ? 4 : 0);
+    const uint8_t* qs = blk + offsetof(Block, qs);
+    const uint8_t* scales = blk + offsetof(Block, scales);
+    int16_t sc[16];
+    for (int i = 0; i < 16; ++i) {
+      sc[i] = static_cast<int16_t>(kThird ? q3_k_scale(i, scales) - 32 : scales[i] & 0xF);
+    }
+    const auto iota = hn::Iota(tg.d16, 0);  // lanes l + i < 16 take a pair's first scale (as KQ6)
+    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+    for (int h = 0; h < 2; ++h) {
+      for (size_t l = 0; l < 32; l += N) {
+        const auto first = hn::Lt(hn::Add(iota, hn::Set(tg.d16, static_cast<int16_t>(l))), hn::Set(tg.d16, 16));
+        const V16 lo = LoadU8(tg, qs + 32 * h + l);
+        V16 hb = hn::Zero(tg.d16);
+        if constexpr (kThird) hb = LoadU8(tg, blk + offsetof(Block, hmask) + l);
+        for (int j = 0; j < 4; ++j) {
+          V16 q = hn::And(hn::ShiftRightSame(lo, 2 * j), low2);
+          if constexpr (kThird) q = hn::Or(q, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), one)));
+          const int s = 8 * h + 2 * j;
+          const V16 scale = hn::IfThenElse(first, hn::Set(tg.d16, sc[s]), hn::Set(tg.d16, sc[s + 1]));
+          s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Mul(hn::Sub(q, zero_point), scale),
+                                             LoadX(tg, x + 128 * h + 32 * j + l), s0, s1);
+        }
+      }
+    }
+    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(Block, d)) * dx), acc);
+    if constexpr (!kThird) {
+      int32_t msum = 0;
+      for (int i = 0; i < 16; ++i) msum += static_cast<int32_t>(scales[i] >> 4) * s16[i];
+      macc += -HalfAt(blk + offsetof(Block, dmin)) * dx * static_cast<float>(msum);
+    }
+  }
+};
+using KQ2 = KQ2Or3<BlockQ2_K, false>;
+using KQ3 = KQ2Or3<BlockQ3_K, true>;
 
 // Q6_K: super-blocks of 256 = 16 sub-blocks of 16 signed 6-bit weights (zero point 32) with int8
 // scales. Half h (128 weights): weight l (0..31) of group g (0..3) is
@@ -260,7 +365,13 @@ HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t
 
 // Whether rows of this type have a Highway kernel.
 HWY_INLINE bool HasHwyQuantKernel(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+  switch (type) {
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
+    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Widens the int8 activations of tokens [t0, t1) to int16: out[(t - t0) * K + k].
@@ -283,7 +394,10 @@ HWY_NOINLINE void KRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0
   const int64_t K = a.cols;
   const int64_t nsb = K / 256;
   int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
+  // One token: four rows at a time or one by one, as measured at load for x86's tiles (decode_order.h).
+  const bool four = t1 - t0 > 1 || g_decode_order[decode_order_slot_or_none(w.type)].load(std::memory_order_relaxed) ==
+                                       static_cast<uint8_t>(DecodeOrder::kTiles);
+  for (; four && r + 4 <= r1; r += 4) {
     const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
     for (int64_t t = t0; t < t1; ++t) {
       hq::KDot4<KQ>(row, w.row_bytes, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb,
@@ -294,6 +408,21 @@ HWY_NOINLINE void KRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0
     const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
     for (int64_t t = t0; t < t1; ++t) {
       y[t * w.rows + r] = hq::KDot<KQ>(row, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb);
+    }
+  }
+}
+
+// Q4_1, Q5_0, Q5_1: rows [r0, r1) one at a time against the widened tokens [t0, t1).
+template <size_t kBytes, size_t kQs, size_t kQh, size_t kMin, int kZero>
+HWY_NOINLINE void LegacyRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0, int64_t t1,
+                                const int16_t* wide, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = a.cols;
+  const int64_t nb = K / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
+    for (int64_t t = t0; t < t1; ++t) {
+      y[t * w.rows + r] = hq::DotLegacy<kBytes, kQs, kQh, kMin, kZero>(row, nb, wide + (t - t0) * K,
+                                                                     a.sums + t * (K / 16), a.d + t * nb);
     }
   }
 }
@@ -312,8 +441,23 @@ HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, 
     const int64_t t1 = std::min(n, t0 + kTokens);
     WidenActs(a, t0, t1, wide.data());
     switch (w.type) {
+      case GgmlType::kQ2_K: KRowsHwy<hq::KQ2>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ3_K: KRowsHwy<hq::KQ3>(w, a, t0, t1, wide.data(), y, r0, r1); break;
       case GgmlType::kQ4_K: KRowsHwy<hq::KQ4>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ5_K: KRowsHwy<hq::KQ5>(w, a, t0, t1, wide.data(), y, r0, r1); break;
       case GgmlType::kQ6_K: KRowsHwy<hq::KQ6>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ4_1:
+        LegacyRowsHwy<sizeof(BlockQ4_1), offsetof(BlockQ4_1, qs), 0, offsetof(BlockQ4_1, m), 0>(w, a, t0, t1,
+                                                                                                wide.data(), y, r0, r1);
+        break;
+      case GgmlType::kQ5_0:
+        LegacyRowsHwy<sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), offsetof(BlockQ5_0, qh), 0, 16>(
+            w, a, t0, t1, wide.data(), y, r0, r1);
+        break;
+      case GgmlType::kQ5_1:
+        LegacyRowsHwy<sizeof(BlockQ5_1), offsetof(BlockQ5_1, qs), offsetof(BlockQ5_1, qh), offsetof(BlockQ5_1, m), 0>(
+            w, a, t0, t1, wide.data(), y, r0, r1);
+        break;
       case GgmlType::kQ8_0:
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
