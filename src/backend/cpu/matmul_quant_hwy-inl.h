@@ -90,53 +90,6 @@ HWY_INLINE auto LoadU8(const T& tg, const uint8_t* p) {
   return hn::BitCast(tg.d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(tg.d16)>(), hn::LoadU(tg.du8, p)));
 }
 
-// Q8_0: blocks of 32 signed weights with an f16 scale.
-HWY_INLINE float DotQ8_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int16_t* HWY_RESTRICT xq,
-                         const float* HWY_RESTRICT xd) {
-  const Tags<32> tg;
-  const size_t N = hn::Lanes(tg.d16);
-  auto acc = hn::Zero(tg.df);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ8_0);
-    Prefetch(blk);
-    const auto* q = reinterpret_cast<const int8_t*>(blk + offsetof(BlockQ8_0, qs));
-    const int16_t* x = xq + 32 * b;
-    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
-    for (size_t i = 0; i < 32; i += N) {
-      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::PromoteTo(tg.d16, hn::LoadU(tg.d8, q + i)), LoadX(tg, x + i),
-                                         s0, s1);
-    }
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
-  }
-  return hn::GetLane(hn::SumOfLanes(tg.df, acc));
-}
-
-// Q4_0: blocks of 32 4-bit weights (zero point 8) with an f16 scale; 16 bytes of qs hold weights
-// 0..15 (low nibbles) and 16..31 (high nibbles).
-HWY_INLINE float DotQ4_0(const uint8_t* HWY_RESTRICT row, int64_t nb, const int16_t* HWY_RESTRICT xq,
-                         const float* HWY_RESTRICT xd) {
-  const Tags<16> tg;
-  using V16 = hn::Vec<decltype(tg.d16)>;
-  const size_t N = hn::Lanes(tg.d16);
-  const V16 low4 = hn::Set(tg.d16, 0x0F), zero_point = hn::Set(tg.d16, 8);
-  auto acc = hn::Zero(tg.df);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ4_0);
-    Prefetch(blk);
-    const uint8_t* qs = blk + offsetof(BlockQ4_0, qs);
-    const int16_t* x = xq + 32 * b;
-    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
-    for (size_t i = 0; i < 16; i += N) {
-      const V16 q = LoadU8(tg, qs + i);
-      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(hn::And(q, low4), zero_point), LoadX(tg, x + i), s0, s1);
-      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(hn::ShiftRight<4>(q), zero_point), LoadX(tg, x + 16 + i), s0,
-                                         s1);
-    }
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
-  }
-  return hn::GetLane(hn::SumOfLanes(tg.df, acc));
-}
-
 // The fifth bits of weights i .. i + lanes - 1 of a 16-weight half of a Q5_0/Q5_1 block (`half` = its
 // 16 bits of qh), as 16 in int16 lanes where set.
 template <class T>
@@ -147,40 +100,94 @@ HWY_INLINE auto FifthBits16(const T& tg, uint32_t half, size_t i) {
   return hn::BitCast(tg.d16, hn::ShiftLeft<4>(hn::And(shifted, hn::Set(du16, 1))));
 }
 
-// Blocks of 32 with nibbles as Q4_0 (weights 0..15 low, 16..31 high) and an optional fifth bit
-// (Q5_0/Q5_1: bit e of qh) and min (Q4_1/Q5_1: w = d·q + m, through the activations' 16-sums;
-// Q5_0: zero point 16). kQh/kMin: offsets of qh and m in the block, or 0 without.
-template <size_t kBytes, size_t kQs, size_t kQh, size_t kMin, int kZero>
-HWY_INLINE float DotLegacy(const uint8_t* HWY_RESTRICT row, int64_t nb, const int16_t* HWY_RESTRICT xq,
-                           const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
-  const Tags<16> tg;
-  using V16 = hn::Vec<decltype(tg.d16)>;
-  const size_t N = hn::Lanes(tg.d16);
-  const V16 low4 = hn::Set(tg.d16, 0x0F), zero_point = hn::Set(tg.d16, kZero);
-  auto acc = hn::Zero(tg.df);
-  float macc = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = row + static_cast<size_t>(b) * kBytes;
-    Prefetch(blk);
-    const uint8_t* qs = blk + kQs;
-    uint32_t qh = 0;
-    if (kQh != 0) std::memcpy(&qh, blk + kQh, 4);
-    const int16_t* x = xq + 32 * b;
-    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
-    for (size_t i = 0; i < 16; i += N) {
-      const V16 q = LoadU8(tg, qs + i);
-      V16 lo = hn::And(q, low4), hi = hn::ShiftRight<4>(q);
-      if (kQh != 0) {
-        lo = hn::Or(lo, FifthBits16(tg, qh & 0xFFFFu, i));
-        hi = hn::Or(hi, FifthBits16(tg, qh >> 16, i));
+// Blocks of 32 weights with an f16 scale d at offset 0. Q8_0 (kQs8): 32 signed bytes. The others:
+// nibbles as Q4_0 (weights 0..15 low, 16..31 high), an optional fifth bit (Q5_0/Q5_1: bit e of the
+// 32 bits at kQh) and zero point kZero (Q4_0 8, Q5_0 16), or a min at kMin (Q4_1/Q5_1: w = d·q + m,
+// through the activations' 16-sums). kQh/kMin: 0 without.
+template <size_t kBytesT, size_t kQs, size_t kQh, size_t kMin, int kZero, bool kQs8 = false>
+struct Legacy {
+  using TG = Tags<kQs8 ? 32 : 16>;
+  static constexpr size_t kBytes = kBytesT;
+  static constexpr bool kMins = kMin != 0;
+  static constexpr size_t kMinAt = kMin;
+  // Each weight vector (int16) with the activation offset it multiplies: sink(w, offset).
+  template <class Sink>
+  static HWY_INLINE void Ints(const uint8_t* HWY_RESTRICT blk, Sink&& sink) {
+    const TG tg;
+    using V16 = hn::Vec<decltype(tg.d16)>;
+    const size_t N = hn::Lanes(tg.d16);
+    if constexpr (kQs8) {
+      const auto* q = reinterpret_cast<const int8_t*>(blk + kQs);
+      for (size_t i = 0; i < 32; i += N) sink(hn::PromoteTo(tg.d16, hn::LoadU(tg.d8, q + i)), i);
+    } else {
+      const V16 low4 = hn::Set(tg.d16, 0x0F), zero_point = hn::Set(tg.d16, kZero);
+      uint32_t qh = 0;
+      if constexpr (kQh != 0) std::memcpy(&qh, blk + kQh, 4);
+      for (size_t i = 0; i < 16; i += N) {
+        const V16 q = LoadU8(tg, blk + kQs + i);
+        V16 lo = hn::And(q, low4), hi = hn::ShiftRight<4>(q);
+        if constexpr (kQh != 0) {
+          lo = hn::Or(lo, FifthBits16(tg, qh & 0xFFFFu, i));
+          hi = hn::Or(hi, FifthBits16(tg, qh >> 16, i));
+        }
+        sink(hn::Sub(lo, zero_point), i);
+        sink(hn::Sub(hi, zero_point), 16 + i);
       }
-      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(lo, zero_point), LoadX(tg, x + i), s0, s1);
-      s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Sub(hi, zero_point), LoadX(tg, x + 16 + i), s0, s1);
     }
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk) * xd[b]), acc);
-    if (kMin != 0) macc += HalfAt(blk + kMin) * xd[b] * static_cast<float>(xs[2 * b] + xs[2 * b + 1]);
   }
-  return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
+};
+using LQ8_0 = Legacy<sizeof(BlockQ8_0), offsetof(BlockQ8_0, qs), 0, 0, 0, true>;
+using LQ4_0 = Legacy<sizeof(BlockQ4_0), offsetof(BlockQ4_0, qs), 0, 0, 8>;
+using LQ4_1 = Legacy<sizeof(BlockQ4_1), offsetof(BlockQ4_1, qs), 0, offsetof(BlockQ4_1, m), 0>;
+using LQ5_0 = Legacy<sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), offsetof(BlockQ5_0, qh), 0, 16>;
+using LQ5_1 = Legacy<sizeof(BlockQ5_1), offsetof(BlockQ5_1, qs), offsetof(BlockQ5_1, qh), offsetof(BlockQ5_1, m), 0>;
+
+// One row of blocks of 32 against T tokens (1 or 4; token c's activations at xq + c·K, xs + c·K/16,
+// xd + c·nb): out[c · stride]. Per token and block: the exact integer dot, one f32 multiply-add of
+// it times d·dx into the lanes, the min term (if any) into a scalar; one lane sum at the end. The
+// same sequence per token whatever T is.
+template <class L, int T>
+HWY_INLINE void LegacyDot(const uint8_t* HWY_RESTRICT row, int64_t nb, int64_t K, const int16_t* HWY_RESTRICT xq,
+                          const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd, float* out, size_t stride) {
+  static_assert(T == 1 || T == 4, "one or four tokens");
+  const typename L::TG tg;
+  const auto uk = static_cast<size_t>(K), un = static_cast<size_t>(nb);
+  auto acc0 = hn::Zero(tg.df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  float macc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + static_cast<size_t>(b) * L::kBytes;
+    Prefetch(blk);
+    const int16_t* x = xq + 32 * b;
+    auto a0 = hn::Zero(tg.d32), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+    L::Ints(blk, [&](auto w, size_t off) {
+      a0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + off), a0, b0);
+      if constexpr (T == 4) {
+        a1 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + uk + off), a1, b1);
+        a2 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 2 * uk + off), a2, b2);
+        a3 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 3 * uk + off), a3, b3);
+      }
+    });
+    const float d = HalfAt(blk);
+    acc0 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a0, b0)), hn::Set(tg.df, d * xd[b]), acc0);
+    if constexpr (T == 4) {
+      acc1 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a1, b1)), hn::Set(tg.df, d * xd[un + b]), acc1);
+      acc2 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a2, b2)), hn::Set(tg.df, d * xd[2 * un + b]), acc2);
+      acc3 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a3, b3)), hn::Set(tg.df, d * xd[3 * un + b]), acc3);
+    }
+    if constexpr (L::kMins) {
+      const float m = HalfAt(blk + L::kMinAt);
+      for (int c = 0; c < T; ++c) {
+        const int16_t* s = xs + static_cast<size_t>(c) * (uk / 16) + 2 * b;
+        macc[c] += m * xd[static_cast<size_t>(c) * un + b] * static_cast<float>(s[0] + s[1]);
+      }
+    }
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(tg.df, acc0)) + macc[0];
+  if constexpr (T == 4) {
+    out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc[1];
+    out[2 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc2)) + macc[2];
+    out[3 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc3)) + macc[3];
+  }
 }
 
 // Q4_K: super-blocks of 256 = 8 sub-blocks of 32 unsigned 4-bit weights with 6-bit scales and
@@ -190,10 +197,11 @@ template <class Block, bool kFifth>
 struct KQ4Or5 {
   using TG = Tags<32>;
   static constexpr size_t kBytes = sizeof(Block);
-  // acc += (integer dot) · d · dx (lanes); macc -= dmin · dx · Σ_s m_s · (activation sum of s).
-  template <class VF>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
-                               const int16_t* HWY_RESTRICT s16, float dx, VF& acc, float& macc) {
+  static constexpr bool kMins = true;
+  // Each unpacked weight vector (times its sub-block's scale, int16) with the activation offset it
+  // multiplies: sink(w, offset).
+  template <class Sink>
+  static HWY_INLINE void Ints(const uint8_t* HWY_RESTRICT blk, Sink&& sink) {
     const TG tg;
     using V16 = hn::Vec<decltype(tg.d16)>;
     const size_t N = hn::Lanes(tg.d16);
@@ -201,7 +209,6 @@ struct KQ4Or5 {
     uint8_t sm[16];
     ScalesMinsK4(blk + offsetof(Block, scales), sm);
     const uint8_t* qs = blk + offsetof(Block, qs);
-    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int j = 0; j < 4; ++j) {
       const V16 slo = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j]));
       const V16 shi = hn::Set(tg.d16, static_cast<int16_t>(sm[2 * j + 1]));
@@ -213,14 +220,20 @@ struct KQ4Or5 {
           lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(hb, 2 * j), one)));
           hi = hn::Or(hi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(hb, 2 * j + 1), one)));
         }
-        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Mul(lo, slo), LoadX(tg, x + 64 * j + i), s0, s1);
-        s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Mul(hi, shi), LoadX(tg, x + 64 * j + 32 + i), s0, s1);
+        sink(hn::Mul(lo, slo), 64 * j + i);
+        sink(hn::Mul(hi, shi), 64 * j + 32 + i);
       }
     }
+  }
+  static HWY_INLINE float Scale(const uint8_t* blk) { return HalfAt(blk + offsetof(Block, d)); }
+  static HWY_INLINE float MinScale(const uint8_t* blk) { return -HalfAt(blk + offsetof(Block, dmin)); }
+  // Σ_s m_s · (activation sum of sub-block s).
+  static HWY_INLINE int32_t MinDot(const uint8_t* blk, const int16_t* s16) {
+    uint8_t sm[16];
+    ScalesMinsK4(blk + offsetof(Block, scales), sm);
     int32_t msum = 0;
     for (int s = 0; s < 8; ++s) msum += static_cast<int32_t>(sm[8 + s]) * (s16[2 * s] + s16[2 * s + 1]);
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(Block, d)) * dx), acc);
-    macc += -HalfAt(blk + offsetof(Block, dmin)) * dx * static_cast<float>(msum);
+    return msum;
   }
 };
 using KQ4 = KQ4Or5<BlockQ4_K, false>;
@@ -234,9 +247,9 @@ template <class Block, bool kThird>
 struct KQ2Or3 {
   using TG = Tags<32>;
   static constexpr size_t kBytes = sizeof(Block);
-  template <class VF>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
-                               const int16_t* HWY_RESTRICT s16, float dx, VF& acc, float& macc) {
+  static constexpr bool kMins = !kThird;
+  template <class Sink>
+  static HWY_INLINE void Ints(const uint8_t* HWY_RESTRICT blk, Sink&& sink) {
     const TG tg;
     using V16 = hn::Vec<decltype(tg.d16)>;
     const size_t N = hn::Lanes(tg.d16);
@@ -248,7 +261,6 @@ struct KQ2Or3 {
       sc[i] = static_cast<int16_t>(kThird ? q3_k_scale(i, scales) - 32 : scales[i] & 0xF);
     }
     const auto iota = hn::Iota(tg.d16, 0);  // lanes l + i < 16 take a pair's first scale (as KQ6)
-    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int h = 0; h < 2; ++h) {
       for (size_t l = 0; l < 32; l += N) {
         const auto first = hn::Lt(hn::Add(iota, hn::Set(tg.d16, static_cast<int16_t>(l))), hn::Set(tg.d16, 16));
@@ -260,17 +272,22 @@ struct KQ2Or3 {
           if constexpr (kThird) q = hn::Or(q, hn::ShiftLeft<2>(hn::And(hn::ShiftRightSame(hb, 4 * h + j), one)));
           const int s = 8 * h + 2 * j;
           const V16 scale = hn::IfThenElse(first, hn::Set(tg.d16, sc[s]), hn::Set(tg.d16, sc[s + 1]));
-          s0 = hn::ReorderWidenMulAccumulate(tg.d32, hn::Mul(hn::Sub(q, zero_point), scale),
-                                             LoadX(tg, x + 128 * h + 32 * j + l), s0, s1);
+          sink(hn::Mul(hn::Sub(q, zero_point), scale), 128 * h + 32 * j + l);
         }
       }
     }
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(Block, d)) * dx), acc);
+  }
+  static HWY_INLINE float Scale(const uint8_t* blk) { return HalfAt(blk + offsetof(Block, d)); }
+  static HWY_INLINE float MinScale(const uint8_t* blk) {
+    if constexpr (kThird) return 0.0f;
+    else return -HalfAt(blk + offsetof(Block, dmin));
+  }
+  static HWY_INLINE int32_t MinDot(const uint8_t* blk, const int16_t* s16) {
+    int32_t msum = 0;
     if constexpr (!kThird) {
-      int32_t msum = 0;
-      for (int i = 0; i < 16; ++i) msum += static_cast<int32_t>(scales[i] >> 4) * s16[i];
-      macc += -HalfAt(blk + offsetof(Block, dmin)) * dx * static_cast<float>(msum);
+      for (int i = 0; i < 16; ++i) msum += static_cast<int32_t>(blk[offsetof(Block, scales) + i] >> 4) * s16[i];
     }
+    return msum;
   }
 };
 using KQ2 = KQ2Or3<BlockQ2_K, false>;
@@ -282,9 +299,9 @@ using KQ3 = KQ2Or3<BlockQ3_K, true>;
 struct KQ6 {
   using TG = Tags<32>;
   static constexpr size_t kBytes = sizeof(BlockQ6_K);
-  template <class VF>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
-                               const int16_t* HWY_RESTRICT /*s16*/, float dx, VF& acc, float& /*macc*/) {
+  static constexpr bool kMins = false;
+  template <class Sink>
+  static HWY_INLINE void Ints(const uint8_t* HWY_RESTRICT blk, Sink&& sink) {
     const TG tg;
     using V16 = hn::Vec<decltype(tg.d16)>;
     const size_t N = hn::Lanes(tg.d16);
@@ -295,7 +312,6 @@ struct KQ6 {
     // Lanes l + i < 16 take the first scale of a group's pair, the others the second (a vector of
     // more than 16 lanes holds both sub-blocks).
     const auto iota = hn::Iota(tg.d16, 0);
-    auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
     for (int h = 0; h < 2; ++h) {
       for (size_t l = 0; l < 32; l += N) {
         const auto first = hn::Lt(hn::Add(iota, hn::Set(tg.d16, static_cast<int16_t>(l))), hn::Set(tg.d16, 16));
@@ -306,8 +322,7 @@ struct KQ6 {
         const auto group = [&](V16 q, int g) {
           const V16 scale = hn::IfThenElse(first, hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 * g])),
                                            hn::Set(tg.d16, static_cast<int16_t>(sc[8 * h + 2 * g + 1])));
-          const V16 w = hn::Mul(hn::Sub(q, zero_point), scale);
-          s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 128 * h + 32 * g + l), s0, s1);
+          sink(hn::Mul(hn::Sub(q, zero_point), scale), 128 * h + 32 * g + l);
         };
         group(hn::Or(hn::And(l0, low4), hn::ShiftLeft<4>(hn::And(hb, low2))), 0);
         group(hn::Or(hn::And(l1, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hb), low2))), 1);
@@ -315,10 +330,49 @@ struct KQ6 {
         group(hn::Or(hn::ShiftRight<4>(l1), hn::ShiftLeft<4>(hn::ShiftRight<6>(hb))), 3);
       }
     }
-    acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, HalfAt(blk + offsetof(BlockQ6_K, d)) * dx),
-                     acc);
   }
+  static HWY_INLINE float Scale(const uint8_t* blk) { return HalfAt(blk + offsetof(BlockQ6_K, d)); }
+  static HWY_INLINE float MinScale(const uint8_t*) { return 0.0f; }
+  static HWY_INLINE int32_t MinDot(const uint8_t*, const int16_t*) { return 0; }
 };
+
+// One super-block against one token: acc += (integer dot) · d · dx (lanes); for the types with mins
+// macc += (-dmin) · dx · Σ_s m_s · (activation sum of s). The same sequence per token whatever the
+// number of tokens or rows done together (SuperTokens4 below).
+template <class KQ, class VF>
+HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
+                      const int16_t* HWY_RESTRICT s16, float dx, VF& acc, float& macc) {
+  const typename KQ::TG tg;
+  auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
+  KQ::Ints(blk, [&](auto w, size_t off) { s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + off), s0, s1); });
+  acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, KQ::Scale(blk) * dx), acc);
+  if constexpr (KQ::kMins) macc += KQ::MinScale(blk) * dx * static_cast<float>(KQ::MinDot(blk, s16));
+}
+
+// The same for four tokens (x, s16, dx of token c at x + c·xs, s16 + c·ss, dx[c]): each weight
+// vector is unpacked once and dotted with the four tokens' activations.
+template <class KQ, class VF>
+HWY_INLINE void SuperTokens4(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x, size_t xs,
+                             const int16_t* HWY_RESTRICT s16, size_t ss, const float* dx, VF& acc0, VF& acc1,
+                             VF& acc2, VF& acc3, float* macc) {
+  const typename KQ::TG tg;
+  auto a0 = hn::Zero(tg.d32), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+  KQ::Ints(blk, [&](auto w, size_t off) {
+    a0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + off), a0, b0);
+    a1 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + xs + off), a1, b1);
+    a2 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 2 * xs + off), a2, b2);
+    a3 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 3 * xs + off), a3, b3);
+  });
+  const float d = KQ::Scale(blk);
+  acc0 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a0, b0)), hn::Set(tg.df, d * dx[0]), acc0);
+  acc1 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a1, b1)), hn::Set(tg.df, d * dx[1]), acc1);
+  acc2 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a2, b2)), hn::Set(tg.df, d * dx[2]), acc2);
+  acc3 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a3, b3)), hn::Set(tg.df, d * dx[3]), acc3);
+  if constexpr (KQ::kMins) {
+    const float m = KQ::MinScale(blk);
+    for (size_t c = 0; c < 4; ++c) macc[c] += m * dx[c] * static_cast<float>(KQ::MinDot(blk, s16 + c * ss));
+  }
+}
 
 // One K-quant row against one token: out = lane sum of acc + macc.
 template <class KQ>
@@ -330,9 +384,30 @@ HWY_INLINE float KDot(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* blk = row + static_cast<size_t>(sb) * KQ::kBytes;
     for (size_t line = 0; line < KQ::kBytes; line += 64) Prefetch(blk + line);
-    KQ::Super(blk, xq + 256 * sb, xs + 16 * sb, xd[sb], acc, macc);
+    Super<KQ>(blk, xq + 256 * sb, xs + 16 * sb, xd[sb], acc, macc);
   }
   return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
+}
+
+// One K-quant row against four tokens (token c's activations at xq + c·K, xs + c·K/16, xd + c·nsb):
+// out[c · stride] for c < 4, each with exactly KDot's operations.
+template <class KQ>
+HWY_INLINE void KDotTokens4(const uint8_t* HWY_RESTRICT row, int64_t nsb, int64_t K, const int16_t* HWY_RESTRICT xq,
+                            const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd, float* out, size_t stride) {
+  const typename KQ::TG tg;
+  auto acc0 = hn::Zero(tg.df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  float macc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const auto uk = static_cast<size_t>(K), ns = static_cast<size_t>(nsb);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* blk = row + static_cast<size_t>(sb) * KQ::kBytes;
+    for (size_t line = 0; line < KQ::kBytes; line += 64) Prefetch(blk + line);
+    const float dx[4] = {xd[sb], xd[ns + sb], xd[2 * ns + sb], xd[3 * ns + sb]};
+    SuperTokens4<KQ>(blk, xq + 256 * sb, uk, xs + 16 * sb, uk / 16, dx, acc0, acc1, acc2, acc3, macc);
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(tg.df, acc0)) + macc[0];
+  out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc[1];
+  out[2 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc2)) + macc[2];
+  out[3 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc3)) + macc[3];
 }
 
 // Four consecutive rows against one token, their super-blocks interleaved (four independent
@@ -350,10 +425,10 @@ HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t
     }
     const int16_t* x = xq + 256 * sb;
     const int16_t* s16 = xs + 16 * sb;
-    KQ::Super(blk, x, s16, xd[sb], acc0, macc0);
-    KQ::Super(blk + row_bytes, x, s16, xd[sb], acc1, macc1);
-    KQ::Super(blk + 2 * row_bytes, x, s16, xd[sb], acc2, macc2);
-    KQ::Super(blk + 3 * row_bytes, x, s16, xd[sb], acc3, macc3);
+    Super<KQ>(blk, x, s16, xd[sb], acc0, macc0);
+    Super<KQ>(blk + row_bytes, x, s16, xd[sb], acc1, macc1);
+    Super<KQ>(blk + 2 * row_bytes, x, s16, xd[sb], acc2, macc2);
+    Super<KQ>(blk + 3 * row_bytes, x, s16, xd[sb], acc3, macc3);
   }
   out[0] = hn::GetLane(hn::SumOfLanes(tg.df, acc0)) + macc0;
   out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc1;
@@ -386,43 +461,62 @@ HWY_INLINE void WidenActs(const QuantActs& a, int64_t t0, int64_t t1, int16_t* H
   for (; i < count; ++i) out[i] = in[i];
 }
 
-// One K-quant matrix, rows [r0, r1) against the widened tokens [t0, t1): four rows at a time,
-// then the rest one by one.
+// One K-quant matrix, rows [r0, r1) against the widened tokens [t0, t1): one token in four-row tiles
+// or row by row (DecodeOrder), several tokens row by row, four tokens at a time.
 template <class KQ>
 HWY_NOINLINE void KRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0, int64_t t1,
                            const int16_t* wide, float* y, int64_t r0, int64_t r1) {
   const int64_t K = a.cols;
   const int64_t nsb = K / 256;
-  int64_t r = r0;
-  // One token: four rows at a time or one by one, as measured at load for x86's tiles (decode_order.h).
-  const bool four = t1 - t0 > 1 || g_decode_order[decode_order_slot_or_none(w.type)].load(std::memory_order_relaxed) ==
-                                       static_cast<uint8_t>(DecodeOrder::kTiles);
-  for (; four && r + 4 <= r1; r += 4) {
-    const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-    for (int64_t t = t0; t < t1; ++t) {
-      hq::KDot4<KQ>(row, w.row_bytes, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb,
-                    y + t * w.rows + r, 1);
+  const auto rows = static_cast<size_t>(w.rows);
+  if (t1 - t0 == 1) {
+    // One token: four rows at a time or one by one, as measured at load for x86's tiles (decode_order.h).
+    const bool four = g_decode_order[decode_order_slot_or_none(w.type)].load(std::memory_order_relaxed) ==
+                      static_cast<uint8_t>(DecodeOrder::kTiles);
+    int64_t r = r0;
+    for (; four && r + 4 <= r1; r += 4) {
+      hq::KDot4<KQ>(w.data + static_cast<uint64_t>(r) * w.row_bytes, w.row_bytes, nsb, wide, a.sums + t0 * (K / 16),
+                    a.d + t0 * nsb, y + t0 * w.rows + r, 1);
     }
+    for (; r < r1; ++r) {
+      y[t0 * w.rows + r] = hq::KDot<KQ>(w.data + static_cast<uint64_t>(r) * w.row_bytes, nsb, wide,
+                                        a.sums + t0 * (K / 16), a.d + t0 * nsb);
+    }
+    return;
   }
-  for (; r < r1; ++r) {
+  // Several tokens: each row against four tokens at a time (its weights unpacked once for the four),
+  // then the rest one by one.
+  for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-    for (int64_t t = t0; t < t1; ++t) {
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) {
+      hq::KDotTokens4<KQ>(row, nsb, K, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb, y + t * w.rows + r,
+                          rows);
+    }
+    for (; t < t1; ++t) {
       y[t * w.rows + r] = hq::KDot<KQ>(row, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb);
     }
   }
 }
 
-// Q4_1, Q5_0, Q5_1: rows [r0, r1) one at a time against the widened tokens [t0, t1).
-template <size_t kBytes, size_t kQs, size_t kQh, size_t kMin, int kZero>
+// A matrix of blocks of 32: rows [r0, r1) one at a time (a single sequential stream for one token)
+// against the widened tokens [t0, t1), four tokens at a time, then the rest one by one.
+template <class L>
 HWY_NOINLINE void LegacyRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0, int64_t t1,
                                 const int16_t* wide, float* y, int64_t r0, int64_t r1) {
   const int64_t K = a.cols;
   const int64_t nb = K / 32;
+  const auto rows = static_cast<size_t>(w.rows);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-    for (int64_t t = t0; t < t1; ++t) {
-      y[t * w.rows + r] = hq::DotLegacy<kBytes, kQs, kQh, kMin, kZero>(row, nb, wide + (t - t0) * K,
-                                                                     a.sums + t * (K / 16), a.d + t * nb);
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) {
+      hq::LegacyDot<L, 4>(row, nb, K, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nb, y + t * w.rows + r,
+                          rows);
+    }
+    for (; t < t1; ++t) {
+      hq::LegacyDot<L, 1>(row, nb, K, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nb, y + t * w.rows + r,
+                          rows);
     }
   }
 }
@@ -434,7 +528,6 @@ HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, 
                                      int64_t r1) {
   constexpr int64_t kTokens = 8;
   const int64_t K = a.cols;
-  const int64_t nb = K / a.block;
   thread_local std::vector<int16_t> wide;
   wide.resize(static_cast<size_t>(std::min(n, kTokens) * K));
   for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
@@ -446,30 +539,11 @@ HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, 
       case GgmlType::kQ4_K: KRowsHwy<hq::KQ4>(w, a, t0, t1, wide.data(), y, r0, r1); break;
       case GgmlType::kQ5_K: KRowsHwy<hq::KQ5>(w, a, t0, t1, wide.data(), y, r0, r1); break;
       case GgmlType::kQ6_K: KRowsHwy<hq::KQ6>(w, a, t0, t1, wide.data(), y, r0, r1); break;
-      case GgmlType::kQ4_1:
-        LegacyRowsHwy<sizeof(BlockQ4_1), offsetof(BlockQ4_1, qs), 0, offsetof(BlockQ4_1, m), 0>(w, a, t0, t1,
-                                                                                                wide.data(), y, r0, r1);
-        break;
-      case GgmlType::kQ5_0:
-        LegacyRowsHwy<sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), offsetof(BlockQ5_0, qh), 0, 16>(
-            w, a, t0, t1, wide.data(), y, r0, r1);
-        break;
-      case GgmlType::kQ5_1:
-        LegacyRowsHwy<sizeof(BlockQ5_1), offsetof(BlockQ5_1, qs), offsetof(BlockQ5_1, qh), offsetof(BlockQ5_1, m), 0>(
-            w, a, t0, t1, wide.data(), y, r0, r1);
-        break;
-      case GgmlType::kQ8_0:
-        for (int64_t r = r0; r < r1; ++r) {
-          const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-          for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = hq::DotQ8_0(row, nb, wide.data() + (t - t0) * K, a.d + t * nb);
-        }
-        break;
-      case GgmlType::kQ4_0:
-        for (int64_t r = r0; r < r1; ++r) {
-          const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
-          for (int64_t t = t0; t < t1; ++t) y[t * w.rows + r] = hq::DotQ4_0(row, nb, wide.data() + (t - t0) * K, a.d + t * nb);
-        }
-        break;
+      case GgmlType::kQ8_0: LegacyRowsHwy<hq::LQ8_0>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ4_0: LegacyRowsHwy<hq::LQ4_0>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ4_1: LegacyRowsHwy<hq::LQ4_1>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ5_0: LegacyRowsHwy<hq::LQ5_0>(w, a, t0, t1, wide.data(), y, r0, r1); break;
+      case GgmlType::kQ5_1: LegacyRowsHwy<hq::LQ5_1>(w, a, t0, t1, wide.data(), y, r0, r1); break;
       default: break;
     }
   }
