@@ -1,7 +1,8 @@
 // Portable (Highway) quantized dot kernels for every quantized type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q2_K..Q6_K): one weight row against one
-// token's int8 activations (QuantActs), for every Highway target. matmul_quant.cpp uses them on
-// every target without its own x86 intrinsics path (NEON, SVE, EMU128/SCALAR, ...), and on x86 when
+// Q2_K..Q6_K): one weight row against the int8 activations (QuantActs) of one token or four (each
+// weight vector unpacked once for the four), or, for one token, four rows of a K-quant side by side;
+// for every Highway target. matmul_quant.cpp uses them on every target without its own x86
+// intrinsics path (NEON, SVE, EMU128/SCALAR, ...), and on x86 when
 // forced (set_quant_highway_forced / STRATA_QUANT_HWY=1: tests and benchmarks).
 //
 // Arithmetic per output, the same for any tile, batch or thread count (so a token alone gives the
