@@ -324,13 +324,10 @@ class MatmulHighwayForced : public ::testing::TestWithParam<int64_t> {
   void TearDown() override { set_quant_highway_forced(false); }
 };
 
-// Every quantized type has a Highway kernel (matmul_quant_hwy-inl.h).
-constexpr auto& kHighwayTypes = kQuantTypes;
-
 TEST_P(MatmulHighwayForced, SmallBatchesAndOddRows) {
   test::TargetScope scope(GetParam());
   std::mt19937 rng(5);
-  check_small_batches_and_odd_rows(kHighwayTypes, rng);
+  check_small_batches_and_odd_rows(kQuantTypes, rng);
 }
 
 TEST_P(MatmulHighwayForced, MatchesTheReference) {
@@ -339,7 +336,7 @@ TEST_P(MatmulHighwayForced, MatchesTheReference) {
   // (The 1% RMS bound against the f32 reference is statistical, about the 8-bit activations: with
   // seed 6 one Q4_K case measured 1.03% on both paths alike. The 2e-5 bound is the kernel's.)
   std::mt19937 rng(2);
-  for (GgmlType type : kHighwayTypes) {
+  for (GgmlType type : kQuantTypes) {
     const bool k_quant = quant_act_block(type) == 256;
     for (int64_t cols : k_quant ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{96, 288}) {
       check_type(type, 37, cols, pool1, pool3, rng);
@@ -356,7 +353,7 @@ TEST_P(MatmulHighwayForced, IsADifferentPathOnX86) {
   ThreadPool pool(1);
   KernelScratch scratch;
   std::mt19937 rng(7);
-  for (GgmlType type : kHighwayTypes) {
+  for (GgmlType type : kQuantTypes) {
     SCOPED_TRACE(ggml_type_name(type));
     const auto m = random_matrix(type, 64, 4096, rng);
     const auto x = random_floats(4096, rng);

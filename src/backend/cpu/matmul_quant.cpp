@@ -37,7 +37,6 @@
 
 #include "backend/cpu/decode_order.h"
 #include "core/fp16.h"
-#include "gguf/quant.h"
 #include "gguf/quant_blocks.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -683,7 +682,7 @@ void RunK(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_
 
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
   constexpr auto kRN = std::make_integer_sequence<int, kMaxRN>();
-  if (quant_highway_forced() && HasHwyQuantKernel(w.type)) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
+  if (quant_highway_forced()) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
   switch (w.type) {
     case GgmlType::kQ8_0: return RunLegacy<GgmlType::kQ8_0>(w, a, n, y, r0, r1, kRN);
     case GgmlType::kQ4_0: return RunLegacy<GgmlType::kQ4_0>(w, a, n, y, r0, r1, kRN);

@@ -228,13 +228,11 @@ struct KQ4Or5 {
   }
   static HWY_INLINE float Scale(const uint8_t* blk) { return HalfAt(blk + offsetof(Block, d)); }
   static HWY_INLINE float MinScale(const uint8_t* blk) { return -HalfAt(blk + offsetof(Block, dmin)); }
-  // Σ_s m_s · (activation sum of sub-block s).
-  static HWY_INLINE int32_t MinDot(const uint8_t* blk, const int16_t* s16) {
+  // The min of each group of 16 weights (a sub-block of 32's min twice).
+  static HWY_INLINE void Mins16(const uint8_t* blk, int32_t* m16) {
     uint8_t sm[16];
     ScalesMinsK4(blk + offsetof(Block, scales), sm);
-    int32_t msum = 0;
-    for (int s = 0; s < 8; ++s) msum += static_cast<int32_t>(sm[8 + s]) * (s16[2 * s] + s16[2 * s + 1]);
-    return msum;
+    for (int s = 0; s < 8; ++s) m16[2 * s] = m16[2 * s + 1] = sm[8 + s];
   }
 };
 using KQ4 = KQ4Or5<BlockQ4_K, false>;
@@ -279,16 +277,10 @@ struct KQ2Or3 {
     }
   }
   static HWY_INLINE float Scale(const uint8_t* blk) { return HalfAt(blk + offsetof(Block, d)); }
-  static HWY_INLINE float MinScale(const uint8_t* blk) {
-    if constexpr (kThird) return 0.0f;
-    else return -HalfAt(blk + offsetof(Block, dmin));
-  }
-  static HWY_INLINE int32_t MinDot(const uint8_t* blk, const int16_t* s16) {
-    int32_t msum = 0;
-    if constexpr (!kThird) {
-      for (int i = 0; i < 16; ++i) msum += static_cast<int32_t>(blk[offsetof(Block, scales) + i] >> 4) * s16[i];
-    }
-    return msum;
+  // Q2_K only (kMins): -dmin, and the min of each sub-block of 16 (high nibble of its scale byte).
+  static HWY_INLINE float MinScale(const uint8_t* blk) { return -HalfAt(blk + offsetof(Block, dmin)); }
+  static HWY_INLINE void Mins16(const uint8_t* blk, int32_t* m16) {
+    for (int i = 0; i < 16; ++i) m16[i] = blk[offsetof(Block, scales) + i] >> 4;
   }
 };
 using KQ2 = KQ2Or3<BlockQ2_K, false>;
@@ -333,68 +325,52 @@ struct KQ6 {
     }
   }
   static HWY_INLINE float Scale(const uint8_t* blk) { return HalfAt(blk + offsetof(BlockQ6_K, d)); }
-  static HWY_INLINE float MinScale(const uint8_t*) { return 0.0f; }
-  static HWY_INLINE int32_t MinDot(const uint8_t*, const int16_t*) { return 0; }
 };
 
-// One super-block against one token: acc += (integer dot) · d · dx (lanes); for the types with mins
-// macc += (-dmin) · dx · Σ_s m_s · (activation sum of s). The same sequence per token whatever the
-// number of tokens or rows done together (SuperTokens4 below).
-template <class KQ, class VF>
-HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x,
-                      const int16_t* HWY_RESTRICT s16, float dx, VF& acc, float& macc) {
-  const typename KQ::TG tg;
-  auto s0 = hn::Zero(tg.d32), s1 = hn::Zero(tg.d32);
-  KQ::Ints(blk, [&](auto w, size_t off) { s0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + off), s0, s1); });
-  acc = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(s0, s1)), hn::Set(tg.df, KQ::Scale(blk) * dx), acc);
-  if constexpr (KQ::kMins) macc += KQ::MinScale(blk) * dx * static_cast<float>(KQ::MinDot(blk, s16));
-}
-
-// The same for four tokens (x, s16, dx of token c at x + c·xs, s16 + c·ss, dx[c]): each weight
-// vector is unpacked once and dotted with the four tokens' activations.
-template <class KQ, class VF>
-HWY_INLINE void SuperTokens4(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x, size_t xs,
-                             const int16_t* HWY_RESTRICT s16, size_t ss, const float* dx, VF& acc0, VF& acc1,
-                             VF& acc2, VF& acc3, float* macc) {
+// One super-block against T tokens (1 or 4; token c's activations at x + c·xs, s16 + c·ss, its scale
+// dx[c]; T = 1 touches acc0 and macc[0] only): per token acc_c += (integer dot) · d · dx[c] (lanes),
+// and for the types with mins macc[c] += (-dmin) · dx[c] · Σ m · (activation 16-sums). Each weight
+// vector is unpacked once for the T tokens; per token the same sequence whatever T is.
+template <class KQ, int T, class VF>
+HWY_INLINE void SuperT(const uint8_t* HWY_RESTRICT blk, const int16_t* HWY_RESTRICT x, size_t xs,
+                       const int16_t* HWY_RESTRICT s16, size_t ss, const float* dx, VF& acc0, VF& acc1, VF& acc2,
+                       VF& acc3, float* macc) {
+  static_assert(T == 1 || T == 4, "one or four tokens");
   const typename KQ::TG tg;
   auto a0 = hn::Zero(tg.d32), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
   KQ::Ints(blk, [&](auto w, size_t off) {
     a0 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + off), a0, b0);
-    a1 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + xs + off), a1, b1);
-    a2 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 2 * xs + off), a2, b2);
-    a3 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 3 * xs + off), a3, b3);
+    if constexpr (T == 4) {
+      a1 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + xs + off), a1, b1);
+      a2 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 2 * xs + off), a2, b2);
+      a3 = hn::ReorderWidenMulAccumulate(tg.d32, w, LoadX(tg, x + 3 * xs + off), a3, b3);
+    }
   });
   const float d = KQ::Scale(blk);
   acc0 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a0, b0)), hn::Set(tg.df, d * dx[0]), acc0);
-  acc1 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a1, b1)), hn::Set(tg.df, d * dx[1]), acc1);
-  acc2 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a2, b2)), hn::Set(tg.df, d * dx[2]), acc2);
-  acc3 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a3, b3)), hn::Set(tg.df, d * dx[3]), acc3);
+  if constexpr (T == 4) {
+    acc1 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a1, b1)), hn::Set(tg.df, d * dx[1]), acc1);
+    acc2 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a2, b2)), hn::Set(tg.df, d * dx[2]), acc2);
+    acc3 = hn::MulAdd(hn::ConvertTo(tg.df, hn::Add(a3, b3)), hn::Set(tg.df, d * dx[3]), acc3);
+  }
   if constexpr (KQ::kMins) {
+    int32_t m16[16];
+    KQ::Mins16(blk, m16);
     const float m = KQ::MinScale(blk);
-    for (size_t c = 0; c < 4; ++c) macc[c] += m * dx[c] * static_cast<float>(KQ::MinDot(blk, s16 + c * ss));
+    for (int c = 0; c < T; ++c) {
+      const int16_t* sc = s16 + static_cast<size_t>(c) * ss;
+      int32_t msum = 0;
+      for (int i = 0; i < 16; ++i) msum += m16[i] * sc[i];
+      macc[c] += m * dx[c] * static_cast<float>(msum);
+    }
   }
 }
 
-// One K-quant row against one token: out = lane sum of acc + macc.
-template <class KQ>
-HWY_INLINE float KDot(const uint8_t* HWY_RESTRICT row, int64_t nsb, const int16_t* HWY_RESTRICT xq,
-                      const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd) {
-  const typename KQ::TG tg;
-  auto acc = hn::Zero(tg.df);
-  float macc = 0.0f;
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* blk = row + static_cast<size_t>(sb) * KQ::kBytes;
-    for (size_t line = 0; line < KQ::kBytes; line += 64) Prefetch(blk + line);
-    Super<KQ>(blk, xq + 256 * sb, xs + 16 * sb, xd[sb], acc, macc);
-  }
-  return hn::GetLane(hn::SumOfLanes(tg.df, acc)) + macc;
-}
-
-// One K-quant row against four tokens (token c's activations at xq + c·K, xs + c·K/16, xd + c·nsb):
-// out[c · stride] for c < 4, each with exactly KDot's operations.
-template <class KQ>
-HWY_INLINE void KDotTokens4(const uint8_t* HWY_RESTRICT row, int64_t nsb, int64_t K, const int16_t* HWY_RESTRICT xq,
-                            const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd, float* out, size_t stride) {
+// One K-quant row against T tokens (1 or 4; token c's activations at xq + c·K, xs + c·K/16,
+// xd + c·nsb): out[c · stride] = lane sum of its acc + its macc.
+template <class KQ, int T>
+HWY_INLINE void KDotT(const uint8_t* HWY_RESTRICT row, int64_t nsb, int64_t K, const int16_t* HWY_RESTRICT xq,
+                      const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd, float* out, size_t stride) {
   const typename KQ::TG tg;
   auto acc0 = hn::Zero(tg.df), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   float macc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -402,17 +378,20 @@ HWY_INLINE void KDotTokens4(const uint8_t* HWY_RESTRICT row, int64_t nsb, int64_
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* blk = row + static_cast<size_t>(sb) * KQ::kBytes;
     for (size_t line = 0; line < KQ::kBytes; line += 64) Prefetch(blk + line);
-    const float dx[4] = {xd[sb], xd[ns + sb], xd[2 * ns + sb], xd[3 * ns + sb]};
-    SuperTokens4<KQ>(blk, xq + 256 * sb, uk, xs + 16 * sb, uk / 16, dx, acc0, acc1, acc2, acc3, macc);
+    float dx[4];
+    for (int c = 0; c < T; ++c) dx[c] = xd[static_cast<size_t>(c) * ns + sb];
+    SuperT<KQ, T>(blk, xq + 256 * sb, uk, xs + 16 * sb, uk / 16, dx, acc0, acc1, acc2, acc3, macc);
   }
   out[0] = hn::GetLane(hn::SumOfLanes(tg.df, acc0)) + macc[0];
-  out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc[1];
-  out[2 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc2)) + macc[2];
-  out[3 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc3)) + macc[3];
+  if constexpr (T == 4) {
+    out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc[1];
+    out[2 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc2)) + macc[2];
+    out[3 * stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc3)) + macc[3];
+  }
 }
 
 // Four consecutive rows against one token, their super-blocks interleaved (four independent
-// chains); per row exactly KDot's operations, so the bits do not depend on the grouping.
+// chains); per row exactly KDotT<KQ, 1>'s operations, so the bits do not depend on the grouping.
 template <class KQ>
 HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t nsb, const int16_t* HWY_RESTRICT xq,
                       const int16_t* HWY_RESTRICT xs, const float* HWY_RESTRICT xd, float* out, size_t stride) {
@@ -426,10 +405,11 @@ HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t
     }
     const int16_t* x = xq + 256 * sb;
     const int16_t* s16 = xs + 16 * sb;
-    Super<KQ>(blk, x, s16, xd[sb], acc0, macc0);
-    Super<KQ>(blk + row_bytes, x, s16, xd[sb], acc1, macc1);
-    Super<KQ>(blk + 2 * row_bytes, x, s16, xd[sb], acc2, macc2);
-    Super<KQ>(blk + 3 * row_bytes, x, s16, xd[sb], acc3, macc3);
+    // One token per row (SuperT<KQ, 1> touches only its first accumulator).
+    SuperT<KQ, 1>(blk, x, 0, s16, 0, &xd[sb], acc0, acc0, acc0, acc0, &macc0);
+    SuperT<KQ, 1>(blk + row_bytes, x, 0, s16, 0, &xd[sb], acc1, acc1, acc1, acc1, &macc1);
+    SuperT<KQ, 1>(blk + 2 * row_bytes, x, 0, s16, 0, &xd[sb], acc2, acc2, acc2, acc2, &macc2);
+    SuperT<KQ, 1>(blk + 3 * row_bytes, x, 0, s16, 0, &xd[sb], acc3, acc3, acc3, acc3, &macc3);
   }
   out[0] = hn::GetLane(hn::SumOfLanes(tg.df, acc0)) + macc0;
   out[stride] = hn::GetLane(hn::SumOfLanes(tg.df, acc1)) + macc1;
@@ -438,17 +418,6 @@ HWY_INLINE void KDot4(const uint8_t* HWY_RESTRICT row, size_t row_bytes, int64_t
 }
 
 }  // namespace hq
-
-// Whether rows of this type have a Highway kernel.
-HWY_INLINE bool HasHwyQuantKernel(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
-    case GgmlType::kQ2_K: case GgmlType::kQ3_K: case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // Widens the int8 activations of tokens [t0, t1) to int16: out[(t - t0) * K + k].
 HWY_INLINE void WidenActs(const QuantActs& a, int64_t t0, int64_t t1, int16_t* HWY_RESTRICT out) {
@@ -480,8 +449,8 @@ HWY_NOINLINE void KRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0
                     a.d + t0 * nsb, y + t0 * w.rows + r, 1);
     }
     for (; r < r1; ++r) {
-      y[t0 * w.rows + r] = hq::KDot<KQ>(w.data + static_cast<uint64_t>(r) * w.row_bytes, nsb, wide,
-                                        a.sums + t0 * (K / 16), a.d + t0 * nsb);
+      hq::KDotT<KQ, 1>(w.data + static_cast<uint64_t>(r) * w.row_bytes, nsb, K, wide, a.sums + t0 * (K / 16),
+                       a.d + t0 * nsb, y + t0 * w.rows + r, rows);
     }
     return;
   }
@@ -491,11 +460,12 @@ HWY_NOINLINE void KRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t t0
     const uint8_t* row = w.data + static_cast<uint64_t>(r) * w.row_bytes;
     int64_t t = t0;
     for (; t + 4 <= t1; t += 4) {
-      hq::KDotTokens4<KQ>(row, nsb, K, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb, y + t * w.rows + r,
-                          rows);
+      hq::KDotT<KQ, 4>(row, nsb, K, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb, y + t * w.rows + r,
+                       rows);
     }
     for (; t < t1; ++t) {
-      y[t * w.rows + r] = hq::KDot<KQ>(row, nsb, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb);
+      hq::KDotT<KQ, 1>(row, nsb, K, wide + (t - t0) * K, a.sums + t * (K / 16), a.d + t * nsb, y + t * w.rows + r,
+                       rows);
     }
   }
 }
@@ -524,7 +494,7 @@ HWY_NOINLINE void LegacyRowsHwy(const WeightMatrix& w, const QuantActs& a, int64
 
 // y[t][r] for t < n, r0 <= r < r1 (per block of up to kTokens tokens, rows outer: a row stays in
 // cache while the tokens go by). Q8_0: one row at a time (a single sequential stream, as on x86).
-// Precondition: HasHwyQuantKernel(w.type).
+// Precondition: w.type is quantized.
 HWY_NOINLINE void MatmulQuantRowsHwy(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                      int64_t r1) {
   constexpr int64_t kTokens = 8;
