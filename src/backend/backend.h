@@ -137,6 +137,37 @@ struct PendingNorm {
   bool pending() const { return parts != nullptr; }
 };
 
+// --- Fused decode passes (Backend::decode_layers) -----------------------------------------------
+
+// One layer's weights as the model holds them (backend memory); biases null unless the
+// architecture has them (qwen2).
+struct DecodeLayer {
+  const WeightMatrix* wq = nullptr;
+  const WeightMatrix* wk = nullptr;
+  const WeightMatrix* wv = nullptr;
+  const WeightMatrix* wo = nullptr;
+  const WeightMatrix* w_gate = nullptr;
+  const WeightMatrix* w_up = nullptr;
+  const WeightMatrix* w_down = nullptr;
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+};
+
+struct DecodeLayersArgs {
+  std::span<const DecodeLayer> layers;
+  std::span<const KvLayerView> kv;  // one per layer
+  ActView x;                        // [1][n_embd]: the residual stream, in and out
+  std::span<const int32_t> pos;     // [1]: the token's RoPE position
+  std::span<const int32_t> slots;   // [1]: its KV slot
+  std::span<const AttentionSeq> seqs;  // [1], n_q == 1
+  int32_t n_head = 0, n_kv_head = 0, head_dim = 0, n_ff = 0;
+  RopeParams rope;
+  float eps = 0, scale = 0;
+};
+
 // --- KV block transfers ------------------------------------------------------------------------
 
 // One KV block to move between the arenas and host memory: hot block `index` (warm == false) or
@@ -333,6 +364,16 @@ class Backend {
                                        std::span<const AttentionSeq> seqs, float scale, ActView out) {
     rope_kv_store(q, k, v, pos, n_head, n_kv_head, head_dim, p, kv, slots);
     paged_attention(q, kv, seqs, n_head, scale, out);
+  }
+
+  // Every layer of a decode pass of one sequence and one token in one call (a backend may run them
+  // as one persistent kernel): from x (the embedded token) to x after the last layer, exactly what
+  // the model's layer loop computes (rms_norm, the projections, rope_kv_store_attention, the
+  // feed-forward block and the residual adds), within rounding. Returns false, having done
+  // nothing, where the backend does not take the pass (the model then runs the layer loop).
+  virtual bool decode_layers(const DecodeLayersArgs& a) {
+    (void)a;
+    return false;
   }
 
   // --- KV ops. KvLayerView pointers are backend memory (allocate(..., kKvCache)). ---

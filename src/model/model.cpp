@@ -406,9 +406,34 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   // projections that read h apply it (`norm`); nothing else reads h. Tensor-parallel ranks sum the
   // projection over the ranks between the matmul and the add, so they take the ops one by one.
   const bool lazy_norm = shard_ == nullptr && be.supports_lazy_norm(T);
+  // A decode pass of one sequence and one token: a backend may run every layer in one call
+  // (Backend::decode_layers: one persistent kernel on CUDA); else the layer loop below.
+  bool fused = false;
+  if (T == 1 && shard_ == nullptr && !want_query && attn_seqs_.size() == 1 && attn_seqs_[0].importance == nullptr) {
+    decode_layers_.resize(weights_.layers.size());
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const LayerWeights& L = weights_.layers[l];
+      decode_layers_[l] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv};
+    }
+    DecodeLayersArgs da;
+    da.layers = decode_layers_;
+    da.kv = kv_layers;
+    da.x = x;
+    da.pos = pos_;
+    da.slots = slots_;
+    da.seqs = attn_seqs_;
+    da.n_head = c.n_head;
+    da.n_kv_head = c.n_head_kv;
+    da.head_dim = c.head_dim;
+    da.n_ff = c.n_ff;
+    da.rope = rope_;
+    da.eps = c.rms_eps;
+    da.scale = scale;
+    fused = be.decode_layers(da);
+  }
   PendingNorm norm;  // what h holds: the normed rows (nothing pending) after rms_norm
-  be.rms_norm(x, weights_.layers[0].attn_norm, h, c.rms_eps);
-  for (int32_t l = 0; l < c.n_layer; ++l) {
+  if (!fused) be.rms_norm(x, weights_.layers[0].attn_norm, h, c.rms_eps);
+  for (int32_t l = 0; l < (fused ? 0 : c.n_layer); ++l) {
     const LayerWeights& L = weights_.layers[l];
     const KvLayerView& kv = kv_layers[l];
     // Attention block (h holds the normed x).

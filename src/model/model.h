@@ -95,6 +95,7 @@ class Model {
   ModelWeights weights_;
   uint64_t fingerprint_ = 0;
   RopeParams rope_;
+  std::vector<DecodeLayer> decode_layers_;  // forward's arguments of Backend::decode_layers
 
   // Activations in backend memory, [capacity][width] each; grown on demand, never shrunk.
   int64_t capacity_tokens_ = 0;

@@ -6,6 +6,10 @@
 //  - the same with the lazy norm of decode steps (STRATA_CUDA_LAZY_NORM=1), graphs on and off;
 //  - random-weight models (llama F16/BF16/Q8_0/Q4_K/Q6_K, qwen2 F16) give logits within a stated
 //    tolerance of the CPU backend on the same prompts, and the same greedy tokens;
+//  - decode passes of one sequence taken by the fused decode kernel (every layer in one persistent
+//    kernel) give the layer loop's logits within 1e-4 (bf16 KV: 1e-3) and its greedy tokens, and the CPU's within the
+//    tolerance below, for F16/BF16 weights, f32/f16/bf16 KV, head_dim 32/64/128, GQA 1/4/8,
+//    contexts that start with fewer keys than attention splits;
 //  - decode passes over a table naming a host slot (--kv-offload), after passes of the same shape
 //    without host slots were recorded as CUDA graphs, give the CPU's logits and the reference's
 //    tokens (the replay key tells the two kinds of views apart).
@@ -22,6 +26,9 @@
 #include <thread>
 
 #include "backend/backend.h"
+#if STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "core/error.h"
 #include "engine/engine.h"
 #include "gguf/random_model.h"
@@ -303,11 +310,12 @@ struct ModelRun {
   std::vector<TokenId> greedy;
 };
 
-ModelRun run_model(Model& model, const std::vector<TokenId>& prompt, int32_t n_decode, int32_t chunk) {
+ModelRun run_model(Model& model, const std::vector<TokenId>& prompt, int32_t n_decode, int32_t chunk,
+                   KvDtype kv_dtype = KvDtype::kF32) {
   const ModelConfig& mc = model.config();
   KvConfig kvc;
   kvc.block_size = 16;
-  kvc.dtype = KvDtype::kF32;
+  kvc.dtype = kv_dtype;
   kvc.num_blocks = 64;
   const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
   KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
@@ -395,6 +403,76 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{std::string("llama"), GgmlType::kQ6_K}, std::pair{std::string("qwen2"), GgmlType::kF16}),
     [](const auto& info) { return info.param.first + "_" + std::string(ggml_type_name(info.param.second)); });
 
+
+// The fused decode step (STRATA_CUDA_FUSED_DECODE=1, read when a backend is made) against the layer
+// loop (the default) and the CPU, on one model file. Fused and loop sum in other orders, so a K or V element can
+// round to the neighbouring value of the KV type: within 1e-4 with f32/f16 KV, 1e-3 with bf16 KV
+// (8 bits of mantissa; measured 1.1-1.3e-4 on the H200).
+struct FusedCase {
+  std::string name;
+  std::string arch;
+  GgmlType dtype;
+  KvDtype kv;
+  uint32_t n_embd, n_head, n_head_kv, n_ff;
+  int32_t prompt;  // tokens before the decode steps (3: fewer keys than attention splits)
+};
+
+class CudaFusedDecode : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(CudaFusedDecode, GivesTheLayerLoopsLogits) {
+  SKIP_WITHOUT_CUDA();
+  const FusedCase& fc = GetParam();
+  const std::string dir = test::make_temp_dir("strata-cuda-fused");
+  RandomModelSpec spec;
+  spec.arch = fc.arch;
+  spec.n_layer = 3;
+  spec.n_embd = fc.n_embd;
+  spec.n_head = fc.n_head;
+  spec.n_head_kv = fc.n_head_kv;
+  spec.n_ff = fc.n_ff;
+  spec.n_ctx = 512;
+  spec.dtype = fc.dtype;
+  spec.seed = 11;
+  auto vocab = GgufFile::open(test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf"));
+  const std::string path = dir + "/m.gguf";
+  write_random_model(spec, *vocab, path);
+  auto cpu = Model::load(path, BackendOptions{DeviceKind::kCpu, 2});
+  auto loop = Model::load(path, BackendOptions{DeviceKind::kCuda, 1});
+  ::setenv("STRATA_CUDA_FUSED_DECODE", "1", 1);
+  auto fused = Model::load(path, BackendOptions{DeviceKind::kCuda, 1});
+  ::unsetenv("STRATA_CUDA_FUSED_DECODE");
+  std::mt19937 rng(3);
+  std::vector<TokenId> prompt(static_cast<size_t>(fc.prompt));
+  for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<unsigned>(cpu->config().n_vocab));
+  const int32_t n_decode = 40;
+  const ModelRun a = run_model(*cpu, prompt, n_decode, 24, fc.kv);
+  const ModelRun f = run_model(*fused, prompt, n_decode, 24, fc.kv);
+  const ModelRun b = run_model(*loop, prompt, n_decode, 24, fc.kv);
+#if STRATA_HAVE_CUDA
+  // Every decode step of the fused model took the kernel (the first pass of a shape runs eagerly,
+  // the second is recorded, the rest replay: all count); the loop's none.
+  EXPECT_EQ(dynamic_cast<CudaBackend&>(fused->backend()).fused_decode_passes(), n_decode);
+  EXPECT_EQ(dynamic_cast<CudaBackend&>(loop->backend()).fused_decode_passes(), 0);
+#endif
+  ASSERT_EQ(f.logits.size(), b.logits.size());
+  const double tol_cpu = fc.dtype == GgmlType::kF16 ? 5e-3 : 2e-2;
+  for (size_t i = 0; i < f.logits.size(); ++i) {
+    EXPECT_LE(rel_err(f.logits[i], b.logits[i]), fc.kv == KvDtype::kBF16 ? 1e-3 : 1e-4) << "step " << i;
+    EXPECT_LE(rel_err(f.logits[i], a.logits[i]), tol_cpu) << "step " << i;
+  }
+  EXPECT_EQ(f.greedy, b.greedy);
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaFusedDecode,
+    ::testing::Values(FusedCase{"llama_f16_hd64_gqa4_f16kv", "llama", GgmlType::kF16, KvDtype::kF16, 512, 8, 2, 1024, 40},
+                      FusedCase{"llama_bf16_hd64_gqa4_bf16kv", "llama", GgmlType::kBF16, KvDtype::kBF16, 512, 8, 2, 1024, 40},
+                      FusedCase{"llama_f16_hd128_gqa8_f32kv", "llama", GgmlType::kF16, KvDtype::kF32, 1024, 8, 1, 2048, 40},
+                      FusedCase{"llama_f16_hd64_mha_short", "llama", GgmlType::kF16, KvDtype::kF16, 256, 4, 4, 768, 3},
+                      FusedCase{"llama_f16_hd32_gqa4_f16kv", "llama", GgmlType::kF16, KvDtype::kF16, 256, 8, 2, 512, 40},
+                      FusedCase{"qwen2_f16_hd64_gqa7", "qwen2", GgmlType::kF16, KvDtype::kF16, 896, 14, 2, 4864, 40}),
+    [](const auto& info) { return info.param.name; });
 
 // Hand-made KV views of one model for the host-slot replay test: kHot hot blocks per layer in one
 // arena laid out as KvStorage lays it out (per layer K then V, [kHot][block][kv heads][head dim],

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -17,6 +18,7 @@
 #include <unordered_set>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_fused.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_transfer.h"
 #include "core/check.h"
@@ -349,6 +351,12 @@ struct CudaBackend::Impl {
   bool lazy_norm_every_type = false;  // else only F16/BF16/F32 weights take it
   int64_t lazy_norm_max_rows = cuda::kGemvMaxRows;  // STRATA_CUDA_LAZY_NORM_ROWS: a lower cap
   std::unique_ptr<CudaBuffer> norm_parts;
+  // Fused decode passes (decode_layers; STRATA_CUDA_FUSED_DECODE=1 turns them on): the layer
+  // descriptors staged per pass, the kernel's work buffer and barrier counter.
+  bool fused_decode = false;
+  StagedMemo memo_fused;
+  Scratch fused_work;
+  int64_t fused_passes = 0;
 
   template <typename F>
   void timed(const std::string_view name, F&& launch) {
@@ -522,6 +530,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (const char* e = std::getenv("STRATA_CUDA_LAZY_NORM_ROWS")) {
     m.lazy_norm_max_rows = std::clamp<int64_t>(std::strtoll(e, nullptr, 10), 0, cuda::kGemvMaxRows);
   }
+  // STRATA_CUDA_FUSED_DECODE=1: single-sequence decode passes as one persistent kernel
+  // (decode_layers). Off by default: on the H200 it is still slower than the layer loop
+  // (docs/PERFORMANCE.md, "The fused decode step").
+  const char* fused = std::getenv("STRATA_CUDA_FUSED_DECODE");
+  m.fused_decode = fused != nullptr && std::string_view(fused) == "1";
   if (m.lazy_norm) m.norm_parts = std::make_unique<CudaBuffer>(kNormPartsPerRow * cuda::kGemvMaxRows * sizeof(float));
 }
 
@@ -1332,6 +1345,111 @@ void CudaBackend::rope_kv_store_attention(ActView q, ActView k, ActView v, std::
   });
   if (imp) importance_end(q.data, kv, b, n_head, scale, il);
 }
+
+// One-sequence, one-token decode passes over 16-bit weights and hot KV: every layer in one
+// persistent kernel (cuda::fused_decode). The choice depends on the pass's shape and the views
+// (part of the replay key), never on values; contexts longer than kFusedMaxCtx take the layer loop
+// (their attention wants more blocks per head than the fused step gives it).
+bool CudaBackend::decode_layers(const DecodeLayersArgs& a) {
+  Impl& m = *impl_;
+  if (!m.fused_decode || a.layers.empty() || a.seqs.size() != 1 || a.x.rows != 1 || a.pos.size() != 1 ||
+      a.slots.size() != 1 || a.kv.size() != a.layers.size()) {
+    return false;
+  }
+  const AttentionSeq& seq = a.seqs[0];
+  if (seq.n_q != 1 || seq.importance != nullptr || seq.start_pos + 1 > cuda::kFusedMaxCtx) return false;
+  const WeightMatrix& w0 = *a.layers[0].wq;
+  if (w0.type != GgmlType::kF16 && w0.type != GgmlType::kBF16) return false;
+  const auto n_embd = static_cast<int32_t>(a.x.cols);
+  if (!cuda::fused_decode_fits(n_embd, a.n_head, a.n_kv_head, a.head_dim, a.n_ff, a.rope.n_rot, nullptr)) return false;
+  const int32_t kvd = a.n_kv_head * a.head_dim;
+  auto plain = [&](const WeightMatrix* w, int64_t rows, int64_t cols) {
+    return w != nullptr && w->type == w0.type && w->row_group == 0 && w->rows == rows && w->cols == cols &&
+           w->row_bytes == static_cast<uint64_t>(cols) * 2 && reinterpret_cast<uintptr_t>(w->data) % 16 == 0;
+  };
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const DecodeLayer& L = a.layers[l];
+    const KvLayerView& kv = a.kv[l];
+    if (!plain(L.wq, n_embd, n_embd) || !plain(L.wk, kvd, n_embd) || !plain(L.wv, kvd, n_embd) ||
+        !plain(L.wo, n_embd, n_embd) || !plain(L.w_gate, a.n_ff, n_embd) || !plain(L.w_up, a.n_ff, n_embd) ||
+        !plain(L.w_down, n_embd, a.n_ff)) {
+      return false;
+    }
+    if (kv.warm_format != WarmFormat::kNone || kv.host_base != INT32_MAX || kv.n_kv_heads != a.n_kv_head ||
+        kv.head_dim != a.head_dim) {
+      return false;
+    }
+  }
+  // Staged as in the layer loop: the position, the slot, the attention descriptor and table.
+  const int32_t* dpos = m.stage(m.memo_pos, a.pos);
+  const int32_t* dslots = m.stage(m.memo_slots, a.slots);
+  const cuda::AttnBatch b = stage_attention(a.kv[0], a.seqs, 1, a.n_head);
+  for (size_t l = 1; l < a.kv.size(); ++l) m.took_view(a.kv[l]);
+  std::vector<cuda::FusedLayerDev> layers(a.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const DecodeLayer& L = a.layers[l];
+    layers[l] = {L.wq->data, L.wk->data, L.wv->data, L.wo->data, L.w_gate->data, L.w_up->data, L.w_down->data,
+                 L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, a.kv[l]};
+  }
+  const auto* dlayers = static_cast<const cuda::FusedLayerDev*>(
+      m.stage(m.memo_fused, layers.data(), layers.size() * sizeof(cuda::FusedLayerDev)));
+  const int64_t work = cuda::fused_decode_work_floats(n_embd, a.n_head, a.n_kv_head, a.head_dim, a.n_ff);
+  auto* wbuf = static_cast<float*>(m.scratch(m.fused_work, static_cast<uint64_t>(work + 64) * sizeof(float)));
+  if (m.replaying()) {
+    ++m.fused_passes;
+    return true;
+  }
+  m.forget_x16();
+  cuda::FusedDecodeParams p;
+  p.layers = dlayers;
+  p.n_layer = static_cast<int32_t>(a.layers.size());
+  p.n_embd = n_embd;
+  p.n_head = a.n_head;
+  p.n_kv = a.n_kv_head;
+  p.head_dim = a.head_dim;
+  p.n_ff = a.n_ff;
+  p.bf16 = w0.type == GgmlType::kBF16;
+  p.eps = a.eps;
+  p.scale = a.scale;
+  p.rope = cuda::RopeArgs{m.rope_inv_freq(a.rope), a.rope.freq_factors, static_cast<double>(a.rope.freq_scale),
+                          a.rope.n_rot, a.rope.neox};
+  p.pos = dpos;
+  p.slot = dslots;
+  p.seq = b.seqs;
+  p.table = b.tables;
+  p.x = a.x.data;
+  p.barrier = reinterpret_cast<unsigned*>(wbuf);
+  p.work = wbuf + 64;
+  // STRATA_CUDA_FUSED_TRACE=N (with STRATA_CUDA_GRAPHS=0): the N-th fused pass is traced, its
+  // phases' times printed to stderr (diagnostics; the pass waits for the device).
+  static const int64_t trace_pass = [] {
+    const char* e = std::getenv("STRATA_CUDA_FUSED_TRACE");
+    return e != nullptr ? std::strtoll(e, nullptr, 10) : int64_t{-1};
+  }();
+  static const int32_t exp = [] {
+    const char* e = std::getenv("STRATA_CUDA_FUSED_EXP");
+    return e != nullptr ? static_cast<int32_t>(std::strtol(e, nullptr, 10)) : 0;
+  }();
+  p.exp = exp;
+
+  std::unique_ptr<CudaBuffer> trace;
+  if (m.fused_passes == trace_pass && m.mode == Mode::kEager) {
+    const int64_t words = cuda::fused_decode_trace_words(p.n_layer);
+    trace = std::make_unique<CudaBuffer>(static_cast<uint64_t>(words) * 8);
+    p.trace = reinterpret_cast<unsigned long long*>(trace->data());
+  }
+  m.timed("decode layers (fused)", [&] { cuda::fused_decode(p, m.stream); });
+  if (trace) {
+    std::vector<unsigned long long> h(static_cast<size_t>(cuda::fused_decode_trace_words(p.n_layer)));
+    STRATA_CUDA(cudaMemcpyAsync(h.data(), trace->data(), h.size() * 8, cudaMemcpyDeviceToHost, m.stream));
+    STRATA_CUDA(cudaStreamSynchronize(m.stream));
+    std::fputs(cuda::fused_decode_trace_report(h.data(), p.n_layer).c_str(), stderr);
+  }
+  ++m.fused_passes;
+  return true;
+}
+
+int64_t CudaBackend::fused_decode_passes() const { return impl_->fused_passes; }
 
 void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
   STRATA_CHECK(impl_->mode == Mode::kEager, "KV block copies are not part of a recorded pass");

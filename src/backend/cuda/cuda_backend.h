@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
                                int32_t n_kv_head, int32_t head_dim, const RopeParams& p, const KvLayerView& kv,
                                std::span<const int32_t> slots, std::span<const AttentionSeq> seqs, float scale,
                                ActView out) override;
+  bool decode_layers(const DecodeLayersArgs& a) override;
   void kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) override;
   void kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                       uint8_t* v_slot) override;
@@ -111,6 +112,8 @@ class CudaBackend final : public Backend {
   bool begin_replay(const ReplayShape& shape) override;
   void end_replay() override;
 
+  // Decode passes decode_layers took (fused into one kernel) since the backend was made.
+  int64_t fused_decode_passes() const;
   // Device memory free and total, in bytes (cudaMemGetInfo).
   void memory_info(uint64_t* free_bytes, uint64_t* total_bytes) const;
 
