@@ -1436,6 +1436,7 @@ bool CudaBackend::decode_layers(const DecodeLayersArgs& a) {
   if (m.fused_passes == trace_pass && m.mode == Mode::kEager) {
     const int64_t words = cuda::fused_decode_trace_words(p.n_layer);
     trace = std::make_unique<CudaBuffer>(static_cast<uint64_t>(words) * 8);
+    STRATA_CUDA(cudaMemsetAsync(trace->data(), 0, static_cast<size_t>(words) * 8, m.stream));
     p.trace = reinterpret_cast<unsigned long long*>(trace->data());
   }
   m.timed("decode layers (fused)", [&] { cuda::fused_decode(p, m.stream); });

@@ -442,9 +442,14 @@ constexpr int kVBatch = 4;   // keys whose V elements one lane loads before it a
 // Phase 1 for block (split s, head h): see the file comment. The split's keys are divided evenly
 // over the warps (at short contexts every warp has a few: the phase lasts one chain of dependent
 // loads, table -> K rows -> scores -> V rows); a warp takes its keys 32 at a time, a key per lane.
+// ts (diagnostics, or null): 6 stamps of the phase's steps, written by the block's first thread.
 template <int kKv>
 __device__ void attention(const FusedDecodeParams& p, const Geom& g, const FusedLayerDev& L, const Work& wk, float* sm,
-                          const double* rope_cs, int tid) {
+                          const double* rope_cs, unsigned long long* ts, int tid) {
+  auto mark = [&](int i) {
+    if (ts != nullptr && tid == 0) ts[i] = now_ns();
+  };
+  mark(0);
   const int32_t hd = p.head_dim, n_head = p.n_head;
   const int32_t b = blockIdx.x;
   const int32_t h = b % n_head, s = b / n_head;
@@ -464,12 +469,14 @@ __device__ void attention(const FusedDecodeParams& p, const Geom& g, const Fused
     qs[tid] = q, kn[tid] = k, vn[tid] = v;
   }
   consumers_sync();
+  mark(1);
   const int32_t half = p.rope.n_rot / 2;
   for (int32_t i = tid; i < half; i += kConsumerThreads) {
     rope_rotate(qs, i, half, p.rope.neox, rope_cs[2 * i], rope_cs[2 * i + 1]);
     rope_rotate(kn, i, half, p.rope.neox, rope_cs[2 * i], rope_cs[2 * i + 1]);
   }
   consumers_sync();
+  mark(2);
   if (s == 0 && h % group == 0 && tid < hd) {
     store_kv_elem(kv, (int64_t{p.slot[0]} * p.n_kv + kvh) * hd + tid, kn[tid], vn[tid]);
   }
@@ -534,12 +541,14 @@ __device__ void attention(const FusedDecodeParams& p, const Geom& g, const Fused
     }
     m = mn;
   }
+  mark(3);  // warp 0's keys done
   if (lane == 0) pm[warp] = m, pl[warp] = l;
 #pragma unroll
   for (int i = 0; i < kMaxDims; ++i) {
     if (i < dims) pacc[warp * hd + lane + 32 * i] = acc[i];
   }
   consumers_sync();
+  mark(4);
   if (warp != 0) return;
   // Warp 0 merges the warps' partials (and, in split 0, the new token's key) into this split's.
   float snew = -INFINITY;
@@ -565,6 +574,7 @@ __device__ void attention(const FusedDecodeParams& p, const Geom& g, const Fused
     wk.acc[int64_t{part} * hd + d] = a;
   }
   if (lane == 0) wk.m[part] = M, wk.l[part] = Lsum;
+  mark(5);
 }
 
 // xs = the attention output: every head's split partials merged (wt: n_head * kMaxSplits floats).
@@ -729,10 +739,12 @@ __global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const FusedDe
     // 1. attention
     stamp(l, 1, 0);
     if (blockIdx.x < g.splits * p.n_head) {
+      unsigned long long* ts =
+          p.trace ? p.trace + stamps + gridDim.x * (W + 1) + (int64_t{blockIdx.x} * p.n_layer + l) * 6 : nullptr;
       switch (L.kv.dtype) {
-        case KvDtype::kF32: attention<0>(p, g, L, wk, fx, rope_cs, tid); break;
-        case KvDtype::kF16: attention<1>(p, g, L, wk, fx, rope_cs, tid); break;
-        default: attention<2>(p, g, L, wk, fx, rope_cs, tid); break;
+        case KvDtype::kF32: attention<0>(p, g, L, wk, fx, rope_cs, ts, tid); break;
+        case KvDtype::kF16: attention<1>(p, g, L, wk, fx, rope_cs, ts, tid); break;
+        default: attention<2>(p, g, L, wk, fx, rope_cs, ts, tid); break;
       }
     }
     stamp(l, 1, 1);
@@ -871,7 +883,7 @@ int64_t fused_decode_work_floats(int32_t n_embd, int32_t n_head, int32_t n_kv, i
 
 int64_t fused_decode_trace_words(int32_t n_layer) {
   const int64_t blocks = device_info().sms;
-  return blocks * n_layer * 10 + blocks * (W + 1);
+  return blocks * n_layer * 10 + blocks * (W + 1) + blocks * n_layer * 6;
 }
 
 std::string fused_decode_trace_report(const unsigned long long* tr, int32_t n_layer) {
@@ -913,6 +925,25 @@ std::string fused_decode_trace_report(const unsigned long long* tr, int32_t n_la
     pw += static_cast<double>(tr[stamps + b * (W + 1)]);
     for (int w = 0; w < W; ++w) cw += static_cast<double>(tr[stamps + b * (W + 1) + 1 + w]);
   }
+  // The attention phase's steps (blocks that attend): median over blocks, mean over layers.
+  static const char* steps[5] = {"q/k/v loads", "RoPE", "keys (warp 0)", "other warps' keys", "merge"};
+  const unsigned long long* at = tr + stamps + G * (W + 1);
+  out += "  attention steps:";
+  for (int i = 0; i < 5; ++i) {
+    double sum = 0;
+    for (int32_t l = 0; l < n_layer; ++l) {
+      std::vector<double> d;
+      for (int64_t b = 0; b < G; ++b) {
+        const unsigned long long* a = at + (b * n_layer + l) * 6;
+        if (a[0] != 0 && a[5] != 0) d.push_back(static_cast<double>(a[i + 1] - a[i]));
+      }
+      if (d.empty()) continue;
+      std::sort(d.begin(), d.end());
+      sum += d[d.size() / 2];
+    }
+    out += std::string(" ") + steps[i] + " " + std::to_string(sum / n_layer / 1000.0) + " us;";
+  }
+  out += "\n";
   out += "  producer waiting for free slots: " + std::to_string(pw / G / 1000.0) +
          " us per block; a consumer warp waiting for its tiles: " + std::to_string(cw / G / W / 1000.0) + " us\n";
   return out;
