@@ -88,6 +88,13 @@ __device__ __forceinline__ uint64_t now_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// The same, ordered with the memory operations and barriers around it (the trace's stamps: a
+// plain read may be moved across them by the compiler).
+__device__ __forceinline__ uint64_t stamp_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
 // A wait that lasts seconds is a bug (a tile never copied, a block never arriving): stop the kernel
 // with an error instead of hanging the process.
 constexpr uint64_t kHangNs = 5'000'000'000ull;
@@ -447,7 +454,7 @@ template <int kKv>
 __device__ void attention(const FusedDecodeParams& p, const Geom& g, const FusedLayerDev& L, const Work& wk, float* sm,
                           const double* rope_cs, unsigned long long* ts, int tid) {
   auto mark = [&](int i) {
-    if (ts != nullptr && tid == 0) ts[i] = now_ns();
+    if (ts != nullptr && tid == 0) ts[i] = stamp_ns();
   };
   mark(0);
   const int32_t hd = p.head_dim, n_head = p.n_head;
@@ -695,7 +702,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const FusedDe
   auto stamp = [&](int32_t l, int ph, int e) {
     if (p.trace == nullptr) return;
     if (e == 1) consumers_sync();  // the block's end: its last warp's
-    if (tid == 0) p.trace[(int64_t{blockIdx.x} * p.n_layer + l) * 10 + ph * 2 + e] = now_ns();
+    if (tid == 0) p.trace[(int64_t{blockIdx.x} * p.n_layer + l) * 10 + ph * 2 + e] = stamp_ns();
   };
   // Runs phase ph's groups of this block; out(group) takes each group's row results in res[] (in
   // every lane).
