@@ -531,7 +531,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     m.lazy_norm_max_rows = std::clamp<int64_t>(std::strtoll(e, nullptr, 10), 0, cuda::kGemvMaxRows);
   }
   // STRATA_CUDA_FUSED_DECODE=1: single-sequence decode passes as one persistent kernel
-  // (decode_layers). Off by default: on the H200 it is still slower than the layer loop
+  // (decode_layers). Off by default: on the H200 it is level with the layer loop, not faster
   // (docs/PERFORMANCE.md, "The fused decode step").
   const char* fused = std::getenv("STRATA_CUDA_FUSED_DECODE");
   m.fused_decode = fused != nullptr && std::string_view(fused) == "1";

@@ -113,6 +113,21 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
+// The same with an L2 cache policy (weights: evict first, so that the step's stream of ~2 GB does
+// not push the KV rows and the activations the phases exchange out of L2).
+__device__ __forceinline__ void bulk_copy_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                               uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
 // The consumer warps only (the producer never joins).
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"r"(kConsumerThreads) : "memory");
@@ -198,8 +213,15 @@ __device__ Group group_at(const FusedDecodeParams& p, const Geom& g, const Fused
 
 // The producer's copies of tile kb of a group into `dst` (completing on `bar`); returns the bytes.
 __device__ uint32_t copy_tile(const FusedDecodeParams& p, const Geom& g, int ph, const Group& gr, int32_t kb,
-                              uint8_t* dst, uint64_t* bar, bool dry) {
+                              uint8_t* dst, uint64_t* bar, bool dry, uint64_t policy) {
   const int64_t C = phase_cols(p, ph), rb = C * 2;
+  auto bulk_copy = [&](void* d, const void* src, uint32_t bytes, uint64_t* b) {
+    if (p.exp & 8) {
+      ::strata::cuda::bulk_copy(d, src, bytes, b);
+    } else {
+      bulk_copy_hint(d, src, bytes, b, policy);
+    }
+  };
   if (ph == 2) {  // gate rows, then up rows at row TR / 2 of the tile
     const auto bytes = static_cast<uint32_t>(gr.nrows * rb);
     mbar_expect_tx(bar, dry ? 0 : 2 * bytes);
@@ -653,6 +675,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const FusedDe
   if (tid0 < 32) {  // the producer
     if (tid0 != 0) return;
     uint64_t pwait = 0;
+    const uint64_t policy = evict_first_policy();
     int64_t t = 0;
     for (int32_t l = 0; l < p.n_layer; ++l) {
       const FusedLayerDev& L = p.layers[l];
@@ -669,7 +692,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const FusedDe
               mbar_wait(empty + slot, static_cast<uint32_t>((round - 1) & 1));
               if (p.trace) pwait += now_ns() - w0;
             }
-            copy_tile(p, g, ph, gr, kb, ring + int64_t{slot} * kFusedSlotBytes, full + slot, (p.exp & 2) != 0);
+            copy_tile(p, g, ph, gr, kb, ring + int64_t{slot} * kFusedSlotBytes, full + slot, (p.exp & 2) != 0, policy);
           }
         }
       }

@@ -1,13 +1,14 @@
 // The fused decode step (decode_fused.cu): every layer of a one-token, one-sequence decode pass in
 // one persistent kernel, so that the weight stream does not stop at kernel boundaries. Opt-in
-// (STRATA_CUDA_FUSED_DECODE=1, CudaBackend::decode_layers): on the H200 it is correct but still
-// ~8% slower than the layer loop (docs/PERFORMANCE.md, "The fused decode step").
+// (STRATA_CUDA_FUSED_DECODE=1, CudaBackend::decode_layers): on the H200 it is correct and level
+// with the layer loop, not faster (docs/PERFORMANCE.md, "The fused decode step").
 //
 // Why: a decode step of a 1 B model on an H200 ran ~80 kernels (5 per layer); each one's ramp-up
 // and tail, and the attention's chain of dependent loads at short contexts, left DRAM idle for
 // about half of the step (docs/PERFORMANCE.md, "Where the time goes"). Here one block per
 // multiprocessor runs the whole step: a producer warp streams the block's share of every weight
-// matrix, layer after layer, into a ring of shared-memory slots by bulk copies (TMA), and never
+// matrix, layer after layer, into a ring of shared-memory slots by bulk copies (TMA, marked to leave
+// L2 first, so that the KV rows and the activations the phases exchange stay there), and never
 // waits for activations (weights do not depend on them), only for free slots; consumer warps take
 // the slots as they fill, multiply them on the tensor cores, and wait, between the phases of a
 // layer (QKV, attention, O, gate/up, down), at grid-wide barriers. While the consumers wait
@@ -74,8 +75,9 @@ struct FusedDecodeParams {
   // Diagnostics (null: off): fused_decode_trace_words(...) words of globaltimer stamps, see
   // fused_decode_trace_report.
   unsigned long long* trace = nullptr;
-  // Diagnostics, results wrong (STRATA_CUDA_FUSED_EXP): bit 0: the consumers skip the arithmetic of
-  // the tiles; bit 1: the producer copies nothing (the slots complete at once).
+  // Diagnostics (STRATA_CUDA_FUSED_EXP): bit 0 (results wrong): the consumers skip the arithmetic
+  // of the tiles; bit 1 (results wrong): the producer copies nothing (the slots complete at once);
+  // bit 3: the weights' copies without their evict-first L2 policy.
   int32_t exp = 0;
 };
 
