@@ -1361,7 +1361,7 @@ bool CudaBackend::decode_layers(const DecodeLayersArgs& a) {
   const WeightMatrix& w0 = *a.layers[0].wq;
   if (w0.type != GgmlType::kF16 && w0.type != GgmlType::kBF16) return false;
   const auto n_embd = static_cast<int32_t>(a.x.cols);
-  if (!cuda::fused_decode_fits(n_embd, a.n_head, a.n_kv_head, a.head_dim, a.n_ff, a.rope.n_rot, nullptr)) return false;
+  if (!cuda::fused_decode_fits(n_embd, a.n_head, a.n_kv_head, a.head_dim, a.n_ff, a.rope.n_rot)) return false;
   const int32_t kvd = a.n_kv_head * a.head_dim;
   auto plain = [&](const WeightMatrix* w, int64_t rows, int64_t cols) {
     return w != nullptr && w->type == w0.type && w->row_group == 0 && w->rows == rows && w->cols == cols &&

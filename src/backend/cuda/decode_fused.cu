@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -888,23 +887,14 @@ Geom make_geom(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, i
 
 }  // namespace
 
-bool fused_decode_fits(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t n_ff, int32_t n_rot,
-                       const char** why) {
-  auto no = [&](const char* w) {
-    if (why) *why = w;
-    return false;
-  };
-  if (n_embd <= 0 || n_head <= 0 || n_kv <= 0 || n_ff <= 0) return no("empty shape");
-  if (n_embd % 8 != 0 || n_ff % 8 != 0) return no("n_embd and n_ff must be multiples of 8");
-  if (n_embd > kConsumerThreads * 4 * kLoadBatch || n_ff > kConsumerThreads * 4 * kLoadBatch) {
-    return no("n_embd or n_ff above 8192");
-  }
-  if (head_dim % 32 != 0 || head_dim > 128) return no("head_dim not a multiple of 32 up to 128");
-  if (n_head % n_kv != 0 || n_head * head_dim != n_embd) return no("heads do not tile n_embd");
-  if (n_rot % 2 != 0 || n_rot > head_dim) return no("n_rot odd or above head_dim");
-  const Geom g = make_geom(n_embd, n_head, n_kv, head_dim, n_ff, device_info());
-  if (g.slots == 0) return no("no tile shape for n_embd / n_ff, or not enough shared memory");
-  return true;
+bool fused_decode_fits(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t n_ff, int32_t n_rot) {
+  if (n_embd <= 0 || n_head <= 0 || n_kv <= 0 || n_ff <= 0) return false;
+  if (n_embd % 8 != 0 || n_ff % 8 != 0) return false;
+  if (n_embd > kConsumerThreads * 4 * kLoadBatch || n_ff > kConsumerThreads * 4 * kLoadBatch) return false;  // one load batch
+  if (head_dim % 32 != 0 || head_dim > 128) return false;
+  if (n_head % n_kv != 0 || n_head * head_dim != n_embd) return false;
+  if (n_rot % 2 != 0 || n_rot > head_dim) return false;
+  return make_geom(n_embd, n_head, n_kv, head_dim, n_ff, device_info()).slots > 0;  // a tile shape, and room for it
 }
 
 int64_t fused_decode_work_floats(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t n_ff) {
@@ -989,10 +979,6 @@ void fused_decode(const FusedDecodeParams& p, cudaStream_t s) {
     STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.smem_optin));
   });
   STRATA_CUDA(cudaMemsetAsync(p.barrier, 0, sizeof(unsigned), s));
-  static const bool coop = [] {
-    const char* e = std::getenv("STRATA_CUDA_FUSED_COOP");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(dev.sms));
   cfg.blockDim = dim3(kThreads);
@@ -1002,7 +988,7 @@ void fused_decode(const FusedDecodeParams& p, cudaStream_t s) {
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = coop ? 1 : 0;
+  cfg.numAttrs = 1;  // cooperative: every block resident at once, which the grid barriers need
   STRATA_CUDA(cudaLaunchKernelEx(&cfg, kernel, p, g));
 }
 

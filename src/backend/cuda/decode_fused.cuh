@@ -88,10 +88,8 @@ std::string fused_decode_trace_report(const unsigned long long* trace, int32_t n
 // Whether the kernel takes this shape: n_embd and n_ff up to 8192 that tile (4, 8 or 16 rows of
 // a multiple of 64, 32 or 16 columns per slot, or 4 rows of a column block), head_dim a multiple
 // of 32 up to 128, n_head a multiple of n_kv, n_rot even and at most head_dim. (The caller checks
-// the weights: one 16-bit type, plain rows, 16-byte aligned.) On false, `why` says what does not
-// fit.
-bool fused_decode_fits(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t n_ff, int32_t n_rot,
-                       const char** why);
+// the weights: one 16-bit type, plain rows, 16-byte aligned.)
+bool fused_decode_fits(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t n_ff, int32_t n_rot);
 int64_t fused_decode_work_floats(int32_t n_embd, int32_t n_head, int32_t n_kv, int32_t head_dim, int32_t n_ff);
 // Zeroes the barrier counter and launches the step (no programmatic dependent launch: the grid must
 // be resident as a whole, and launched cooperatively).
