@@ -1070,6 +1070,49 @@ TEST_P(BackendOps, PagedAttentionHot) {
   attention_case(be(), KvDtype::kF16, 16, 8, 1, 128, {{0, 300}, {700, 1}}, WarmFormat::kNone, rng);
 }
 
+// Decode batches (every sequence one new token) over hot tables only, against the CPU reference:
+// on CUDA, batches of n_seqs x n_kv <= 264 take the latency kernel (attention_decode_hot_kernel:
+// the block stages the keys for all heads of a kv head, a warp per query head). f32/f16/bf16 rows;
+// GQA 1, 4, 7, 8 and 16; head_dim 40 (padded to 64), 64, 128 and 256; one sequence 2,500 deep (20
+// splits); 20 sequences of contexts 1..2,500 (the batch caps the splits at 3, so a split takes its
+// keys in up to 7 rounds of 128); contexts on both sides of every tile and block edge.
+TEST_P(BackendOps, PagedAttentionHotDecode) {
+  std::mt19937 rng(31);
+  std::vector<SeqSpec> twenty;
+  for (int32_t p : {0, 1, 15, 16, 31, 32, 33, 127, 128, 129, 383, 384, 385, 1000, 2499}) twenty.push_back({p, 1});
+  for (int32_t i = 0; twenty.size() < 20; ++i) twenty.push_back({(i * 389 + 77) % 2500, 1});
+  const std::vector<SeqSpec> one_long = {{2500, 1}};
+  const std::vector<SeqSpec> few = {{40, 1}, {300, 1}, {95, 1}, {0, 1}, {777, 1}};
+  struct Case {
+    KvDtype dtype;
+    int32_t bs, n_head, n_kv, hd;
+    const std::vector<SeqSpec>* specs;
+  };
+  const std::vector<Case> cases = {
+      {KvDtype::kF32, 16, 32, 8, 64, &twenty},   // GQA 4, rounds
+      {KvDtype::kF16, 16, 32, 8, 64, &twenty},
+      {KvDtype::kBF16, 16, 32, 8, 64, &twenty},
+      {KvDtype::kF16, 16, 8, 1, 128, &one_long},  // GQA 8, 20 splits
+      {KvDtype::kF16, 32, 4, 4, 40, &few},        // GQA 1, head_dim padded
+      {KvDtype::kBF16, 16, 14, 2, 64, &few},      // GQA 7
+      {KvDtype::kF16, 16, 16, 1, 64, &few},       // GQA 16: 16 warps
+      {KvDtype::kF16, 8, 4, 2, 256, &few},        // head_dim 256: rounds of 64
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << kv_dtype_name(c.dtype) << " block " << c.bs << " heads " << c.n_head << "/"
+                                      << c.n_kv << " head_dim " << c.hd << " seqs " << c.specs->size());
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+    const int64_t before = cuda::attn::hot_decode_launches();
+#endif
+    attention_case(be(), c.dtype, c.bs, c.n_head, c.n_kv, c.hd, *c.specs, WarmFormat::kNone, rng);
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+    if (be().kind() == DeviceKind::kCuda && cuda::attn::hot_decode_enabled()) {
+      EXPECT_GT(cuda::attn::hot_decode_launches(), before) << "the decode batch did not take the latency kernel";
+    }
+#endif
+  }
+}
+
 TEST_P(BackendOps, PagedAttentionWarm) {
   std::mt19937 rng(22);
   const std::vector<SeqSpec> mixed = {{0, 40}, {70, 1}, {200, 3}, {33, 16}};

@@ -42,13 +42,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_mma_stats.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.cuh"
@@ -240,6 +243,23 @@ __device__ __forceinline__ void decode_warm_chunk(const RowSrc& r, int d, const 
   }
 }
 
+// The 16 / ES elements of a 16-byte chunk of a hot row (ES = 4: f32; 2: hot_kind 1 f16, else bf16).
+template <int ES>
+__device__ __forceinline__ void hot_chunk_to_f32(const uint4& raw, int hot_kind, float* f) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (ES == 4) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f[e] = bits_f32(w[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint16_t lo = static_cast<uint16_t>(w[e] & 0xffffu), hi = static_cast<uint16_t>(w[e] >> 16);
+      f[2 * e] = hot_kind == 1 ? half_bits_to_f32(lo) : bf16_bits_to_f32(lo);
+      f[2 * e + 1] = hot_kind == 1 ? half_bits_to_f32(hi) : bf16_bits_to_f32(hi);
+    }
+  }
+}
+
 // FOLD (the decode kernel): int8 / fp8 rows are staged without their per-token (int8) or per-block
 // (fp8) scale, which the caller applies to the key's score and to the value's softmax weight
 // (row_scale below).
@@ -393,18 +413,7 @@ __device__ __forceinline__ void stage_tile(const RowSrc* rs, float* Ks, float* V
           if (kind >= 3 && ch.d < hd) continue;  // the warm pass's
           float f[CE];
           if (kind == hot_kind && ch.d < hd) {
-            const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-            if constexpr (ES == 4) {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) f[e] = bits_f32(w[e]);
-            } else {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const uint16_t lo = static_cast<uint16_t>(w[e] & 0xffffu), hi = static_cast<uint16_t>(w[e] >> 16);
-                f[2 * e] = hot_kind == 1 ? half_bits_to_f32(lo) : bf16_bits_to_f32(lo);
-                f[2 * e + 1] = hot_kind == 1 ? half_bits_to_f32(hi) : bf16_bits_to_f32(hi);
-              }
-            }
+            hot_chunk_to_f32<ES>(raw[u], hot_kind, f);
           } else {
 #pragma unroll
             for (int e = 0; e < CE; ++e) f[e] = 0.0f;  // past the range or hd
@@ -1078,6 +1087,359 @@ void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_
   if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
 }
 
+// --- decode over hot rows only: a kernel made for latency ----------------------------------------
+//
+// attention_decode_kernel gives each warp R query vectors and its own key tiles, staged by that
+// warp alone: at short contexts a block is one warp running ~3,400 dependent instructions (Nsight
+// Compute, llama-1b: 8 blocks of 1 warp, ~4.9 cycles per instruction, ~8.5 us), while the rest of
+// the GPU idles. When the layer has no warm tier (every row a hot f32/f16/bf16 row, read by 16-byte
+// loads) and no importance is asked, this kernel takes the decode batch instead:
+//   block = (split, kv head, sequence); warps = G x KW (G = the GQA group: warp w attends for query
+//   head w % G of the kv head; KW warps per head split the block's key tiles, w / G);
+//   every thread of the block stages the keys' K and V rows (f32, shared memory) for all heads at
+//   once, up to kHotSpan keys per round (the first round before the PDL wait, overlapped with the
+//   QKV projection);
+//   each warp: scores lane-per-key, online softmax, P.V lane-per-channel, over its tiles; the KW
+//   partials of a head merged in shared memory; out[] (one split) or the split's partial (merged by
+//   attention_combine_kernel).
+// kFused: RoPE of q and the new key and the KV store, as attention_decode_kernel does (the same
+// rope_rotate, the same stored bits), so the fused and unfused launches give identical results.
+constexpr int kHotSpanTiles = 4;   // key tiles per round (head_dim <= 128; 2 above)
+constexpr int kHotMaxWarps = 16;   // G x KW
+
+ATT_HD int hot_span_tiles(int vec) { return vec <= 4 ? kHotSpanTiles : 2; }
+
+template <int VEC>
+struct HotCfg {
+  static constexpr int D = VEC * 32;
+  static constexpr int KS = D + 4;
+};
+
+// Shared memory (floats) of a block: Ks [span][KS], Vs [span][D], Qs [G][D], Ps [warps][32],
+// merge [warps][2 + D], nkey, nval [D], then cs, sn [D / 2] doubles; ids [span] ints.
+ATT_HD int64_t hot_smem_floats(int vec, int32_t g, int32_t warps) {
+  const int64_t D = vec * 32, span = int64_t{hot_span_tiles(vec)} * kKT;
+  return span * (D + 4) + span * D + g * D + warps * 32 + warps * (2 + D) + 2 * D + 2 * D + span;
+}
+
+template <int VEC, int KIND, bool kFused>
+__global__ void __launch_bounds__(kHotMaxWarps * 32)
+    attention_decode_hot_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t G,
+                                int32_t KW, float scale, float* __restrict__ out, int32_t nsplit, DecFuse f) {
+  using C = HotCfg<VEC>;
+  constexpr int D = C::D, KS = C::KS;
+  constexpr int ES = KIND == 0 ? 4 : 2;
+  constexpr int CE = 16 / ES;  // elements per 16-byte load
+  constexpr int span = (VEC <= 4 ? kHotSpanTiles : 2) * kKT;
+  if constexpr (!kFused) {
+    pdl_wait();  // q, and the new token's K/V row in the arena, are earlier kernels' output
+    pdl_trigger();
+  }
+  const int hd = kv.head_dim;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nt = blockDim.x;
+  const int nw = nt >> 5;
+  extern __shared__ float4 smem4[];
+  float* Ks = reinterpret_cast<float*>(smem4);
+  float* Vs = Ks + span * KS;
+  float* Qs = Vs + span * D;
+  float* Ps = Qs + G * D;
+  float* mg = Ps + nw * 32;
+  float* nkey = mg + nw * (2 + D);
+  float* nval = nkey + D;
+  double* cs = reinterpret_cast<double*>(nval + D);
+  double* sn = cs + D / 2;
+  int32_t* ids = reinterpret_cast<int32_t*>(sn + D / 2);
+
+  int64_t blk = blockIdx.x;
+  const int32_t seq = static_cast<int32_t>(blk % b.n_seqs);
+  blk /= b.n_seqs;
+  const int32_t kvh = static_cast<int32_t>(blk % kv.n_kv_heads);
+  const int32_t split = static_cast<int32_t>(blk / kv.n_kv_heads);
+  const AttnSeqDev sd = b.seqs[seq];
+  if (sd.n_q <= 0) {  // block-uniform
+    if constexpr (kFused) pdl_wait();  // (launch.cuh: every block waits before it exits)
+    return;
+  }
+  const int32_t kend = sd.start_pos + 1;
+  int32_t chunk = (kend + nsplit - 1) / nsplit;
+  chunk = (chunk + kKT - 1) / kKT * kKT;
+  const int32_t kb = split * chunk;
+  const int32_t ke = kend < kb + chunk ? kend : kb + chunk;
+  const int32_t* table = b.tables + sd.table_offset;
+  const int32_t bs = kv.block_size;
+  const int64_t row0 = int64_t{sd.q_begin} * n_head + int64_t{kvh} * G;  // query head g: row0 + g
+
+  // Keys [r0, r1) to Ks / Vs (f32), in whole tiles (rows past r1 and elements past hd: zeros).
+  // Chunk c: 16 bytes of row c / cpr, K and V, 2 NB loads in flight per thread.
+  constexpr int cpr = D / CE;  // 16-byte chunks per row (capacity)
+  auto stage = [&](int32_t r0, int32_t r1) {
+    const int rows = (r1 - r0 + kKT - 1) / kKT * kKT;
+    for (int j = tid; j < rows; j += nt) ids[j] = r0 + j < r1 ? table[(r0 + j) / bs] : -1;
+    __syncthreads();
+    const int total = rows * cpr;
+    constexpr int NB = 4;
+    for (int c0 = tid; c0 < total; c0 += NB * nt) {
+      uint4 raw[2 * NB];
+#pragma unroll
+      for (int u = 0; u < NB; ++u) {
+        const int c = c0 + u * nt;
+        const int j = c / cpr, d = c % cpr * CE;
+        raw[2 * u] = raw[2 * u + 1] = make_uint4(0u, 0u, 0u, 0u);
+        if (c < total && ids[j] >= 0 && d < hd) {
+          raw[2 * u] = *reinterpret_cast<const uint4*>(hot_row(kv, false, ids[j], (r0 + j) % bs, kvh, ES) + d * ES);
+          raw[2 * u + 1] = *reinterpret_cast<const uint4*>(hot_row(kv, true, ids[j], (r0 + j) % bs, kvh, ES) + d * ES);
+        }
+      }
+#pragma unroll
+      for (int x = 0; x < 2 * NB; ++x) {
+        const int u = x / 2, which = x % 2;
+        const int c = c0 + u * nt;
+        if (c >= total) break;
+        const int j = c / cpr, d = c % cpr * CE;
+        float fv[CE];
+        hot_chunk_to_f32<ES>(raw[x], KIND, fv);
+        float* dst = which ? Vs + j * D + d : Ks + j * KS + d;
+#pragma unroll
+        for (int e = 0; e < CE; e += 4) *reinterpret_cast<float4*>(dst + e) = make_float4(fv[e], fv[e + 1], fv[e + 2], fv[e + 3]);
+      }
+    }
+  };
+  // The new key's row (kend - 1) in the round [r0, r1), from nkey / nval (kFused: memory may not
+  // hold it yet; the same bits as the arena gets).
+  auto put_new = [&](int32_t r0, int32_t r1) {
+    if constexpr (kFused) {
+      const int32_t j = kend - 1 - r0;
+      if (j >= 0 && kend - 1 < r1) {
+        for (int d = tid; d < D; d += nt) {
+          Ks[j * KS + d] = d < hd ? nkey[d] : 0.0f;
+          Vs[j * D + d] = d < hd ? nval[d] : 0.0f;
+        }
+      }
+    }
+  };
+
+  int32_t r0 = kb;
+  int32_t r1 = ke < r0 + span ? ke : r0 + span;
+  if (r0 < r1) stage(r0, r1);  // kFused: keys written by earlier steps, before the wait
+  if constexpr (kFused) {
+    const int32_t half = f.rope.n_rot / 2;
+    const int32_t pos = f.pos[sd.q_begin];
+    for (int32_t i = tid; i < half; i += nt) rope_angle(f.rope, pos, i, &cs[i], &sn[i]);
+    pdl_wait();  // q, k, v are the previous kernel's output
+    pdl_trigger();
+  }
+  for (int i = tid; i < G * D; i += nt) {
+    const int g = i / D, d = i % D;
+    Qs[i] = d < hd ? q[(row0 + g) * hd + d] : 0.0f;
+  }
+  if constexpr (kFused) {
+    const int64_t krow = (int64_t{sd.q_begin} * kv.n_kv_heads + kvh) * hd;
+    for (int d = tid; d < D; d += nt) {
+      nkey[d] = d < hd ? f.k[krow + d] : 0.0f;
+      nval[d] = d < hd ? f.v[krow + d] : 0.0f;
+    }
+    __syncthreads();
+    const int32_t half = f.rope.n_rot / 2;
+    for (int32_t w = tid; w < (G + 1) * half; w += nt) {  // rows 0..G-1: q; G: the key
+      const int32_t r = w / half, i = w % half;
+      rope_rotate(r < G ? Qs + r * D : nkey, i, half, f.rope.neox, cs[i], sn[i]);
+    }
+    __syncthreads();
+    const int32_t slot = f.slots[sd.q_begin];
+    const bool writer = split == nsplit - 1 && slot >= 0;
+    for (int d = tid; d < hd; d += nt) {
+      if (writer) store_kv_elem(kv, (int64_t{slot} * kv.n_kv_heads + kvh) * hd + d, nkey[d], nval[d]);
+      nkey[d] = as_stored(kv.dtype, nkey[d]);
+      nval[d] = as_stored(kv.dtype, nval[d]);
+    }
+    __syncthreads();
+  }
+  put_new(r0, r1);
+  __syncthreads();
+
+  const int g = warp % G, kw = warp / G;
+  const float* qg = Qs + g * D;
+  float* pw = Ps + warp * 32;
+  float m = -INFINITY, l = 0.0f, acc[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
+  const int hd4 = (hd + 3) & ~3;
+  while (r0 < r1) {
+    const int32_t ntile = (r1 - r0 + kKT - 1) / kKT;
+    for (int32_t t = kw; t < ntile; t += KW) {
+      const int32_t k0 = r0 + t * kKT;
+      const int nk = r1 - k0 < kKT ? r1 - k0 : kKT;
+      float s = -INFINITY;
+      if (lane < nk) {
+        const float* kr = Ks + (t * kKT + lane) * KS;
+        float a0 = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < hd4; d += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(kr + d);
+          const float4 q4 = *reinterpret_cast<const float4*>(qg + d);
+          a0 = fmaf(q4.x, k4.x, a0);
+          a0 = fmaf(q4.y, k4.y, a0);
+          a0 = fmaf(q4.z, k4.z, a0);
+          a0 = fmaf(q4.w, k4.w, a0);
+        }
+        s = a0 * scale;
+        if (b.imp_scores != nullptr) b.imp_scores[(row0 + g) * b.imp_stride + k0 + lane] = s;
+      }
+      const float m_new = fmaxf(m, warp_max(s));
+      float p = 0.0f, corr = 1.0f;
+      if (m_new != -INFINITY) {
+        p = lane < nk ? expf(s - m_new) : 0.0f;
+        corr = expf(m - m_new);
+      }
+      m = m_new;
+      l = l * corr + p;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[i] *= corr;
+      pw[lane] = p;
+      __syncwarp();
+      const float* vt = Vs + t * kKT * D;
+#pragma unroll 1
+      for (int j0 = 0; j0 < nk; j0 += 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(pw + j0);  // zeros past nk
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          float a = acc[i];
+          a = fmaf(p4.x, vt[(j0 + 0) * D + lane + 32 * i], a);
+          a = fmaf(p4.y, vt[(j0 + 1) * D + lane + 32 * i], a);
+          a = fmaf(p4.z, vt[(j0 + 2) * D + lane + 32 * i], a);
+          a = fmaf(p4.w, vt[(j0 + 3) * D + lane + 32 * i], a);
+          acc[i] = a;
+        }
+      }
+      __syncwarp();
+    }
+    r0 = r1;
+    r1 = ke < r0 + span ? ke : r0 + span;
+    if (r0 < r1) {  // a context longer than the plan: another round
+      __syncthreads();
+      stage(r0, r1);
+      put_new(r0, r1);
+      __syncthreads();
+    }
+  }
+  const float L = warp_sum(l);
+  // The KW partials of each head: warp w's at mg + w * (2 + D); warp kw == 0 of the head merges.
+  float* my = mg + warp * (2 + D);
+  if (lane == 0) {
+    my[0] = m;
+    my[1] = L;
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) my[2 + lane + 32 * i] = acc[i];
+  __syncthreads();
+  if (kw != 0) return;
+  float M = m, Lt = L;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) acc[i] = my[2 + lane + 32 * i];
+  for (int w2 = 1; w2 < KW; ++w2) {
+    const float* o = mg + (w2 * G + g) * (2 + D);
+    const float mo = o[0];
+    if (mo == -INFINITY) continue;  // that warp got no keys
+    const float Mn = fmaxf(M, mo);
+    const float a = M == -INFINITY ? 0.0f : expf(M - Mn), c = expf(mo - Mn);
+    M = Mn;
+    Lt = Lt * a + o[1] * c;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] = acc[i] * a + o[2 + lane + 32 * i] * c;
+  }
+  const int64_t row = row0 + g;
+  if (b.imp_ml != nullptr && lane == 0) {
+    b.imp_ml[(row * nsplit + split) * 2] = M;
+    b.imp_ml[(row * nsplit + split) * 2 + 1] = Lt;
+  }
+  if (nsplit == 1) {
+    const float inv = 1.0f / Lt;
+    float* o = out + row * hd;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
+    }
+  } else {
+    float* part = b.scratch + (row * nsplit + split) * (hd + 2);
+    if (lane == 0) {
+      part[0] = M;
+      part[1] = Lt;
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      if (lane + 32 * i < hd) part[2 + lane + 32 * i] = acc[i];
+    }
+  }
+}
+
+// The hot kernel's launch plan: splits of the planned context (one round of span keys each, at
+// most 128) and key warps per head (KW: G x KW <= kHotMaxWarps, no more than the span's tiles).
+// Fewer splits as the batch gives blocks of its own (a split then takes its keys in several rounds).
+inline int32_t hot_splits(int32_t n_tokens, int32_t n_head, int32_t plan, int vec) {
+  const int32_t span = hot_span_tiles(vec) * kKT;
+  const int64_t base = std::max<int64_t>(1, int64_t{n_tokens} * n_head / kR);
+  const int64_t cap = std::clamp<int64_t>(264 / base, 1, 128);
+  return static_cast<int32_t>(std::clamp<int64_t>((int64_t{plan} + span - 1) / span, 1, cap));
+}
+inline int32_t hot_key_warps(int32_t plan, int32_t nsplit, int32_t group) {
+  const int32_t per = (plan + nsplit - 1) / nsplit;
+  const int32_t tiles = std::max<int32_t>(1, (per + kKT - 1) / kKT);
+  return std::max<int32_t>(1, std::min<int32_t>(tiles, kHotMaxWarps / group));
+}
+
+// STRATA_CUDA_HOT_DECODE=0: attention_decode_kernel for every decode batch (an A/B switch).
+bool hot_decode_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("STRATA_CUDA_HOT_DECODE");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+std::atomic<int64_t> g_hot_launches{0};
+int64_t hot_decode_launches() { return g_hot_launches.load(std::memory_order_relaxed); }
+
+// Whether a decode batch takes attention_decode_hot_kernel: no warm tier, 16-byte loads of the hot
+// rows, a GQA group of at most kHotMaxWarps heads, and a batch too small to fill the GPU with
+// blocks of its own (n_seqs x n_kv <= 264, ~2 per SM of an H200: the kernel is made for latency; on
+// the H200, bench offline's 256 sequences ran 15% slower with it, B = 64 level, B <= 8 faster). Not
+// whether importance is asked: the choice, and so the outputs and the splits of AttnBatch::imp_ml,
+// must not change with it.
+inline bool hot_decode_eligible(const KvLayerView& kv, const AttnBatch& b, int32_t n_head) {
+  if (!hot_decode_enabled()) return false;
+  if (int64_t{b.n_seqs} * kv.n_kv_heads > 264) return false;
+  if (kv.warm_format != WarmFormat::kNone || choose_stage_mode(kv) == 0) return false;
+  const int32_t group = n_head / kv.n_kv_heads;
+  return group >= 1 && group <= kHotMaxWarps && kv.head_dim <= 256;
+}
+
+template <int VEC, bool kFused>
+void launch_decode_hot(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                       float* out, cudaStream_t s, const DecFuse& f) {
+  const int32_t G = n_head / kv.n_kv_heads;
+  const int32_t plan = plan_ctx(b);
+  const int32_t nsplit = hot_splits(b.n_tokens, n_head, plan, VEC);
+  const int32_t KW = hot_key_warps(plan, nsplit, G);
+  const int64_t blocks = int64_t{b.n_seqs} * kv.n_kv_heads * nsplit;
+  const size_t smem = static_cast<size_t>(hot_smem_floats(VEC, G, G * KW)) * sizeof(float);
+  static bool configured[3] = {false, false, false};  // per kernel (launchers run on the engine thread only)
+  auto run = [&](auto kernel, int kind) {
+    if (!configured[kind]) {
+      const size_t max_smem = static_cast<size_t>(hot_smem_floats(VEC, kHotMaxWarps, kHotMaxWarps)) * sizeof(float);
+      STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_smem)));
+      configured[kind] = true;
+    }
+    launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(G * KW * 32)), smem, s, q, kv, b,
+               n_head, G, KW, scale, out, nsplit, f);
+  };
+  switch (kv.dtype) {
+    case KvDtype::kF32: run(attention_decode_hot_kernel<VEC, 0, kFused>, 0); break;
+    case KvDtype::kF16: run(attention_decode_hot_kernel<VEC, 1, kFused>, 1); break;
+    default: run(attention_decode_hot_kernel<VEC, 2, kFused>, 2); break;
+  }
+  g_hot_launches.fetch_add(1, std::memory_order_relaxed);
+  if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
+}
+
 template <int VEC, int R, bool kFused>
 void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
                    cudaStream_t s, const DecFuse& f) {
@@ -1107,6 +1469,10 @@ template <int VEC, bool kFused>
 void launch_decode_group(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
                          float* out, cudaStream_t s, const DecFuse& f) {
   const int32_t group = n_head / kv.n_kv_heads;
+  if (hot_decode_eligible(kv, b, n_head)) {
+    launch_decode_hot<VEC, kFused>(q, kv, b, n_head, scale, out, s, f);
+    return;
+  }
   if (group <= 1) {
     launch_decode<VEC, 1, kFused>(q, kv, b, n_head, scale, out, s, f);
   } else if (group <= 2) {
@@ -1145,14 +1511,17 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
   // Any path (tensor-core, general or decode, see launch) may take the batch.
   const int32_t nsplit =
       std::max({attn::choose_splits(n_tokens, n_head, max_ctx), attn::dec_splits(n_tokens, n_head, head_dim, max_ctx),
-                attn::mma_splits(n_tokens, n_head, max_ctx)});
+                attn::mma_splits(n_tokens, n_head, max_ctx), attn::hot_splits(n_tokens, n_head, max_ctx, (head_dim + 31) / 32)});
   if (nsplit <= 1) return 0;
   return int64_t{n_tokens} * n_head * nsplit * (head_dim + 2);
 }
 
 int32_t attention_splits(const KvLayerView& kv, const AttnBatch& b, int32_t n_head) {
   if (b.max_n_q > 1 && attn::mma_eligible(kv)) return attn::mma_splits(b.n_tokens, n_head, b.max_ctx);
-  if (b.max_n_q == 1) return attn::dec_splits(b.n_tokens, n_head, kv.head_dim, attn::plan_ctx(b));
+  if (b.max_n_q == 1) {
+    if (attn::hot_decode_eligible(kv, b, n_head)) return attn::hot_splits(b.n_tokens, n_head, attn::plan_ctx(b), (kv.head_dim + 31) / 32);
+    return attn::dec_splits(b.n_tokens, n_head, kv.head_dim, attn::plan_ctx(b));
+  }
   return attn::choose_splits(b.n_tokens, n_head, b.max_ctx);
 }
 
