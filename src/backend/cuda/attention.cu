@@ -1093,17 +1093,19 @@ void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_
 // warp alone: at short contexts a block is one warp running ~3,400 dependent instructions (Nsight
 // Compute, llama-1b: 8 blocks of 1 warp, ~4.9 cycles per instruction, ~8.5 us), while the rest of
 // the GPU idles. When the layer has no warm tier (every row a hot f32/f16/bf16 row, read by 16-byte
-// loads) and no importance is asked, this kernel takes the decode batch instead:
+// loads) and the batch is small (hot_decode_eligible), this kernel takes the decode batch instead:
 //   block = (split, kv head, sequence); warps = G x KW (G = the GQA group: warp w attends for query
 //   head w % G of the kv head; KW warps per head split the block's key tiles, w / G);
 //   every thread of the block stages the keys' K and V rows (f32, shared memory) for all heads at
-//   once, up to kHotSpan keys per round (the first round before the PDL wait, overlapped with the
-//   QKV projection);
+//   once, up to kHotSpanTiles tiles per round (the first round before the PDL wait, overlapped
+//   with the QKV projection; a split longer than a round takes its keys in several);
 //   each warp: scores lane-per-key, online softmax, P.V lane-per-channel, over its tiles; the KW
 //   partials of a head merged in shared memory; out[] (one split) or the split's partial (merged by
 //   attention_combine_kernel).
 // kFused: RoPE of q and the new key and the KV store, as attention_decode_kernel does (the same
 // rope_rotate, the same stored bits), so the fused and unfused launches give identical results.
+// Importance (AttnBatch::imp_scores / imp_ml): the same scaled scores and per-split (max, sum) as
+// attention_decode_kernel writes.
 constexpr int kHotSpanTiles = 4;   // key tiles per round (head_dim <= 128; 2 above)
 constexpr int kHotMaxWarps = 16;   // G x KW
 
