@@ -410,10 +410,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
   // (Backend::decode_layers: one persistent kernel on CUDA); else the layer loop below.
   bool fused = false;
   if (T == 1 && shard_ == nullptr && !want_query && attn_seqs_.size() == 1 && attn_seqs_[0].importance == nullptr) {
-    decode_layers_.resize(weights_.layers.size());
-    for (size_t l = 0; l < weights_.layers.size(); ++l) {
-      const LayerWeights& L = weights_.layers[l];
-      decode_layers_[l] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv};
+    if (decode_layers_.empty()) {  // the weights stay where they are: made once
+      decode_layers_.reserve(weights_.layers.size());
+      for (const LayerWeights& L : weights_.layers) {
+        decode_layers_.push_back({&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, L.attn_norm, L.ffn_norm, L.bq,
+                                  L.bk, L.bv});
+      }
     }
     DecodeLayersArgs da;
     da.layers = decode_layers_;

@@ -95,7 +95,7 @@ class Model {
   ModelWeights weights_;
   uint64_t fingerprint_ = 0;
   RopeParams rope_;
-  std::vector<DecodeLayer> decode_layers_;  // forward's arguments of Backend::decode_layers
+  std::vector<DecodeLayer> decode_layers_;  // Backend::decode_layers' layers, made at the first such pass
 
   // Activations in backend memory, [capacity][width] each; grown on demand, never shrunk.
   int64_t capacity_tokens_ = 0;

@@ -1111,12 +1111,6 @@ constexpr int kHotMaxWarps = 16;   // G x KW
 
 ATT_HD int hot_span_tiles(int vec) { return vec <= 4 ? kHotSpanTiles : 2; }
 
-template <int VEC>
-struct HotCfg {
-  static constexpr int D = VEC * 32;
-  static constexpr int KS = D + 4;
-};
-
 // Shared memory (floats) of a block: Ks [span][KS], Vs [span][D], Qs [G][D], Ps [warps][32],
 // merge [warps][2 + D], nkey, nval [D], then cs, sn [D / 2] doubles; ids [span] ints.
 ATT_HD int64_t hot_smem_floats(int vec, int32_t g, int32_t warps) {
@@ -1128,8 +1122,7 @@ template <int VEC, int KIND, bool kFused>
 __global__ void __launch_bounds__(kHotMaxWarps * 32)
     attention_decode_hot_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t G,
                                 int32_t KW, float scale, float* __restrict__ out, int32_t nsplit, DecFuse f) {
-  using C = HotCfg<VEC>;
-  constexpr int D = C::D, KS = C::KS;
+  constexpr int D = VEC * 32, KS = D + 4;
   constexpr int ES = KIND == 0 ? 4 : 2;
   constexpr int CE = 16 / ES;  // elements per 16-byte load
   constexpr int span = (VEC <= 4 ? kHotSpanTiles : 2) * kKT;
@@ -1411,7 +1404,7 @@ inline bool hot_decode_eligible(const KvLayerView& kv, const AttnBatch& b, int32
   if (int64_t{b.n_seqs} * kv.n_kv_heads > 264) return false;
   if (kv.warm_format != WarmFormat::kNone || choose_stage_mode(kv) == 0) return false;
   const int32_t group = n_head / kv.n_kv_heads;
-  return group >= 1 && group <= kHotMaxWarps && kv.head_dim <= 256;
+  return group >= 1 && group <= kHotMaxWarps;
 }
 
 template <int VEC, bool kFused>
