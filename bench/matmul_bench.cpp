@@ -169,6 +169,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (GgmlType t : kOtherQuant) {
     for (int64_t n : {1, 8}) b->Args({static_cast<int64_t>(t), 2048, 768, n});
   }
+  // llama-1b's feed-forward shapes for one token: the same bytes as short rows and as long rows.
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}}) b->Args({static_cast<int64_t>(t), rows, cols, 1});
+  }
 }
 void BM_Matmul(benchmark::State& state) { RunMatmul(state); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();

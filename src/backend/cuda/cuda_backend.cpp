@@ -337,6 +337,17 @@ struct CudaBackend::Impl {
   uint64_t mem_epoch = 0, graphs_epoch = 0;
   cudaEvent_t replay_done = nullptr;
   bool replay_pending = false;
+  // STRATA_CUDA_REPLAY_TIMING=1: the GPU time of each graph launch (events around it) and the host
+  // time between launches, printed at exit, so a decode step's host share (launch-to-launch minus
+  // GPU time) can be read off a `bench model` run.
+  struct ReplayTiming {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    bool pending = false;
+    int64_t launches = 0, timed = 0;
+    double gpu_ms = 0, between_ms = 0;
+    std::chrono::steady_clock::time_point last{};
+  };
+  std::unique_ptr<ReplayTiming> replay_timing;
   // The KV views the ops of a recorded or replayed pass took, chained in call order
   // (kv_view_digest): kernels take a view by value, so a recording holds its fields. Kept per
   // recording and compared at each replay: a replay key that missed a field of the views (as it
@@ -536,12 +547,37 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   const char* fused = std::getenv("STRATA_CUDA_FUSED_DECODE");
   m.fused_decode = fused != nullptr && std::string_view(fused) == "1";
   if (m.lazy_norm) m.norm_parts = std::make_unique<CudaBuffer>(kNormPartsPerRow * cuda::kGemvMaxRows * sizeof(float));
+  const char* rt = std::getenv("STRATA_CUDA_REPLAY_TIMING");
+  if (rt != nullptr && std::string_view(rt) == "1") {
+    m.replay_timing = std::make_unique<Impl::ReplayTiming>();
+    STRATA_CUDA(cudaEventCreate(&m.replay_timing->start));
+    STRATA_CUDA(cudaEventCreate(&m.replay_timing->stop));
+  }
 }
 
 CudaBackend::~CudaBackend() {
   if (!impl_) return;
   (void)cudaStreamSynchronize(impl_->stream);
   if (impl_->profile) impl_->profile->print();
+  if (auto& t = impl_->replay_timing) {
+    if (t->pending) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, t->start, t->stop) == cudaSuccess) {
+        t->gpu_ms += ms;
+        ++t->timed;
+      }
+    }
+    if (t->timed > 0 && t->launches > 1) {
+      const double gpu_us = 1e3 * t->gpu_ms / static_cast<double>(t->timed);
+      const double between_us = 1e3 * t->between_ms / static_cast<double>(t->launches - 1);
+      std::fprintf(stderr,
+                   "STRATA_CUDA_REPLAY_TIMING: %lld graph launches, GPU time %.1f us per launch, %.1f us from launch to "
+                   "launch on the host (%.1f us of it not GPU time)\n",
+                   static_cast<long long>(t->launches), gpu_us, between_us, between_us - gpu_us);
+    }
+    (void)cudaEventDestroy(t->start);
+    (void)cudaEventDestroy(t->stop);
+  }
   impl_->transfer.reset();
   impl_->drop_graphs();
   if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
@@ -1566,7 +1602,26 @@ void CudaBackend::end_replay() {
   }
   m.mode = Mode::kEager;
   ++m.graph_seq;
+  Impl::ReplayTiming* t = m.replay_timing.get();
+  if (t != nullptr) {
+    if (t->pending) {  // the last launch: finished by now (its logits were copied)
+      STRATA_CUDA(cudaEventSynchronize(t->stop));
+      float ms = 0;
+      STRATA_CUDA(cudaEventElapsedTime(&ms, t->start, t->stop));
+      t->gpu_ms += ms;
+      ++t->timed;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (t->launches > 0) t->between_ms += std::chrono::duration<double, std::milli>(now - t->last).count();
+    t->last = now;
+    ++t->launches;
+    STRATA_CUDA(cudaEventRecord(t->start, m.stream));
+  }
   STRATA_CUDA(cudaGraphLaunch(m.graphs.at(m.key), m.stream));
+  if (t != nullptr) {
+    STRATA_CUDA(cudaEventRecord(t->stop, m.stream));
+    t->pending = true;
+  }
   STRATA_CUDA(cudaEventRecord(m.replay_done, m.stream));
   m.replay_pending = true;
 }
