@@ -101,6 +101,15 @@ constexpr size_t kElemsPerLine = 64 / sizeof(WT);
 // How many tiles ahead: one tile's worth of rows (a few KiB) was too short a distance to hide
 // memory latency once a tile does several tokens' FMAs per weight (B=8 decode +12% on a Xeon).
 constexpr int kPrefetchTiles = 4;
+// A grouped tile (one token over rows in groups) prefetches kPrefetchTiles groups ahead, but no
+// more than kGroupPrefetchMaxBytes: four groups of long rows (4 × 16 KB: llama-1b's down
+// projection) put the hints 256 KB ahead of the stream and, at a chunk's end, 256 KB into rows
+// that another chunk reads. One 64 KB group ahead took that projection from 1,317-1,348 to
+// 1,258-1,288 µs on the Xeon VM (docs/PERFORMANCE.md); groups of up to 16 KB keep 4 ahead.
+constexpr size_t kGroupPrefetchMaxBytes = 64 * 1024;
+HWY_INLINE size_t GroupsAhead(size_t group_bytes) {
+  return std::clamp<size_t>(kGroupPrefetchMaxBytes / group_bytes, 1, kPrefetchTiles);
+}
 
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* p) {
@@ -143,13 +152,14 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
   }
   size_t k = 0;
   const WT* wc = w;
+  const size_t ahead_groups = GroupsAhead(kGroupRows * ws * sizeof(WT));
   for (; k + C <= K; k += C, wc += cs) {
     if constexpr (kPrefetch) {
       if constexpr (kGrouped) {
-        // kPrefetchTiles groups ahead, the line of each of the group's rows (a tile of fewer rows,
+        // GroupsAhead groups ahead, the line of each of the group's rows (a tile of fewer rows,
         // at a matrix's last group, fetches the lines after its own too: harmless hints).
 #pragma GCC unroll 8
-        for (size_t q = 0; q < kGroupRows; ++q) PrefetchL2(wc + q * C + kPrefetchTiles * kGroupRows * ws);
+        for (size_t q = 0; q < kGroupRows; ++q) PrefetchL2(wc + q * C + ahead_groups * kGroupRows * ws);
       } else {
         // kPrefetchTiles tiles of RM rows ahead.
 #pragma GCC unroll 8
