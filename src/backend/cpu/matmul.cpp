@@ -62,6 +62,7 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
   bool need[2] = {false, false};  // activation blocks of 32, of 256
   uint64_t max_row_bytes = 0;
   bool any_slice = false;
+  bool permute_x = false;  // some job takes x permuted (matmul_float_permutes_x)
   for (const MatmulJob& j : jobs) {
     const WeightMatrix& w = *j.w;
     STRATA_CHECK(matmul_supports(w.type), "matmul: unsupported weight type {}", ggml_type_name(w.type));
@@ -71,6 +72,7 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     if (block == 32) need[0] = true;
     if (block == 256) need[1] = true;
     any_slice |= matmul_float_slice_floats(w, n) > 0;
+    permute_x |= is_float_type(w.type) && matmul_float_permutes_x(w);
     max_row_bytes = std::max(max_row_bytes, w.row_bytes);
     total_rows += w.rows;
   }
@@ -82,7 +84,7 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
   }
   const int64_t slice_floats = any_slice ? round_up(kFloatMaxSliceRows * K, 16) : 0;
 
-  // Scratch: [activations q8/32][activations q8/256][one f32 slice buffer per thread][chunks].
+  // Scratch: [activations q8/32][activations q8/256][one f32 slice buffer per thread][chunks][x permuted].
   const int32_t blocks[2] = {32, 256};
   size_t act_bytes[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
@@ -90,7 +92,9 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
   }
   const size_t slice_bytes = static_cast<size_t>(slice_floats * threads) * sizeof(float);
   const size_t max_chunks = jobs.size() + static_cast<size_t>(total_rows / std::min<int64_t>(chunk_rows, kRowAlign)) + 1;
-  uint8_t* mem = scratch.get(act_bytes[0] + act_bytes[1] + slice_bytes + max_chunks * sizeof(Chunk));
+  const size_t chunk_bytes = (max_chunks * sizeof(Chunk) + 63) / 64 * 64;
+  const size_t xp_bytes = permute_x ? static_cast<size_t>(n * K) * sizeof(float) : 0;
+  uint8_t* mem = scratch.get(act_bytes[0] + act_bytes[1] + slice_bytes + chunk_bytes + xp_bytes);
   const bool profile = profile_enabled();
   const ProfileClock::time_point q0 = profile ? ProfileClock::now() : ProfileClock::time_point{};
   QuantActs acts[2];
@@ -107,6 +111,17 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     profile_record("  quantize activations", std::chrono::duration_cast<std::chrono::nanoseconds>(ProfileClock::now() - q0).count());
   }
   float* slices = reinterpret_cast<float*>(mem + act_bytes[0] + act_bytes[1]);
+  float* xp = permute_x ? reinterpret_cast<float*>(mem + act_bytes[0] + act_bytes[1] + slice_bytes + chunk_bytes) : nullptr;
+  if (permute_x) {  // once per call, like the quantized activations
+    const WeightMatrix& pw = *std::find_if(jobs.begin(), jobs.end(), [](const MatmulJob& j) {
+                                 return is_float_type(j.w->type) && matmul_float_permutes_x(*j.w);
+                               })->w;
+    if (n * K < kInlineQuantizeElems || threads == 1) {
+      matmul_float_permute_x(pw, x, n, xp);
+    } else {
+      pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) { matmul_float_permute_x(pw, x + t0 * K, t1 - t0, xp + t0 * K); });
+    }
+  }
 
   // Chunks of `chunk_rows`, except that the last threads·chunk_rows rows of the last job are cut
   // four times finer: whichever thread finishes first takes the small ones, so the threads end
@@ -130,7 +145,10 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     const WeightMatrix& w = *jobs[c.job].w;
     float* y = jobs[c.job].y;
     const int32_t block = quant_act_block(w.type);
-    if (block == 0) matmul_float_rows(w, x, n, y, c.r0, c.r1, matmul_float_slice_floats(w, n) > 0 ? slice : nullptr);
+    if (block == 0) {
+      matmul_float_rows(w, permute_x && matmul_float_permutes_x(w) ? xp : x, n, y, c.r0, c.r1,
+                        matmul_float_slice_floats(w, n) > 0 ? slice : nullptr);
+    }
     else matmul_quant_rows(w, acts[block == 32 ? 0 : 1], n, y, c.r0, c.r1);
   };
 

@@ -87,6 +87,29 @@ HWY_INLINE VF LoadWTile(DF d, const WT* p) {
   return LoadW(d, p);
 }
 
+// BF16 on AVX-512, K a multiple of 32 ("even/odd" order): a 64-byte line of 32 bf16 is 16
+// words; the even elements are those words shifted up 16 bits, the odd ones the words with their
+// low half cleared: one integer op per 16 weights and no widening shuffle. The activations come
+// permuted to match (matmul_float_permute_x: per 32 columns the 16 even ones, then the 16 odd
+// ones), so a line's first vector step (kk = 0) multiplies the even weights, its second (kk = 16)
+// the odd ones, and every path (tiles, rows one at a time, widened slices) takes that order: an
+// output's FMA sequence is still the same whatever n and the rows (docs/PERFORMANCE.md, issue 17).
+#if HWY_TARGET <= HWY_AVX3
+constexpr bool kEvenOddTarget = true;
+#else
+constexpr bool kEvenOddTarget = false;
+#endif
+constexpr size_t kEvenOddBlock = 32;
+HWY_INLINE bool EvenOdd(GgmlType type, size_t K) {
+  return kEvenOddTarget && type == GgmlType::kBF16 && K % kEvenOddBlock == 0;
+}
+// The weights of vector step kk (0: even, 16: odd) of the 32 bf16 at `line`.
+HWY_INLINE VF LoadWEvenOdd(DF d, const BF16Bits* line, size_t kk) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto words = hn::LoadU(du, reinterpret_cast<const uint32_t*>(line));
+  return kk == 0 ? hn::BitCast(d, hn::ShiftLeft<16>(words)) : hn::BitCast(d, hn::And(words, hn::Set(du, 0xFFFF0000u)));
+}
+
 HWY_INLINE float ScalarW(const float* p) { return *p; }
 HWY_INLINE float ScalarW(const F16Bits* p) { return fp16_to_f32(p->bits); }
 HWY_INLINE float ScalarW(const BF16Bits* p) { return bf16_to_f32(p->bits); }
@@ -152,6 +175,7 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
   }
   size_t k = 0;
   const WT* wc = w;
+  [[maybe_unused]] const bool even_odd = std::is_same_v<WT, BF16Bits> && EvenOdd(GgmlType::kBF16, K);
   const size_t ahead_groups = GroupsAhead(kGroupRows * ws * sizeof(WT));
   for (; k + C <= K; k += C, wc += cs) {
     if constexpr (kPrefetch) {
@@ -164,6 +188,23 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
         // kPrefetchTiles tiles of RM rows ahead.
 #pragma GCC unroll 8
         for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
+      }
+    }
+    if constexpr (std::is_same_v<WT, BF16Bits> && kEvenOddTarget) {
+      if (even_odd) {  // C = 32, N = 16: kk = 0 the even weights, 16 the odd ones (x permuted)
+#pragma GCC unroll 2
+        for (size_t kk = 0; kk < C; kk += N) {
+          VF xv[RN];
+#pragma GCC unroll 8
+          for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
+#pragma GCC unroll 8
+          for (int r = 0; r < RM; ++r) {
+            const VF wv = LoadWEvenOdd(d, wc + r * rs, kk);
+#pragma GCC unroll 8
+            for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+          }
+        }
+        continue;
       }
     }
 #pragma GCC unroll 4
@@ -259,6 +300,14 @@ void Widen(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
     const WT* src = w + r * ws;
     float* out = dst + r * K;
     size_t k = 0;
+    if constexpr (std::is_same_v<WT, BF16Bits> && kEvenOddTarget) {
+      if (EvenOdd(GgmlType::kBF16, K)) {  // the slice in even/odd order, as the tiles read lines
+        for (; k < K; k += N) {
+          if (k % kElemsPerLine<WT> == 0) PrefetchL2(src + 2 * m * ws + k);
+          hn::StoreU(LoadWEvenOdd(d, src + k / kEvenOddBlock * kEvenOddBlock, k % kEvenOddBlock), d, out + k);
+        }
+      }
+    }
     for (; k + N <= K; k += N) {
       if (k % kElemsPerLine<WT> == 0) PrefetchL2(src + 2 * m * ws + k);
       hn::StoreU(LoadW(d, src + k), d, out + k);
@@ -280,6 +329,12 @@ void WidenGroup(const WT* w, size_t ws, int64_t m, size_t K, float* dst) {
     for (int64_t r = 0; r < m; ++r, line += C) {
       PrefetchL2(line + ahead);
       float* out = dst + r * K + k;
+      if constexpr (std::is_same_v<WT, BF16Bits> && kEvenOddTarget) {
+        if (EvenOdd(GgmlType::kBF16, K)) {  // (K is a multiple of the line's 32 elements here)
+          for (size_t kk = 0; kk < C; kk += N) hn::StoreU(LoadWEvenOdd(d, line, kk), d, out + kk);
+          continue;
+        }
+      }
 #pragma GCC unroll 4
       for (size_t kk = 0; kk < C; kk += N) hn::StoreU(LoadW(d, line + kk), d, out + kk);
     }
@@ -404,6 +459,34 @@ void MatmulFloatRows(const WeightMatrix& w, const float* x, int64_t n, float* y,
   }
 }
 
+bool MatmulFloatPermutesX(GgmlType type, int64_t cols) { return EvenOdd(type, static_cast<size_t>(cols)); }
+
+void MatmulFloatPermuteX(const float* x, int64_t n, int64_t cols, float* xp) {
+  const auto K = static_cast<size_t>(cols);
+  constexpr size_t B = kEvenOddBlock, H = kEvenOddBlock / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* src = x + static_cast<size_t>(t) * K;
+    float* dst = xp + static_cast<size_t>(t) * K;
+#if HWY_TARGET <= HWY_AVX3
+    const DF d;
+    if (hn::Lanes(d) == H) {  // two vectors: their even lanes, then their odd lanes
+      for (size_t k = 0; k < K; k += B) {
+        const VF lo = hn::LoadU(d, src + k), hi = hn::LoadU(d, src + k + H);
+        hn::StoreU(hn::ConcatEven(d, hi, lo), d, dst + k);
+        hn::StoreU(hn::ConcatOdd(d, hi, lo), d, dst + k + H);
+      }
+      continue;
+    }
+#endif
+    for (size_t k = 0; k < K; k += B) {
+      for (size_t i = 0; i < H; ++i) {
+        dst[k + i] = src[k + 2 * i];
+        dst[k + H + i] = src[k + 2 * i + 1];
+      }
+    }
+  }
+}
+
 }  // namespace strata::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -411,6 +494,14 @@ HWY_AFTER_NAMESPACE();
 namespace strata::cpu {
 
 HWY_EXPORT(MatmulFloatRows);
+HWY_EXPORT(MatmulFloatPermutesX);
+HWY_EXPORT(MatmulFloatPermuteX);
+
+bool matmul_float_permutes_x(const WeightMatrix& w) { return HWY_DYNAMIC_DISPATCH(MatmulFloatPermutesX)(w.type, w.cols); }
+
+void matmul_float_permute_x(const WeightMatrix& w, const float* x, int64_t n, float* xp) {
+  HWY_DYNAMIC_DISPATCH(MatmulFloatPermuteX)(x, n, w.cols, xp);
+}
 
 std::atomic<uint8_t> g_group_prefetch[3] = {};  // kSoftware
 

@@ -29,7 +29,7 @@ inline constexpr int64_t kFloatMaxSliceRows = 8;
 // measured at load per type.
 
 // One token over rows in groups (WeightMatrix::row_group: one sequential stream, 4 FMA chains):
-// kSoftware prefetches 4 groups ahead as the tiles of rows as stored do, kHardware leaves the
+// kSoftware prefetches 4 groups ahead (at most 64 KB) as the tiles of rows as stored do, kHardware leaves the
 // stream to the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16
 // decode ran 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its
 // noise, without ahead in some runs (docs/PERFORMANCE.md, issue 17). So CpuBackend measures both at
@@ -49,7 +49,16 @@ GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t col
 // f32 elements of the widening buffer matmul_float_rows() wants for n tokens (0: none).
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n);
 
-// y[t][r] = Σ_k w[r][k] · x[t][k] for t < n, r0 <= r < r1. x: [n][w.cols], y: [n][w.rows].
+// Whether matmul_float_rows takes w's x permuted (BF16 on AVX-512 targets, cols a multiple of 32:
+// each line of 32 bf16 is read as 16 words, the even columns by a shift and the odd ones by a
+// mask, so the activations must come in that order), and the permutation: per 32 columns, the 16
+// even ones, then the 16 odd ones. xp: [n][w.cols]. The same products as unpermuted up to f32
+// summation order; the same bits whatever n.
+bool matmul_float_permutes_x(const WeightMatrix& w);
+void matmul_float_permute_x(const WeightMatrix& w, const float* x, int64_t n, float* xp);
+
+// y[t][r] = Σ_k w[r][k] · x[t][k] for t < n, r0 <= r < r1. x: [n][w.cols] (permuted where
+// matmul_float_permutes_x(w)), y: [n][w.rows].
 // slice: matmul_float_slice_floats(w, n) floats, or null to widen on the fly (required when that
 // is 0). Precondition: w.type is F32, F16 or BF16.
 void matmul_float_rows(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
