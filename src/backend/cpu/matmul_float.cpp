@@ -190,35 +190,28 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
         for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
       }
     }
+    // The line's vector steps, the weights of row r at step kk from load_w(r, kk).
+    const auto line = [&](auto&& load_w) HWY_ATTR {
+#pragma GCC unroll 4
+      for (size_t kk = 0; kk < C; kk += N) {
+        VF xv[RN];
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
+#pragma GCC unroll 8
+        for (int r = 0; r < RM; ++r) {
+          const VF wv = load_w(r, kk);
+#pragma GCC unroll 8
+          for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+        }
+      }
+    };
     if constexpr (std::is_same_v<WT, BF16Bits> && kEvenOddTarget) {
       if (even_odd) {  // C = 32, N = 16: kk = 0 the even weights, 16 the odd ones (x permuted)
-#pragma GCC unroll 2
-        for (size_t kk = 0; kk < C; kk += N) {
-          VF xv[RN];
-#pragma GCC unroll 8
-          for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
-#pragma GCC unroll 8
-          for (int r = 0; r < RM; ++r) {
-            const VF wv = LoadWEvenOdd(d, wc + r * rs, kk);
-#pragma GCC unroll 8
-            for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
-          }
-        }
+        line([&](int r, size_t kk) HWY_ATTR { return LoadWEvenOdd(d, wc + r * rs, kk); });
         continue;
       }
     }
-#pragma GCC unroll 4
-    for (size_t kk = 0; kk < C; kk += N) {
-      VF xv[RN];
-#pragma GCC unroll 8
-      for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
-#pragma GCC unroll 8
-      for (int r = 0; r < RM; ++r) {
-        const VF wv = LoadWTile<RN>(d, wc + r * rs + kk);
-#pragma GCC unroll 8
-        for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
-      }
-    }
+    line([&](int r, size_t kk) HWY_ATTR { return LoadWTile<RN>(d, wc + r * rs + kk); });
   }
   if constexpr (!kGrouped) {
     for (; k + N <= K; k += N) {
