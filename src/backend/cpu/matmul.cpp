@@ -72,7 +72,7 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     if (block == 32) need[0] = true;
     if (block == 256) need[1] = true;
     any_slice |= matmul_float_slice_floats(w, n) > 0;
-    permute_x |= is_float_type(w.type) && matmul_float_permutes_x(w);
+    permute_x |= matmul_float_permutes_x(w);
     max_row_bytes = std::max(max_row_bytes, w.row_bytes);
     total_rows += w.rows;
   }
@@ -113,13 +113,10 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
   float* slices = reinterpret_cast<float*>(mem + act_bytes[0] + act_bytes[1]);
   float* xp = permute_x ? reinterpret_cast<float*>(mem + act_bytes[0] + act_bytes[1] + slice_bytes + chunk_bytes) : nullptr;
   if (permute_x) {  // once per call, like the quantized activations
-    const WeightMatrix& pw = *std::find_if(jobs.begin(), jobs.end(), [](const MatmulJob& j) {
-                                 return is_float_type(j.w->type) && matmul_float_permutes_x(*j.w);
-                               })->w;
     if (n * K < kInlineQuantizeElems || threads == 1) {
-      matmul_float_permute_x(pw, x, n, xp);
+      matmul_float_permute_x(x, n, K, xp);
     } else {
-      pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) { matmul_float_permute_x(pw, x + t0 * K, t1 - t0, xp + t0 * K); });
+      pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) { matmul_float_permute_x(x + t0 * K, t1 - t0, K, xp + t0 * K); });
     }
   }
 
@@ -148,8 +145,9 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     if (block == 0) {
       matmul_float_rows(w, permute_x && matmul_float_permutes_x(w) ? xp : x, n, y, c.r0, c.r1,
                         matmul_float_slice_floats(w, n) > 0 ? slice : nullptr);
+    } else {
+      matmul_quant_rows(w, acts[block == 32 ? 0 : 1], n, y, c.r0, c.r1);
     }
-    else matmul_quant_rows(w, acts[block == 32 ? 0 : 1], n, y, c.r0, c.r1);
   };
 
   Chunk* chunks = reinterpret_cast<Chunk*>(mem + act_bytes[0] + act_bytes[1] + slice_bytes);

@@ -492,8 +492,8 @@ HWY_EXPORT(MatmulFloatPermuteX);
 
 bool matmul_float_permutes_x(const WeightMatrix& w) { return HWY_DYNAMIC_DISPATCH(MatmulFloatPermutesX)(w.type, w.cols); }
 
-void matmul_float_permute_x(const WeightMatrix& w, const float* x, int64_t n, float* xp) {
-  HWY_DYNAMIC_DISPATCH(MatmulFloatPermuteX)(x, n, w.cols, xp);
+void matmul_float_permute_x(const float* x, int64_t n, int64_t cols, float* xp) {
+  HWY_DYNAMIC_DISPATCH(MatmulFloatPermuteX)(x, n, cols, xp);
 }
 
 std::atomic<uint8_t> g_group_prefetch[3] = {};  // kSoftware

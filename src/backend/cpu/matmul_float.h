@@ -52,10 +52,10 @@ int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n);
 // Whether matmul_float_rows takes w's x permuted (BF16 on AVX-512 targets, cols a multiple of 32:
 // each line of 32 bf16 is read as 16 words, the even columns by a shift and the odd ones by a
 // mask, so the activations must come in that order), and the permutation: per 32 columns, the 16
-// even ones, then the 16 odd ones. xp: [n][w.cols]. The same products as unpermuted up to f32
-// summation order; the same bits whatever n.
+// even ones, then the 16 odd ones (x, xp: [n][cols]). The same products as unpermuted up to f32
+// summation order; the same bits whatever n. False for every type but BF16.
 bool matmul_float_permutes_x(const WeightMatrix& w);
-void matmul_float_permute_x(const WeightMatrix& w, const float* x, int64_t n, float* xp);
+void matmul_float_permute_x(const float* x, int64_t n, int64_t cols, float* xp);
 
 // y[t][r] = Σ_k w[r][k] · x[t][k] for t < n, r0 <= r < r1. x: [n][w.cols] (permuted where
 // matmul_float_permutes_x(w)), y: [n][w.rows].
