@@ -305,13 +305,15 @@ BenchRun run_benchmark(const BenchConfig& cfg, const Dataset& d) {
         ServerRun& server = run.servers[s];
         OpenAiStreamClient client(urls[s], cfg.api_key, std::min(cfg.timeout_s, 10.0));
         const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(cfg.probe_health_ms));
-        while (!stop_probe.load()) {
+        // At least one probe per server, however soon the run ends (a short run on a loaded
+        // machine could finish before this thread first ran, and report no health at all).
+        do {
           const auto t0 = Clock::now();
           const bool ok = client.get("/health").has_value();
           server.health_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           if (!ok) ++server.health_failures;
           std::this_thread::sleep_until(t0 + gap);
-        }
+        } while (!stop_probe.load());
       });
     }
   }
