@@ -489,6 +489,42 @@ class Backend {
   virtual bool begin_replay(const ReplayShape&) { return false; }
   virtual void end_replay() {}
 
+  // --- Greedy picks on the device (decode loops that need the tokens, not the logits) ---
+  //
+  // A backend that supports them picks each logit row's token where the logits are, and the next
+  // pass can embed those tokens from there, so a decode loop enqueues step t + 1 before it reads
+  // step t's tokens back (Model::forward_pick). The pick is max_logit + argmax_index's
+  // (sample/logit_kernels.h): the lowest index of the largest value, NaN never the largest, 0 when
+  // every value is -inf or NaN. Backends without them (the CPU: the logits are in host memory
+  // already) return false, and the model picks on the host.
+  virtual bool supports_device_picks() const { return false; }
+  // The pick of each row of `logits` into the backend's pick buffer, rows [0, logits.rows). An op
+  // of the pass (recorded and replayed with it).
+  virtual void greedy_pick(ActView logits) {
+    (void)logits;
+    STRATA_CHECK(false, "greedy_pick on a backend without device picks");
+  }
+  // out's rows = the embedding rows of the pick buffer's first out.rows tokens (the last
+  // greedy_pick's, which picked at least that many rows). An op of the pass.
+  virtual void embed_picked(const WeightMatrix& table, ActView out) {
+    (void)table;
+    (void)out;
+    STRATA_CHECK(false, "embed_picked on a backend without device picks");
+  }
+  // After a pass (after end_replay): enqueues the copy of the pick buffer's first n tokens to the
+  // host and returns its ticket, without waiting.
+  virtual uint64_t collect_picks(int64_t n) {
+    (void)n;
+    STRATA_CHECK(false, "collect_picks on a backend without device picks");
+  }
+  // Waits for a ticket's copy and returns its tokens; valid until kPickTickets later collect_picks
+  // calls (a ticket older than that: an error).
+  static constexpr int kPickTickets = 4;
+  virtual std::span<const TokenId> picks(uint64_t ticket) {
+    (void)ticket;
+    STRATA_CHECK(false, "picks on a backend without device picks");
+  }
+
   // Host memory of at least n floats that copy_to_host fills fastest (pinned memory on a GPU), for
   // results copied back every step (the logits); valid until the next call. Null: use your own.
   virtual float* host_result_buffer(size_t n) {

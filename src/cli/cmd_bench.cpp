@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <fstream>
 #include <limits>
+#include <string_view>
 #include <thread>
 #include <algorithm>
 #include <cstring>
@@ -186,6 +188,10 @@ int run_bench_model(const BenchModelOptions& o) {
   Communicator::Stats tg_collectives;  // rank 0's, over the timed decode steps (--tensor-parallel)
   int64_t tg_steps = 0;
   std::vector<float> block_max(logit_blocks(static_cast<size_t>(mc.n_vocab)));
+  // STRATA_BENCH_HOST_PICKS=1: each step's logits copied to the host and picked there before the
+  // next step is enqueued (the loop before Model::forward_pick; an A/B switch).
+  const char* hp = std::getenv("STRATA_BENCH_HOST_PICKS");
+  const bool host_picks = hp != nullptr && std::string_view(hp) == "1";
   auto decode = [&] {
     std::vector<TokenId> toks = random_tokens(o.batch);
     if (o.depth > 0) {
@@ -195,6 +201,7 @@ int run_bench_model(const BenchModelOptions& o) {
     }
     const Communicator::Stats c0 = model->collective_stats();
     const auto t0 = Clock::now();
+    uint64_t last = 0;  // the ticket of the step before (Model::forward_pick)
     for (int32_t step = 0; step < o.tg; ++step) {
       ForwardBatch b;
       const int32_t pos = o.depth + step;
@@ -203,14 +210,27 @@ int run_bench_model(const BenchModelOptions& o) {
         b.seqs.push_back({std::span<const TokenId>(&toks[static_cast<size_t>(s)], 1), pos, kv.table(static_cast<size_t>(s)),
                           LogitsMode::kLast});
       }
-      auto logits = model->forward(b, kv.views());
-      for (int32_t s = 0; s < o.batch; ++s) {
-        auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
-        // The greedy sampler's vocabulary passes (a scalar std::max_element over 32k logits took
-        // ~50 us per token on the H200 machine's Xeon, 5% of a decode step there).
-        const float max = max_logit(row, block_max);
-        toks[static_cast<size_t>(s)] = max == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, block_max, max);
+      if (host_picks) {
+        auto logits = model->forward(b, kv.views());
+        for (int32_t s = 0; s < o.batch; ++s) {
+          auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
+          const float max = max_logit(row, block_max);
+          toks[static_cast<size_t>(s)] = max == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, block_max, max);
+        }
+        continue;
       }
+      // Greedy picks where the logits are: on a GPU step t + 1 (its tokens = step t's picks, on the
+      // device) is enqueued before step t's tokens are read back, as a serving loop streams them.
+      const uint64_t ticket = model->forward_pick(b, kv.views(), step > 0);
+      if (step > 0) {
+        const std::span<const TokenId> p = model->picked(last);
+        std::copy(p.begin(), p.end(), toks.begin());
+      }
+      last = ticket;
+    }
+    if (!host_picks && o.tg > 0) {
+      const std::span<const TokenId> p = model->picked(last);
+      std::copy(p.begin(), p.end(), toks.begin());
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const Communicator::Stats c1 = model->collective_stats();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kv/kv_view_digest.h"
+#include "sample/logit_kernels.h"
 
 namespace strata {
 namespace {
@@ -301,6 +303,62 @@ void Model::copy_queries(const ForwardBatch& batch) {
 
 std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers) {
   if (!ranks_.empty()) return forward_ranks(batch, kv_layers);
+  return forward_impl(batch, kv_layers, {});
+}
+
+uint64_t Model::forward_pick(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers, bool from_picks) {
+  for (const ForwardSeq& s : batch.seqs) {
+    STRATA_CHECK(s.tokens.size() == 1 && s.logits == LogitsMode::kLast && s.importance == nullptr && s.query == nullptr,
+                 "forward_pick: every sequence takes one token and its logits, no importance, no query");
+  }
+  const auto n = static_cast<int64_t>(batch.seqs.size());
+  STRATA_CHECK(!from_picks || n <= last_pick_rows_, "forward_pick: {} sequences from a pick of {}", n, last_pick_rows_);
+  const uint64_t ticket = pick_next_;
+  PickTicket& t = pick_tickets_[ticket % Backend::kPickTickets];
+  const bool device = ranks_.empty() && shard_ == nullptr && backend_->supports_device_picks();
+  if (device && (!from_picks || last_pick_device_)) {
+    forward_impl(batch, kv_layers, {true, from_picks});
+    t.device = true;
+    t.backend_ticket = backend_->collect_picks(n);
+    t.host.clear();
+  } else {
+    // On the host: the tokens of the last picks (waited for), then the pass and a host pick.
+    const ForwardBatch* run = &batch;
+    ForwardBatch with_tokens;
+    if (from_picks) {
+      const std::span<const TokenId> last = picked(pick_next_ - 1);
+      pick_tokens_.assign(last.begin(), last.begin() + n);
+      with_tokens = batch;
+      for (int64_t i = 0; i < n; ++i) with_tokens.seqs[static_cast<size_t>(i)].tokens = {&pick_tokens_[static_cast<size_t>(i)], 1};
+      run = &with_tokens;
+    }
+    const std::span<const float> logits = forward(*run, kv_layers);
+    const auto V = static_cast<size_t>(config_.n_vocab);
+    STRATA_CHECK(logits.size() == static_cast<size_t>(n) * V);
+    pick_block_max_.resize(logit_blocks(V));
+    t.device = false;
+    t.host.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * V, V);
+      const float max = max_logit(row, pick_block_max_);
+      t.host[static_cast<size_t>(i)] = max == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, pick_block_max_, max);
+    }
+  }
+  last_pick_device_ = t.device;
+  last_pick_rows_ = n;
+  ++pick_next_;
+  return ticket;
+}
+
+std::span<const TokenId> Model::picked(uint64_t ticket) {
+  STRATA_CHECK(ticket < pick_next_ && pick_next_ - ticket <= Backend::kPickTickets, "picked: ticket {} (the next is {})",
+               ticket, pick_next_);
+  const PickTicket& t = pick_tickets_[ticket % Backend::kPickTickets];
+  if (t.device) return backend_->picks(t.backend_ticket);
+  return t.host;
+}
+
+std::span<const float> Model::forward_impl(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers, PickMode pm) {
   const ModelConfig& c = config_;
   STRATA_CHECK(static_cast<int32_t>(kv_layers.size()) == c.n_layer);
   const int64_t T = batch.n_tokens();
@@ -323,7 +381,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     attn_seqs_.push_back({t0, n, k0, s.blocks.data(), static_cast<int32_t>(s.blocks.size()), s.importance,
                           s.importance_from});
     for (int32_t i = 0; i < n; ++i) {
-      const TokenId tok = s.tokens[i];
+      const TokenId tok = pm.from_picks ? 0 : s.tokens[i];  // from_picks: the device's pick, not read here
       STRATA_CHECK(tok >= 0 && tok < c.n_vocab, "token id {} out of range", tok);
       const int32_t p = s.start_pos + i, k = k0 + i;
       tokens_.push_back(tok);
@@ -382,7 +440,8 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     // Whether the pass reports attention importance (extra ops per layer on a device backend).
     const bool importance = std::any_of(attn_seqs_.begin(), attn_seqs_.end(),
                                         [](const AttentionSeq& a) { return a.importance != nullptr; });
-    const uint64_t parts[] = {static_cast<uint64_t>(importance), static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits),
+    const uint64_t parts[] = {static_cast<uint64_t>(importance) | uint64_t{pm.pick} << 1 | uint64_t{pm.from_picks} << 2,
+                              static_cast<uint64_t>(T), static_cast<uint64_t>(n_logits),
                               static_cast<uint64_t>(shape.max_blocks), static_cast<uint64_t>(capacity_tokens_),
                               static_cast<uint64_t>(capacity_logit_rows_), reinterpret_cast<uint64_t>(x_.data),
                               reinterpret_cast<uint64_t>(logit_in_.data), static_cast<uint64_t>(query_rows_.size()),
@@ -405,6 +464,8 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     }
     be.embed(weights_.token_embd, local_tokens_, x);
     comm_of_rank_->all_reduce_sum(shard_->rank, x);
+  } else if (pm.from_picks) {
+    be.embed_picked(weights_.token_embd, x);
   } else {
     be.embed(weights_.token_embd, tokens_, x);
   }
@@ -539,6 +600,11 @@ std::span<const float> Model::forward(const ForwardBatch& batch, std::span<const
     const ActView all = logits_all_.row_range(0, n_logits);
     comm_of_rank_->all_gather(shard_->rank, logits, all);
     logits = all;
+  }
+  if (pm.pick) {  // forward_pick: the tokens stay on the device; nothing is waited for
+    be.greedy_pick(logits);
+    if (replay) be.end_replay();
+    return {};
   }
   if (replay) be.end_replay();
   be.collect_importance();

@@ -78,7 +78,28 @@ class Model {
   // by the communicator's abort), and every later call throws too: the model is unusable.
   std::span<const float> forward(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers);
 
+  // A decode pass whose tokens are picked greedily (the lowest index of the largest logit, as
+  // sample/logit_kernels.h's max_logit + argmax_index) where its logits are: on a backend with
+  // device picks the pass ends in Backend::greedy_pick and returns at once, without waiting for the
+  // device; elsewhere forward() runs and the model picks on the host. Returns a ticket: picked(t)
+  // waits for the pass and gives one token per sequence, in batch order.
+  // from_picks: sequence i's token is token i of the last forward_pick (its `tokens` span holds
+  // one placeholder, not read), which on a device need not have reached the host: a decode loop
+  // enqueues step t + 1 before it reads step t's tokens.
+  // Preconditions: every sequence has one token and LogitsMode::kLast, asks for no importance and
+  // no query; with from_picks, no more sequences than the last forward_pick had.
+  uint64_t forward_pick(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers, bool from_picks);
+  // The tokens of a ticket of forward_pick, valid until the next forward_pick; the last
+  // Backend::kPickTickets tickets can be read (an older one: an error).
+  std::span<const TokenId> picked(uint64_t ticket);
+
  private:
+  // What a pass does with its logits: returns them (forward), or picks on the device (forward_pick).
+  struct PickMode {
+    bool pick = false;        // end in Backend::greedy_pick; forward_impl then returns no logits
+    bool from_picks = false;  // the tokens are the device's last picks (Backend::embed_picked)
+  };
+  std::span<const float> forward_impl(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers, PickMode pm);
   Model(std::unique_ptr<GgufFile> file, std::unique_ptr<Backend> backend);
   // Rank shard.rank of a tensor-parallel model: its weights from `file` (owned by the parent).
   Model(const GgufFile& file, const ModelConfig& whole, const TpShard& shard, Communicator& comm,
@@ -125,6 +146,20 @@ class Model {
   Communicator* comm_of_rank_ = nullptr;
   ActView logits_all_;  // a rank's gathered logits [rows][n_vocab]
   std::vector<TokenId> local_tokens_;  // a rank's embedding rows: its vocabulary slice, else its zero row
+
+  // forward_pick's tickets: the last Backend::kPickTickets, ticket % kPickTickets: whether the
+  // device picked (then the backend's ticket) or the host (then the tokens).
+  struct PickTicket {
+    bool device = false;
+    uint64_t backend_ticket = 0;
+    std::vector<TokenId> host;
+  };
+  PickTicket pick_tickets_[Backend::kPickTickets];
+  uint64_t pick_next_ = 0;      // the next ticket
+  bool last_pick_device_ = false;  // the last ticket's picks are in the backend's pick buffer
+  int64_t last_pick_rows_ = 0;
+  std::vector<float> pick_block_max_;  // host picks: max_logit's per-block maxima
+  std::vector<TokenId> pick_tokens_;   // a host pass's tokens taken from the last picks
 
   // The batch flattened, host memory.
   std::vector<TokenId> tokens_;

@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -46,6 +47,7 @@
 #include "core/error.h"
 #include "gguf/quant.h"
 #include "kv/warm_format.h"
+#include "sample/logit_kernels.h"
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
 #include "backend/cuda/attention_mma_stats.h"
 #include "backend/cuda/gemv_stats.h"
@@ -548,6 +550,65 @@ TEST_P(BackendOps, EmbedEveryTableType) {
     if (is_float(type)) EXPECT_EQ(got, ref);
     else EXPECT_LE(max_abs_diff(got, ref), 1e-6 * rms(ref));
   }
+}
+
+// Greedy picks on the device (Backend::greedy_pick): the host sampler's pick (max_logit +
+// argmax_index: the lowest index of the largest value, NaN never, 0 when every value is -inf or
+// NaN) on rows with ties, NaNs, infinities and signed zeros; embed_picked embeds those tokens.
+void check_device_picks(Backend& be, int64_t cols, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << cols << " columns");
+  const int64_t rows = 8;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = random_floats(static_cast<size_t>(rows * cols), rng);
+  auto row = [&](int64_t r) { return x.data() + r * cols; };
+  row(0)[5] = 3.0f, row(0)[300] = 3.0f;                   // a tie: the lower index
+  row(1)[0] = nan, row(1)[17] = nan, row(1)[999] = 2.5f;  // NaNs never win
+  std::fill(row(2), row(2) + cols, -inf);                 // every value -inf: 0
+  std::fill(row(3), row(3) + cols, nan);                  // every value NaN: 0
+  std::fill(row(4), row(4) + cols, -1.0f);
+  row(4)[3] = -0.0f, row(4)[1] = 0.0f, row(4)[2] = nan;   // +0 and -0 tie
+  row(5)[900] = inf, row(5)[777] = inf, row(5)[778] = nan;  // +inf, twice
+  row(6)[cols - 1] = 9.0f;                                // the last column
+  std::fill(row(7), row(7) + cols, -inf);
+  row(7)[cols / 2] = nan, row(7)[cols - 2] = -1e30f;      // one finite value
+  std::vector<TokenId> want(static_cast<size_t>(rows));
+  std::vector<float> block_max(logit_blocks(static_cast<size_t>(cols)));
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::span<const float> v(row(r), static_cast<size_t>(cols));
+    const float m = max_logit(v, block_max);
+    want[static_cast<size_t>(r)] = m == -inf ? 0 : argmax_index(v, block_max, m);
+  }
+  EXPECT_EQ(want, (std::vector<TokenId>{5, 999, 0, 0, 1, 777, static_cast<TokenId>(cols - 1), static_cast<TokenId>(cols - 2)}));
+  const DevArray logits = alloc(be, rows, cols);
+  be.copy_to_device(logits.view.data, x.data(), x.size() * sizeof(float));
+  be.greedy_pick(logits.view);
+  const uint64_t t = be.collect_picks(rows);
+  const auto got = be.picks(t);
+  EXPECT_EQ(std::vector<TokenId>(got.begin(), got.end()), want);
+
+  // embed_picked = embed of the same tokens (its first rows only, too).
+  const auto m = random_matrix(GgmlType::kF16, cols, 64, rng);
+  const WeightMatrix w = be.upload_matrix(m.w);
+  for (int64_t n : {rows, int64_t{3}}) {
+    const DevArray a = alloc(be, n, 64), b = alloc(be, n, 64);
+    be.embed_picked(w, a.view);
+    be.embed(w, std::span<const TokenId>(want).first(static_cast<size_t>(n)), b.view);
+    EXPECT_EQ(download(be, a.view), download(be, b.view)) << n << " rows";
+  }
+  // The last kPickTickets tickets stay readable, each with its own rows.
+  std::vector<uint64_t> tickets;
+  for (int i = 0; i < Backend::kPickTickets; ++i) tickets.push_back(be.collect_picks(i + 1));
+  for (int i = 0; i < Backend::kPickTickets; ++i) {
+    const auto p = be.picks(tickets[static_cast<size_t>(i)]);
+    EXPECT_EQ(std::vector<TokenId>(p.begin(), p.end()), std::vector<TokenId>(want.begin(), want.begin() + i + 1));
+  }
+}
+
+TEST_P(BackendOps, GreedyPickIsTheHostPickAndEmbedPickedEmbedsIt) {
+  if (!be().supports_device_picks()) GTEST_SKIP() << "no device picks on this backend (the model picks on the host)";
+  std::mt19937 rng(29);
+  check_device_picks(be(), 1003, rng);  // rows read as floats
+  check_device_picks(be(), 1024, rng);  // rows read as float4s
 }
 
 TEST_P(BackendOps, RmsNorm) {

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -37,6 +38,7 @@
 #include "kv/kv_storage.h"
 #include "engine/step_runner.h"
 #include "model/model.h"
+#include "sample/logit_kernels.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -589,5 +591,128 @@ TEST(CudaModel, DecodePassesOverHostSlotsAfterRecordingsWithoutThemGiveTheCpuLog
   SCOPED_TRACE("CUDA, block 0 moved to a host slot");
   expect_passes(host_slot_passes(*gpu, seq, true), want, 1e-3);
 }
+
+// Model::forward_pick on the GPU, as `bench model` decodes: the prompts prefilled (all but their
+// last token), then each step's tokens picked on the device (Backend::greedy_pick) and embedded by
+// the next step from there (embed_picked), enqueued before the step's tokens are read back; decode
+// passes of one shape run eagerly, are recorded, then replayed. host_picks: forward() and the host
+// sampler's pick instead (the loop it replaces). Each sequence has blocks of its own.
+std::vector<std::vector<TokenId>> pick_decode(Model& model, const std::vector<std::vector<TokenId>>& prompts, int32_t n_new,
+                                              bool host_picks, KvDtype kv_dtype = KvDtype::kF32) {
+  const ModelConfig& mc = model.config();
+  KvConfig kvc;
+  kvc.block_size = 16;
+  kvc.dtype = kv_dtype;
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int32_t per = static_cast<int32_t>((longest + n_new + 16) / 16 + 1);
+  kvc.num_blocks = per * static_cast<int32_t>(prompts.size());
+  const KvGeometry geo{mc.n_layer, mc.n_head_kv, mc.head_dim, kvc.block_size, kvc.dtype};
+  KvStorage storage(geo, kvc, model.backend().thread_pool(), &model.backend());
+  const size_t B = prompts.size();
+  std::vector<std::vector<BlockId>> tables(B);
+  std::vector<int32_t> pos(B);
+  for (size_t i = 0; i < B; ++i) {
+    for (int32_t j = 0; j < per; ++j) tables[i].push_back(static_cast<BlockId>(static_cast<int32_t>(i) * per + j));
+    const auto n = static_cast<int32_t>(prompts[i].size()) - 1;
+    ForwardBatch b;
+    b.seqs.push_back({std::span<const TokenId>(prompts[i]).first(static_cast<size_t>(n)), 0, tables[i], LogitsMode::kNone});
+    model.forward(b, storage.views());
+    pos[i] = n;
+  }
+  std::vector<std::vector<TokenId>> out(B);
+  std::vector<TokenId> toks(B);
+  for (size_t i = 0; i < B; ++i) toks[i] = prompts[i].back();
+  std::vector<float> block_max(logit_blocks(static_cast<size_t>(mc.n_vocab)));
+  uint64_t last = 0;
+  for (int32_t step = 0; step < n_new; ++step) {
+    ForwardBatch b;
+    for (size_t i = 0; i < B; ++i) b.seqs.push_back({std::span<const TokenId>(&toks[i], 1), pos[i]++, tables[i], LogitsMode::kLast});
+    if (host_picks) {
+      const auto logits = model.forward(b, storage.views());
+      for (size_t i = 0; i < B; ++i) {
+        const auto row = logits.subspan(i * static_cast<size_t>(mc.n_vocab), static_cast<size_t>(mc.n_vocab));
+        const float m = max_logit(row, block_max);
+        toks[i] = m == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, block_max, m);
+        out[i].push_back(toks[i]);
+      }
+      continue;
+    }
+    const uint64_t t = model.forward_pick(b, storage.views(), step > 0);
+    if (step > 0) {
+      const auto p = model.picked(last);
+      for (size_t i = 0; i < B; ++i) out[i].push_back(p[i]);
+    }
+    last = t;
+  }
+  if (!host_picks && n_new > 0) {
+    const auto p = model.picked(last);
+    for (size_t i = 0; i < B; ++i) out[i].push_back(p[i]);
+  }
+  return out;
+}
+
+// stories260K: the reference greedy tokens through device picks, each prompt alone (decode passes
+// of 1) and the three batched (3), with f32 and f16 KV.
+TEST(CudaModel, DevicePicksGiveTheReferenceGreedyTokens) {
+  SKIP_WITHOUT_CUDA();
+  auto gpu = Model::load(test::shared_path("models/stories260K.gguf"), BackendOptions{DeviceKind::kCuda, 1});
+  const auto cases = reference_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  size_t n = SIZE_MAX;
+  for (const RefCase& rc : cases) n = std::min(n, rc.tokens.size());
+  for (KvDtype kv : {KvDtype::kF32, KvDtype::kF16}) {
+    SCOPED_TRACE(kv == KvDtype::kF32 ? "f32 KV" : "f16 KV");
+    std::vector<std::vector<TokenId>> prompts;
+    for (const RefCase& rc : cases) {
+      const auto got = pick_decode(*gpu, {rc.prompt_tokens}, static_cast<int32_t>(rc.tokens.size()), false, kv);
+      EXPECT_EQ(got[0], rc.tokens) << rc.prompt << " alone";
+      prompts.push_back(rc.prompt_tokens);
+    }
+    const auto got = pick_decode(*gpu, prompts, static_cast<int32_t>(n), false, kv);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(got[i], std::vector<TokenId>(cases[i].tokens.begin(), cases[i].tokens.begin() + static_cast<long>(n)))
+          << cases[i].prompt << " batched";
+    }
+  }
+}
+
+// A random llama (F16 and Q4_K weights, 4 layers): device picks give the host's picks over the same
+// logits, token for token, at 1 and 4 sequences, over 80 decode steps (eager, recorded, replayed).
+TEST(CudaModel, DevicePicksGiveTheHostPicks) {
+  SKIP_WITHOUT_CUDA();
+  const std::string dir = test::make_temp_dir("strata-cuda-picks");
+  auto vocab = GgufFile::open(test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf"));
+  for (GgmlType dtype : {GgmlType::kF16, GgmlType::kQ4_K}) {
+    SCOPED_TRACE(ggml_type_name(dtype));
+    RandomModelSpec spec;
+    spec.arch = "llama";
+    spec.n_layer = 4;
+    spec.n_embd = 256;
+    spec.n_head = 8;
+    spec.n_head_kv = 2;
+    spec.n_ff = 512;
+    spec.n_ctx = 512;
+    spec.dtype = dtype;
+    spec.seed = 17;
+    const std::string path = dir + "/m-" + std::string(ggml_type_name(dtype)) + ".gguf";
+    write_random_model(spec, *vocab, path);
+    auto gpu = Model::load(path, BackendOptions{DeviceKind::kCuda, 1});
+    std::mt19937 rng(9);
+    std::vector<std::vector<TokenId>> prompts(4);
+    for (auto& p : prompts) {
+      p.resize(5 + rng() % 20);
+      for (auto& t : p) t = static_cast<TokenId>(rng() % static_cast<unsigned>(gpu->config().n_vocab));
+    }
+    for (size_t b : {size_t{1}, size_t{4}}) {
+      const std::vector<std::vector<TokenId>> ps(prompts.begin(), prompts.begin() + static_cast<long>(b));
+      const auto want = pick_decode(*gpu, ps, 80, true);
+      const auto got = pick_decode(*gpu, ps, 80, false);
+      EXPECT_EQ(got, want) << b << " sequences";
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace strata

@@ -97,6 +97,106 @@ TEST(Forward, ReproducesTheReferenceGreedyContinuations) {
   EXPECT_EQ(cases, 3);
 }
 
+// Model::forward_pick, as `bench model` decodes: the prompts prefilled (all but their last token),
+// then each step's tokens picked by the model and fed to the next step before they are read back
+// (from_picks). The three reference prompts alone and batched (different positions per row) give
+// exactly the reference greedy tokens.
+std::vector<std::vector<TokenId>> decode_with_picks(Model& model, KvHarness& kv, const std::vector<std::vector<TokenId>>& prompts,
+                                                    int32_t n_new) {
+  std::vector<TestSeq> seqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& p = prompts[i];
+    const auto n = static_cast<int32_t>(p.size()) - 1;
+    kv.reserve(seqs[i], n);
+    ForwardBatch b;
+    b.seqs.push_back({std::span<const TokenId>(p).first(static_cast<size_t>(n)), 0, seqs[i].blocks, LogitsMode::kNone});
+    model.forward(b, kv.views());
+    seqs[i].n_tokens = n;
+  }
+  std::vector<std::vector<TokenId>> out(prompts.size());
+  std::vector<TokenId> placeholder(prompts.size(), -1);  // not read with from_picks
+  uint64_t last = 0;
+  for (int32_t step = 0; step <= n_new; ++step) {
+    if (step < n_new) {
+      ForwardBatch b;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        kv.reserve(seqs[i], 1);
+        const TokenId* t = step == 0 ? &prompts[i].back() : &placeholder[i];
+        b.seqs.push_back({std::span<const TokenId>(t, 1), seqs[i].n_tokens, seqs[i].blocks, LogitsMode::kLast});
+        seqs[i].n_tokens += 1;
+      }
+      const uint64_t ticket = model.forward_pick(b, kv.views(), step > 0);
+      if (step > 0) {
+        const auto p = model.picked(last);
+        EXPECT_EQ(p.size(), prompts.size());
+        for (size_t i = 0; i < prompts.size(); ++i) out[i].push_back(p[i]);
+      }
+      last = ticket;
+    } else {
+      const auto p = model.picked(last);
+      for (size_t i = 0; i < prompts.size(); ++i) out[i].push_back(p[i]);
+    }
+  }
+  for (TestSeq& s : seqs) kv.release(s);
+  return out;
+}
+
+TEST(Forward, PickedDecodeGivesTheReferenceGreedyContinuations) {
+  auto model = Model::load(test::shared_path("models/stories260K.gguf"), 2);
+  std::ifstream in(test::shared_path("reference/stories260K-greedy.jsonl"));
+  std::vector<std::vector<TokenId>> prompts, expected;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    prompts.push_back(j["prompt_tokens"].get<std::vector<TokenId>>());
+    expected.push_back(j["tokens"].get<std::vector<TokenId>>());
+  }
+  ASSERT_EQ(prompts.size(), 3u);
+  const auto n = static_cast<int32_t>(std::min({expected[0].size(), expected[1].size(), expected[2].size()}));
+  KvHarness kv(*model, KvDtype::kF32, 16, 96);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto got = decode_with_picks(*model, kv, {prompts[i]}, static_cast<int32_t>(expected[i].size()));
+    EXPECT_EQ(got[0], expected[i]) << "prompt " << i << " alone";
+  }
+  const auto got = decode_with_picks(*model, kv, prompts, n);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i], std::vector<TokenId>(expected[i].begin(), expected[i].begin() + n)) << "prompt " << i << " batched";
+  }
+}
+
+// Its preconditions are internal checks (the process stops with the reason).
+TEST(Forward, PickedDecodeRefusesWhatItCannotDo) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto model = Model::load(test::shared_path("models/stories260K.gguf"), 2);
+  KvHarness kv(*model, KvDtype::kF32, 16, 8);
+  TestSeq s;
+  kv.reserve(s, 8);
+  const std::vector<TokenId> two = {1, 2};
+  ForwardBatch b;
+  b.seqs.push_back({two, 0, s.blocks, LogitsMode::kLast});
+  EXPECT_DEATH(model->forward_pick(b, kv.views(), false), "every sequence takes one token");
+  b.seqs[0].tokens = std::span<const TokenId>(two).first(1);
+  EXPECT_DEATH(model->forward_pick(b, kv.views(), true), "1 sequences from a pick of 0");
+  b.seqs[0].logits = LogitsMode::kNone;
+  EXPECT_DEATH(model->forward_pick(b, kv.views(), false), "every sequence takes one token");
+  b.seqs[0].logits = LogitsMode::kLast;
+  EXPECT_DEATH(model->picked(0), "picked: ticket 0");
+  uint64_t first = 0;
+  for (int32_t i = 0; i < Backend::kPickTickets; ++i) {
+    b.seqs[0].start_pos = i;
+    const uint64_t t = model->forward_pick(b, kv.views(), i > 0);
+    if (i == 0) first = t;
+  }
+  EXPECT_EQ(model->picked(first).size(), 1u);  // the last kPickTickets tickets are readable
+  b.seqs[0].start_pos = Backend::kPickTickets;
+  model->forward_pick(b, kv.views(), true);
+  EXPECT_DEATH(model->picked(first), "picked: ticket 0");  // one more since: gone
+  ForwardBatch two_seqs = b;
+  two_seqs.seqs.push_back(b.seqs[0]);
+  EXPECT_DEATH(model->forward_pick(two_seqs, kv.views(), true), "2 sequences from a pick of 1");
+}
+
 float max_rel_err(std::span<const float> a, std::span<const float> b) {
   float scale = 0, err = 0;
   for (size_t i = 0; i < a.size(); ++i) {

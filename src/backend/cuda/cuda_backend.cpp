@@ -326,8 +326,27 @@ struct CudaBackend::Impl {
   // them where the recording put them.
   Mode mode = Mode::kEager;
   uint64_t graph_seq = 0;  // changes at every begin/end: memos never cross a pass boundary
-  uint8_t* arena_host = nullptr;
+  uint8_t* arena_host = nullptr;  // the half of arena_halves this pass stages into
   std::unique_ptr<CudaBuffer> arena_dev;
+  // The arena's host side in two halves, a pass in each in turn, so that a pass can be staged while
+  // the copy of the one before is still queued (a decode loop that enqueues step t + 1 before it
+  // reads step t's picks). A recorded pass's arrays go up in one copy before its graph launch (not
+  // in the graph: a graph would bake one half's address in); arena_read[i] follows the last copy
+  // that read half i.
+  uint8_t* arena_halves[2] = {nullptr, nullptr};
+  cudaEvent_t arena_read[2] = {nullptr, nullptr};
+  bool arena_read_pending[2] = {false, false};
+  int arena_half = 0;
+  // Greedy picks (greedy_pick, embed_picked, collect_picks, picks): the device's pick buffer (one
+  // address for every recording), the rows the last greedy_pick wrote, and kPickTickets pinned
+  // landing slots with their copies' events, a ticket's slot = ticket % kPickTickets.
+  static constexpr int64_t kMaxPickRows = 65536;
+  std::unique_ptr<CudaBuffer> picks_dev;
+  int64_t picks_rows = 0;
+  int32_t* picks_host = nullptr;
+  cudaEvent_t pick_copied[Backend::kPickTickets] = {};
+  int64_t pick_rows[Backend::kPickTickets] = {};
+  uint64_t pick_next = 0;
   size_t arena_cap = size_t{4} << 20, arena_off = 0;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs;
   std::unordered_set<uint64_t> seen;
@@ -335,17 +354,31 @@ struct CudaBackend::Impl {
   int32_t pad_blocks = 0;
   int32_t plan_ctx = 0;  // AttnBatch::plan_ctx of the recorded pass (decode_plan_ctx of its longest context)
   uint64_t mem_epoch = 0, graphs_epoch = 0;
-  cudaEvent_t replay_done = nullptr;
-  bool replay_pending = false;
   // STRATA_CUDA_REPLAY_TIMING=1: the GPU time of each graph launch (events around it) and the host
   // time between launches, printed at exit, so a decode step's host share (launch-to-launch minus
   // GPU time) can be read off a `bench model` run.
+  // A ring of event pairs: a launch may be queued behind the last one (enqueued ahead), so its
+  // events are read once they have completed, at the latest kSlots launches later.
   struct ReplayTiming {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    bool pending = false;
-    int64_t launches = 0, timed = 0;
+    static constexpr int kSlots = 4;
+    cudaEvent_t start[kSlots] = {}, stop[kSlots] = {};
+    int64_t launches = 0, timed = 0;  // launches so far; those whose GPU time is summed
     double gpu_ms = 0, between_ms = 0;
     std::chrono::steady_clock::time_point last{};
+    // Sums the GPU time of the launches not yet summed: every one when `all`, else those complete
+    // and at least the oldest when the ring is full.
+    void harvest(bool all) {
+      while (timed < launches) {
+        const int i = static_cast<int>(timed % kSlots);
+        const bool must = all || launches - timed >= kSlots;
+        if (!must && cudaEventQuery(stop[i]) != cudaSuccess) break;
+        STRATA_CUDA(cudaEventSynchronize(stop[i]));
+        float ms = 0;
+        STRATA_CUDA(cudaEventElapsedTime(&ms, start[i], stop[i]));
+        gpu_ms += ms;
+        ++timed;
+      }
+    }
   };
   std::unique_ptr<ReplayTiming> replay_timing;
   // The KV views the ops of a recorded or replayed pass took, chained in call order
@@ -432,7 +465,7 @@ struct CudaBackend::Impl {
       STRATA_CHECK(arena_off + need <= arena_cap, "graph argument arena overflow");
       std::memcpy(arena_host + arena_off, src, n);
       m.dev = arena_dev->data() + arena_off;
-      if (mode != Mode::kReplay) {
+      if (mode == Mode::kWarm) {  // recorded passes: one copy before the launch (end_replay)
         STRATA_CUDA(cudaMemcpyAsync(arena_dev->data() + arena_off, arena_host + arena_off, n, cudaMemcpyHostToDevice, stream));
       }
       arena_off += need;
@@ -515,11 +548,21 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // An explicit workspace: cuBLAS then allocates nothing while a graph is being recorded.
   m.cublas_workspace = std::make_unique<CudaBuffer>(uint64_t{64} << 20);
   STRATA_CUBLAS(blas.set_workspace(m.cublas, m.cublas_workspace->data(), m.cublas_workspace->bytes()));
-  void* h = nullptr;
-  STRATA_CUDA(cudaHostAlloc(&h, m.arena_cap, cudaHostAllocDefault));
-  m.arena_host = static_cast<uint8_t*>(h);
+  for (int i = 0; i < 2; ++i) {
+    void* h = nullptr;
+    STRATA_CUDA(cudaHostAlloc(&h, m.arena_cap, cudaHostAllocDefault));
+    m.arena_halves[i] = static_cast<uint8_t*>(h);
+    STRATA_CUDA(cudaEventCreateWithFlags(&m.arena_read[i], cudaEventDisableTiming));
+  }
+  m.arena_host = m.arena_halves[0];
   m.arena_dev = std::make_unique<CudaBuffer>(m.arena_cap);
-  STRATA_CUDA(cudaEventCreateWithFlags(&m.replay_done, cudaEventDisableTiming));
+  m.picks_dev = std::make_unique<CudaBuffer>(Impl::kMaxPickRows * sizeof(int32_t));
+  {
+    void* h = nullptr;
+    STRATA_CUDA(cudaHostAlloc(&h, Backend::kPickTickets * Impl::kMaxPickRows * sizeof(int32_t), cudaHostAllocDefault));
+    m.picks_host = static_cast<int32_t*>(h);
+  }
+  for (cudaEvent_t& e : m.pick_copied) STRATA_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   STRATA_CUDA(cudaEventCreateWithFlags(&m.imp_copied, cudaEventDisableTiming));
   // STRATA_CUDA_TRANSFER_STAGING=<bytes>: a smaller staging buffer (tests of the chunked path).
   uint64_t staging = kTransferStagingBytes;
@@ -550,8 +593,10 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   const char* rt = std::getenv("STRATA_CUDA_REPLAY_TIMING");
   if (rt != nullptr && std::string_view(rt) == "1") {
     m.replay_timing = std::make_unique<Impl::ReplayTiming>();
-    STRATA_CUDA(cudaEventCreate(&m.replay_timing->start));
-    STRATA_CUDA(cudaEventCreate(&m.replay_timing->stop));
+    for (int i = 0; i < Impl::ReplayTiming::kSlots; ++i) {
+      STRATA_CUDA(cudaEventCreate(&m.replay_timing->start[i]));
+      STRATA_CUDA(cudaEventCreate(&m.replay_timing->stop[i]));
+    }
   }
 }
 
@@ -560,12 +605,9 @@ CudaBackend::~CudaBackend() {
   (void)cudaStreamSynchronize(impl_->stream);
   if (impl_->profile) impl_->profile->print();
   if (auto& t = impl_->replay_timing) {
-    if (t->pending) {
-      float ms = 0;
-      if (cudaEventElapsedTime(&ms, t->start, t->stop) == cudaSuccess) {
-        t->gpu_ms += ms;
-        ++t->timed;
-      }
+    try {
+      t->harvest(true);
+    } catch (const std::exception&) {  // a failed device: report what was summed
     }
     if (t->timed > 0 && t->launches > 1) {
       const double gpu_us = 1e3 * t->gpu_ms / static_cast<double>(t->timed);
@@ -575,14 +617,22 @@ CudaBackend::~CudaBackend() {
                    "launch on the host (%.1f us of it not GPU time)\n",
                    static_cast<long long>(t->launches), gpu_us, between_us, between_us - gpu_us);
     }
-    (void)cudaEventDestroy(t->start);
-    (void)cudaEventDestroy(t->stop);
+    for (int i = 0; i < Impl::ReplayTiming::kSlots; ++i) {
+      (void)cudaEventDestroy(t->start[i]);
+      (void)cudaEventDestroy(t->stop[i]);
+    }
   }
   impl_->transfer.reset();
   impl_->drop_graphs();
-  if (impl_->replay_done) (void)cudaEventDestroy(impl_->replay_done);
+  for (int i = 0; i < 2; ++i) {
+    if (impl_->arena_read[i]) (void)cudaEventDestroy(impl_->arena_read[i]);
+    if (impl_->arena_halves[i]) (void)cudaFreeHost(impl_->arena_halves[i]);
+  }
+  for (cudaEvent_t e : impl_->pick_copied) {
+    if (e) (void)cudaEventDestroy(e);
+  }
+  if (impl_->picks_host) (void)cudaFreeHost(impl_->picks_host);
   if (impl_->imp_copied) (void)cudaEventDestroy(impl_->imp_copied);
-  if (impl_->arena_host) (void)cudaFreeHost(impl_->arena_host);
   if (impl_->pinned_results) (void)cudaFreeHost(impl_->pinned_results);
   if (impl_->imp_pinned) (void)cudaFreeHost(impl_->imp_pinned);
   impl_->owned.clear();
@@ -690,6 +740,62 @@ void CudaBackend::embed(const WeightMatrix& table, std::span<const TokenId> toke
                    ggml_type_name(table.type));
       impl_->timed("embed", [&] { cuda::dequantize_rows_f32(table, d, out.rows, out.data, impl_->stream); });
   }
+}
+
+void CudaBackend::greedy_pick(ActView logits) {
+  Impl& m = *impl_;
+  STRATA_CHECK(logits.rows <= Impl::kMaxPickRows, "greedy_pick of {} rows (at most {})", logits.rows, Impl::kMaxPickRows);
+  m.picks_rows = logits.rows;
+  if (logits.rows == 0 || m.replaying()) return;
+  m.timed("greedy_pick", [&] {
+    cuda::greedy_pick(logits.data, logits.rows, logits.cols, reinterpret_cast<int32_t*>(m.picks_dev->data()), m.stream);
+  });
+}
+
+void CudaBackend::embed_picked(const WeightMatrix& table, ActView out) {
+  Impl& m = *impl_;
+  STRATA_CHECK(out.cols == table.cols && out.rows <= m.picks_rows, "embed_picked of {} rows after a pick of {}", out.rows,
+               m.picks_rows);
+  if (out.rows == 0 || m.replaying()) return;
+  m.wrote(out.data, out.size());
+  const auto* d = reinterpret_cast<const int32_t*>(m.picks_dev->data());
+  switch (table.type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      m.timed("embed", [&] { cuda::embed_float_table(table, d, out.rows, out.data, m.stream); });
+      break;
+    default:
+      STRATA_CHECK(cuda::matmul_type_supported(table.type), "embedding table type {} not supported on CUDA",
+                   ggml_type_name(table.type));
+      m.timed("embed", [&] { cuda::dequantize_rows_f32(table, d, out.rows, out.data, m.stream); });
+  }
+}
+
+uint64_t CudaBackend::collect_picks(int64_t n) {
+  Impl& m = *impl_;
+  STRATA_CHECK(m.mode == Mode::kEager, "collect_picks inside a recorded pass");
+  STRATA_CHECK(n >= 0 && n <= m.picks_rows, "collect_picks of {} rows after a pick of {}", n, m.picks_rows);
+  const uint64_t ticket = m.pick_next++;
+  const int slot = static_cast<int>(ticket % kPickTickets);
+  // The slot's last copy (kPickTickets tickets ago) may still be queued.
+  STRATA_CUDA(cudaEventSynchronize(m.pick_copied[slot]));
+  if (n > 0) {
+    STRATA_CUDA(cudaMemcpyAsync(m.picks_host + slot * Impl::kMaxPickRows, m.picks_dev->data(),
+                                static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, m.stream));
+  }
+  STRATA_CUDA(cudaEventRecord(m.pick_copied[slot], m.stream));
+  m.pick_rows[slot] = n;
+  return ticket;
+}
+
+std::span<const TokenId> CudaBackend::picks(uint64_t ticket) {
+  Impl& m = *impl_;
+  STRATA_CHECK(ticket < m.pick_next && m.pick_next - ticket <= kPickTickets, "picks of ticket {} (the next is {})", ticket,
+               m.pick_next);
+  const int slot = static_cast<int>(ticket % kPickTickets);
+  STRATA_CUDA(cudaEventSynchronize(m.pick_copied[slot]));
+  return {m.picks_host + slot * Impl::kMaxPickRows, static_cast<size_t>(m.pick_rows[slot])};
 }
 
 namespace {
@@ -1553,10 +1659,14 @@ bool CudaBackend::begin_replay(const ReplayShape& shape) {
   const uint64_t key = shape.key ^ (static_cast<uint64_t>(plan_ctx) * 0x9E3779B97F4A7C15ull);
   const auto it = m.graphs.find(key);
   const bool first = it == m.graphs.end() && m.seen.insert(key).second;
-  if (m.replay_pending) {  // the last replay may still read the arena's host side
-    STRATA_CUDA(cudaEventSynchronize(m.replay_done));
-    m.replay_pending = false;
+  // The other half of the arena's host side: the last pass's copy may still be queued, and the
+  // one before it (which read this half) has been enqueued before that pass.
+  m.arena_half ^= 1;
+  if (m.arena_read_pending[m.arena_half]) {
+    STRATA_CUDA(cudaEventSynchronize(m.arena_read[m.arena_half]));
+    m.arena_read_pending[m.arena_half] = false;
   }
+  m.arena_host = m.arena_halves[m.arena_half];
   m.key = key;
   m.pad_blocks = shape.max_blocks;
   m.plan_ctx = plan_ctx;
@@ -1581,8 +1691,8 @@ void CudaBackend::end_replay() {
   if (m.mode == Mode::kWarm) {
     m.mode = Mode::kEager;
     ++m.graph_seq;
-    STRATA_CUDA(cudaEventRecord(m.replay_done, m.stream));  // its copies read the arena's host side
-    m.replay_pending = true;
+    STRATA_CUDA(cudaEventRecord(m.arena_read[m.arena_half], m.stream));  // its copies read the arena's host side
+    m.arena_read_pending[m.arena_half] = true;
     return;
   }
   if (m.capturing()) {
@@ -1603,27 +1713,26 @@ void CudaBackend::end_replay() {
   m.mode = Mode::kEager;
   ++m.graph_seq;
   Impl::ReplayTiming* t = m.replay_timing.get();
+  int slot = 0;
   if (t != nullptr) {
-    if (t->pending) {  // the last launch: finished by now (its logits were copied)
-      STRATA_CUDA(cudaEventSynchronize(t->stop));
-      float ms = 0;
-      STRATA_CUDA(cudaEventElapsedTime(&ms, t->start, t->stop));
-      t->gpu_ms += ms;
-      ++t->timed;
-    }
+    t->harvest(false);
     const auto now = std::chrono::steady_clock::now();
     if (t->launches > 0) t->between_ms += std::chrono::duration<double, std::milli>(now - t->last).count();
     t->last = now;
-    ++t->launches;
-    STRATA_CUDA(cudaEventRecord(t->start, m.stream));
+    slot = static_cast<int>(t->launches % Impl::ReplayTiming::kSlots);
+    STRATA_CUDA(cudaEventRecord(t->start[slot], m.stream));
   }
+  // The pass's arrays, staged into this half of the arena, go up in one copy ahead of the graph.
+  if (m.arena_off > 0) {
+    STRATA_CUDA(cudaMemcpyAsync(m.arena_dev->data(), m.arena_host, m.arena_off, cudaMemcpyHostToDevice, m.stream));
+  }
+  STRATA_CUDA(cudaEventRecord(m.arena_read[m.arena_half], m.stream));
+  m.arena_read_pending[m.arena_half] = true;
   STRATA_CUDA(cudaGraphLaunch(m.graphs.at(m.key), m.stream));
   if (t != nullptr) {
-    STRATA_CUDA(cudaEventRecord(t->stop, m.stream));
-    t->pending = true;
+    STRATA_CUDA(cudaEventRecord(t->stop[slot], m.stream));
+    ++t->launches;
   }
-  STRATA_CUDA(cudaEventRecord(m.replay_done, m.stream));
-  m.replay_pending = true;
 }
 
 double CudaBackend::measure_read_bandwidth_gbs(uint64_t bytes, int reps) {

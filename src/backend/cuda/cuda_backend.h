@@ -108,6 +108,11 @@ class CudaBackend final : public Backend {
   TransferStats transfer_stats() override;
   double measure_transfer_bandwidth_gbs(bool to_device, uint64_t bytes, int reps) override;
   std::optional<uint64_t> free_memory_bytes() override;
+  bool supports_device_picks() const override { return true; }
+  void greedy_pick(ActView logits) override;
+  void embed_picked(const WeightMatrix& table, ActView out) override;
+  uint64_t collect_picks(int64_t n) override;
+  std::span<const TokenId> picks(uint64_t ticket) override;
   float* host_result_buffer(size_t n) override;
   bool begin_replay(const ReplayShape& shape) override;
   void end_replay() override;

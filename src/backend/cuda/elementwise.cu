@@ -232,6 +232,94 @@ __global__ void gather_rows_kernel(const float* src, int64_t cols, const int32_t
   }
 }
 
+// Whether (v, i) precedes (bv, bi) in the greedy order: the larger value, then the lower index
+// (NaN never precedes: its comparisons are false).
+__device__ __forceinline__ bool pick_before(float v, int32_t i, float bv, int32_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+// One block per row, each thread over its columns, then the block reduces; every comparison by
+// pick_before, so the order the values are seen in does not matter. A thread's loads are issued
+// 8 at a time (one pass over 32k logits is then ~1 round trip per thread, not ~31 in a row).
+// 0 when every value is -inf or NaN.
+__global__ void __launch_bounds__(1024) greedy_pick_kernel(const float* __restrict__ x, int64_t cols,
+                                                           int32_t* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
+  constexpr int U = 8;
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * cols;
+  float best = -INFINITY;
+  int32_t at = INT32_MAX;
+  auto see = [&](float v, int64_t c) {
+    if (pick_before(v, static_cast<int32_t>(c), best, at)) {
+      best = v;
+      at = static_cast<int32_t>(c);
+    }
+  };
+  const int64_t nt = blockDim.x;
+  if ((cols & 3) == 0) {  // rows 16-byte aligned: float4 loads
+    const auto* r4 = reinterpret_cast<const float4*>(row);
+    const int64_t n4 = cols / 4;
+    for (int64_t base = threadIdx.x; base < n4; base += U * nt) {
+      float4 v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t j = base + u * nt;
+        v[u] = j < n4 ? r4[j] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = 4 * (base + u * nt);
+        see(v[u].x, c);
+        see(v[u].y, c + 1);
+        see(v[u].z, c + 2);
+        see(v[u].w, c + 3);
+      }
+    }
+  } else {
+    for (int64_t base = threadIdx.x; base < cols; base += U * nt) {
+      float v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = base + u * nt;
+        v[u] = c < cols ? row[c] : -INFINITY;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) see(v[u], base + u * nt);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (pick_before(v, i, best, at)) {
+      best = v;
+      at = i;
+    }
+  }
+  __shared__ float bvals[32];
+  __shared__ int32_t bidx[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) {
+    bvals[warp] = best;
+    bidx[warp] = at;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  best = lane < nw ? bvals[lane] : -INFINITY;
+  at = lane < nw ? bidx[lane] : INT32_MAX;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (pick_before(v, i, best, at)) {
+      best = v;
+      at = i;
+    }
+  }
+  if (lane == 0) out[blockIdx.x] = best == -INFINITY ? 0 : at;
+}
+
 __global__ void read_probe_kernel(const float4* data, int64_t n4, float* sink) {
   float acc = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n4; i += int64_t{gridDim.x} * blockDim.x) {
@@ -329,6 +417,11 @@ void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n,
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(n));
   launch_pdl(gather_rows_kernel, grid, dim3(kThreads), 0, s, src, cols, rows, dst);
+}
+
+void greedy_pick(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s) {
+  if (rows == 0) return;
+  launch_pdl(greedy_pick_kernel, dim3(static_cast<unsigned>(rows)), dim3(1024), 0, s, x, cols, out);
 }
 
 void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s) {
