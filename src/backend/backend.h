@@ -494,9 +494,10 @@ class Backend {
   // A backend that supports them picks each logit row's token where the logits are, and the next
   // pass can embed those tokens from there, so a decode loop enqueues step t + 1 before it reads
   // step t's tokens back (Model::forward_pick). The pick is max_logit + argmax_index's
-  // (sample/logit_kernels.h): the lowest index of the largest value, NaN never the largest, 0 when
-  // every value is -inf or NaN. Backends without them (the CPU: the logits are in host memory
-  // already) return false, and the model picks on the host.
+  // (sample/logit_kernels.h): the lowest index of the largest value, NaN never the largest; -1 when
+  // that value is not finite (every value -inf or NaN, or a +inf: the sampler's "no token can be
+  // sampled"), which embed_picked embeds as token 0. Backends without them (the CPU: the logits are
+  // in host memory already) return false, and the model picks on the host.
   virtual bool supports_device_picks() const { return false; }
   // The pick of each row of `logits` into the backend's pick buffer, rows [0, logits.rows). An op
   // of the pass (recorded and replayed with it).

@@ -224,13 +224,13 @@ int run_bench_model(const BenchModelOptions& o) {
       const uint64_t ticket = model->forward_pick(b, kv.views(), step > 0);
       if (step > 0) {
         const std::span<const TokenId> p = model->picked(last);
-        std::copy(p.begin(), p.end(), toks.begin());
+        for (size_t s = 0; s < p.size(); ++s) toks[s] = std::max(p[s], 0);  // -1 (no finite logit): 0
       }
       last = ticket;
     }
     if (!host_picks && o.tg > 0) {
       const std::span<const TokenId> p = model->picked(last);
-      std::copy(p.begin(), p.end(), toks.begin());
+      for (size_t s = 0; s < p.size(); ++s) toks[s] = std::max(p[s], 0);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const Communicator::Stats c1 = model->collective_stats();

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -67,6 +69,7 @@ void RequestHandle::detach() {
 
 Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& cfg)
     : model_(model), tokenizer_(tokenizer), cfg_(cfg) {
+  if (const char* e = std::getenv("STRATA_ENGINE_DEVICE_PICKS")) device_picks_enabled_ = std::string_view(e) != "0";
   const ModelConfig& mc = model.config();
   n_ctx_ = cfg.n_ctx > 0 ? std::min(cfg.n_ctx, mc.n_ctx_train) : mc.n_ctx_train;
   // Under tensor parallelism a rank's KV heads; the storage holds every rank's arenas.
@@ -480,10 +483,26 @@ void Engine::handle_lost_kv(SchedulerOutput& out, std::span<const SeqId> lost) {
 void Engine::sample_and_emit(SeqId id, std::span<const float> logits) {
   Sequence& s = sched_->seq(id);
   SeqRuntime& rt = runtimes_.at(id);
-  RequestState& rs = requests_.at(s.request);
   row_.assign(logits.begin(), logits.end());
   const std::span<const TokenId> all(s.tokens);
-  const SampleResult r = rt.sampler->sample(row_, all.first(static_cast<size_t>(s.n_prompt)), all.subspan(static_cast<size_t>(s.n_prompt)));
+  emit_sample(id, rt.sampler->sample(row_, all.first(static_cast<size_t>(s.n_prompt)), all.subspan(static_cast<size_t>(s.n_prompt))));
+}
+
+bool Engine::picks_on_device(const SchedulerOutput& out) const {
+  if (!device_picks_enabled_ || out.seqs.empty() || !model_.picks_on_device()) return false;
+  for (const ScheduledSeq& sc : out.seqs) {
+    if (sc.n_new != 1 || !sc.logits || sc.importance != nullptr || sc.query != nullptr) return false;
+    if (sched_->seq(sc.id).n_fork_children > 0) return false;
+    const auto it = runtimes_.find(sc.id);
+    if (it == runtimes_.end() || !it->second.sampler->picks_greedily()) return false;
+  }
+  return true;
+}
+
+void Engine::emit_sample(SeqId id, const SampleResult& r) {
+  Sequence& s = sched_->seq(id);
+  SeqRuntime& rt = runtimes_.at(id);
+  RequestState& rs = requests_.at(s.request);
   const SamplingParams& p = rs.request.params;
   const bool eog = !p.ignore_eos && tokenizer_.is_eog(r.token);
   const bool stop_token = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token) != p.stop_token_ids.end();
@@ -536,8 +555,14 @@ bool Engine::step() {
   batched_steps_ += out.seqs.size() > 1;
   const Clock::time_point t1 = Clock::now();
   std::span<const float> logits;
+  const bool device_picks = picks_on_device(out);
   try {
-    logits = runner_->forward(model_, out);
+    if (device_picks) {  // no logits to the host: the tokens (waited for here, so t2 is the pass's end)
+      const std::span<const TokenId> t = model_.picked(runner_->forward_pick(model_, out));
+      picked_.assign(t.begin(), t.end());
+    } else {
+      logits = runner_->forward(model_, out);
+    }
   } catch (const std::exception& e) {
     fail_engine(e.what());
     return true;
@@ -554,6 +579,19 @@ bool Engine::step() {
     // finished also sees the step that finished it on /metrics.
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.steps;
+  }
+  if (device_picks) {
+    for (size_t i = 0; i < out.seqs.size(); ++i) {
+      const SeqId id = out.seqs[i].id;
+      if (picked_[i] < 0) {  // the sampler's refusal (it would have stopped the process)
+        fail_request(sched_->seq(id).request, "no token can be sampled: the largest logit is not finite (a model fault)");
+        continue;
+      }
+      SampleResult r;
+      r.token = picked_[i];
+      emit_sample(id, r);
+    }
+    return true;
   }
   const size_t V = static_cast<size_t>(model_.config().n_vocab);
   size_t row = 0;

@@ -178,6 +178,15 @@ class Engine {
   // preempted, resumed or moved KV. False means the work that waits cannot be scheduled now.
   bool step();
   void sample_and_emit(SeqId id, std::span<const float> logits);
+  // The sampled token's consequences: the stop checks, the token appended and streamed.
+  void emit_sample(SeqId id, const SampleResult& r);
+  // Whether this step's tokens may be picked on the device (Model::forward_pick) instead of
+  // sampled from copied logits: a device that picks, every sequence one new token with logits and
+  // a sampler that picks greedily (Sampler::picks_greedily), no forks, importance or query.
+  // STRATA_ENGINE_DEVICE_PICKS=0 turns it off (an A/B switch).
+  bool picks_on_device(const SchedulerOutput& out) const;
+  bool device_picks_enabled_ = true;
+  std::vector<TokenId> picked_;  // this step's device picks
   void finish_seq(SeqId id, FinishReason reason);
   // Ends a request with kError (then kFinish "abort" per sample and kDone).
   void fail_request(RequestId id, const std::string& message);

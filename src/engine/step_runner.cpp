@@ -48,4 +48,8 @@ std::span<const float> StepRunner::forward(Model& model, const SchedulerOutput& 
   return model.forward(batch(out), storage_.views());
 }
 
+uint64_t StepRunner::forward_pick(Model& model, const SchedulerOutput& out) {
+  return model.forward_pick(batch(out), storage_.views(), false);
+}
+
 }  // namespace strata

@@ -49,6 +49,9 @@ class StepRunner {
 
   // forward(batch(out)) over the storage's views.
   std::span<const float> forward(Model& model, const SchedulerOutput& out);
+  // forward_pick(batch(out)) over the storage's views (Model::forward_pick: a decode step whose
+  // tokens are picked greedily where the logits are); the ticket for Model::picked.
+  uint64_t forward_pick(Model& model, const SchedulerOutput& out);
 
   // After the forward pass: advances the sequences and commits their KV (Scheduler::on_step_done),
   // then starts the re-encodes those commits planned (KvStorage::start_reencodes) on the storage's

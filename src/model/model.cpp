@@ -315,7 +315,7 @@ uint64_t Model::forward_pick(const ForwardBatch& batch, std::span<const KvLayerV
   STRATA_CHECK(!from_picks || n <= last_pick_rows_, "forward_pick: {} sequences from a pick of {}", n, last_pick_rows_);
   const uint64_t ticket = pick_next_;
   PickTicket& t = pick_tickets_[ticket % Backend::kPickTickets];
-  const bool device = ranks_.empty() && shard_ == nullptr && backend_->supports_device_picks();
+  const bool device = picks_on_device();
   if (device && (!from_picks || last_pick_device_)) {
     forward_impl(batch, kv_layers, {true, from_picks});
     t.device = true;
@@ -327,7 +327,8 @@ uint64_t Model::forward_pick(const ForwardBatch& batch, std::span<const KvLayerV
     ForwardBatch with_tokens;
     if (from_picks) {
       const std::span<const TokenId> last = picked(pick_next_ - 1);
-      pick_tokens_.assign(last.begin(), last.begin() + n);
+      pick_tokens_.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) pick_tokens_[static_cast<size_t>(i)] = std::max(last[static_cast<size_t>(i)], 0);  // -1: 0
       with_tokens = batch;
       for (int64_t i = 0; i < n; ++i) with_tokens.seqs[static_cast<size_t>(i)].tokens = {&pick_tokens_[static_cast<size_t>(i)], 1};
       run = &with_tokens;
@@ -341,7 +342,7 @@ uint64_t Model::forward_pick(const ForwardBatch& batch, std::span<const KvLayerV
     for (int64_t i = 0; i < n; ++i) {
       const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * V, V);
       const float max = max_logit(row, pick_block_max_);
-      t.host[static_cast<size_t>(i)] = max == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, pick_block_max_, max);
+      t.host[static_cast<size_t>(i)] = std::isfinite(max) ? argmax_index(row, pick_block_max_, max) : -1;
     }
   }
   last_pick_device_ = t.device;

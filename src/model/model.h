@@ -82,13 +82,17 @@ class Model {
   // sample/logit_kernels.h's max_logit + argmax_index) where its logits are: on a backend with
   // device picks the pass ends in Backend::greedy_pick and returns at once, without waiting for the
   // device; elsewhere forward() runs and the model picks on the host. Returns a ticket: picked(t)
-  // waits for the pass and gives one token per sequence, in batch order.
+  // waits for the pass and gives one token per sequence, in batch order, -1 where the largest logit
+  // is not finite (the sampler's "no token can be sampled"; from_picks embeds it as token 0).
   // from_picks: sequence i's token is token i of the last forward_pick (its `tokens` span holds
   // one placeholder, not read), which on a device need not have reached the host: a decode loop
   // enqueues step t + 1 before it reads step t's tokens.
   // Preconditions: every sequence has one token and LogitsMode::kLast, asks for no importance and
   // no query; with from_picks, no more sequences than the last forward_pick had.
   uint64_t forward_pick(const ForwardBatch& batch, std::span<const KvLayerView> kv_layers, bool from_picks);
+  // Whether forward_pick picks on the device (no logits copied to the host): a backend with device
+  // picks, no tensor parallelism.
+  bool picks_on_device() const { return ranks_.empty() && shard_ == nullptr && backend_ && backend_->supports_device_picks(); }
   // The tokens of a ticket of forward_pick, valid until the next forward_pick; the last
   // Backend::kPickTickets tickets can be read (an older one: an error).
   std::span<const TokenId> picked(uint64_t ticket);

@@ -70,6 +70,13 @@ class Sampler {
   SampleResult sample(std::span<float> logits, std::span<const TokenId> prompt_tokens,
                       std::span<const TokenId> generated_tokens);
 
+  // Whether sample() is the plain greedy pick of the logits as given: greedy, no logit bias, no
+  // penalties, no logprobs. Then a caller may take Model::forward_pick's token instead (the same
+  // max_logit + argmax_index, on the device), -1 being what sample() refuses.
+  bool picks_greedily() const {
+    return params_.is_greedy() && bias_.empty() && !use_repetition_ && !use_presence_frequency_ && !params_.logprobs;
+  }
+
   // The seed in use: params.seed, or the random one drawn at construction (to report back, so a
   // request can be replayed).
   uint64_t seed() const { return seed_; }

@@ -553,8 +553,9 @@ TEST_P(BackendOps, EmbedEveryTableType) {
 }
 
 // Greedy picks on the device (Backend::greedy_pick): the host sampler's pick (max_logit +
-// argmax_index: the lowest index of the largest value, NaN never, 0 when every value is -inf or
-// NaN) on rows with ties, NaNs, infinities and signed zeros; embed_picked embeds those tokens.
+// argmax_index: the lowest index of the largest value, NaN never; -1 when that value is not finite,
+// where the sampler refuses) on rows with ties, NaNs, infinities and signed zeros; embed_picked
+// embeds those tokens (-1 as 0).
 void check_device_picks(Backend& be, int64_t cols, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << cols << " columns");
   const int64_t rows = 8;
@@ -563,11 +564,11 @@ void check_device_picks(Backend& be, int64_t cols, std::mt19937& rng) {
   auto row = [&](int64_t r) { return x.data() + r * cols; };
   row(0)[5] = 3.0f, row(0)[300] = 3.0f;                   // a tie: the lower index
   row(1)[0] = nan, row(1)[17] = nan, row(1)[999] = 2.5f;  // NaNs never win
-  std::fill(row(2), row(2) + cols, -inf);                 // every value -inf: 0
-  std::fill(row(3), row(3) + cols, nan);                  // every value NaN: 0
+  std::fill(row(2), row(2) + cols, -inf);                 // every value -inf: -1
+  std::fill(row(3), row(3) + cols, nan);                  // every value NaN: -1
   std::fill(row(4), row(4) + cols, -1.0f);
   row(4)[3] = -0.0f, row(4)[1] = 0.0f, row(4)[2] = nan;   // +0 and -0 tie
-  row(5)[900] = inf, row(5)[777] = inf, row(5)[778] = nan;  // +inf, twice
+  row(5)[900] = inf, row(5)[777] = inf, row(5)[778] = nan;  // +inf, twice: -1 (not finite)
   row(6)[cols - 1] = 9.0f;                                // the last column
   std::fill(row(7), row(7) + cols, -inf);
   row(7)[cols / 2] = nan, row(7)[cols - 2] = -1e30f;      // one finite value
@@ -576,9 +577,9 @@ void check_device_picks(Backend& be, int64_t cols, std::mt19937& rng) {
   for (int64_t r = 0; r < rows; ++r) {
     const std::span<const float> v(row(r), static_cast<size_t>(cols));
     const float m = max_logit(v, block_max);
-    want[static_cast<size_t>(r)] = m == -inf ? 0 : argmax_index(v, block_max, m);
+    want[static_cast<size_t>(r)] = std::isfinite(m) ? argmax_index(v, block_max, m) : -1;
   }
-  EXPECT_EQ(want, (std::vector<TokenId>{5, 999, 0, 0, 1, 777, static_cast<TokenId>(cols - 1), static_cast<TokenId>(cols - 2)}));
+  EXPECT_EQ(want, (std::vector<TokenId>{5, 999, -1, -1, 1, -1, static_cast<TokenId>(cols - 1), static_cast<TokenId>(cols - 2)}));
   const DevArray logits = alloc(be, rows, cols);
   be.copy_to_device(logits.view.data, x.data(), x.size() * sizeof(float));
   be.greedy_pick(logits.view);
@@ -586,13 +587,15 @@ void check_device_picks(Backend& be, int64_t cols, std::mt19937& rng) {
   const auto got = be.picks(t);
   EXPECT_EQ(std::vector<TokenId>(got.begin(), got.end()), want);
 
-  // embed_picked = embed of the same tokens (its first rows only, too).
+  // embed_picked = embed of the same tokens, -1 as 0 (its first rows only, too).
   const auto m = random_matrix(GgmlType::kF16, cols, 64, rng);
   const WeightMatrix w = be.upload_matrix(m.w);
+  std::vector<TokenId> embedded(want.size());
+  for (size_t i = 0; i < want.size(); ++i) embedded[i] = std::max(want[i], 0);
   for (int64_t n : {rows, int64_t{3}}) {
     const DevArray a = alloc(be, n, 64), b = alloc(be, n, 64);
     be.embed_picked(w, a.view);
-    be.embed(w, std::span<const TokenId>(want).first(static_cast<size_t>(n)), b.view);
+    be.embed(w, std::span<const TokenId>(embedded).first(static_cast<size_t>(n)), b.view);
     EXPECT_EQ(download(be, a.view), download(be, b.view)) << n << " rows";
   }
   // The last kPickTickets tickets stay readable, each with its own rows.

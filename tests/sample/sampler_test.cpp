@@ -134,6 +134,29 @@ TEST(Sampler, GreedySkipsNaNAndMinusInfinity) {
   EXPECT_EQ(sample_once(s, logits), 3);
 }
 
+// picks_greedily: whether sample() is the plain pick of the logits as given (the engine then takes
+// the device's pick instead): greedy with nothing that changes the logits or needs them after.
+TEST(Sampler, PicksGreedilyOnlyWhenNothingButTheArgmaxIsAsked) {
+  EXPECT_TRUE(Sampler(params_with(0.0f), 10).picks_greedily());
+  EXPECT_FALSE(Sampler(params_with(0.7f), 10).picks_greedily());
+  SamplingParams p = params_with(0.0f);
+  p.logprobs = true;
+  EXPECT_FALSE(Sampler(p, 10).picks_greedily());
+  p = params_with(0.0f);
+  p.logit_bias[3] = 1.0f;
+  EXPECT_FALSE(Sampler(p, 10).picks_greedily());
+  p = params_with(0.0f);
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(p, 10).picks_greedily());
+  p = params_with(0.0f);
+  p.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(p, 10).picks_greedily());
+  p = params_with(0.0f);
+  p.top_k = 5;  // truncation does not change the argmax
+  p.top_p = 0.5f;
+  EXPECT_TRUE(Sampler(p, 10).picks_greedily());
+}
+
 TEST(Sampler, TemperatureGoingToZeroConvergesToGreedy) {
   const std::vector<float> logits = random_logits(300, 7);
   const auto argmax = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());

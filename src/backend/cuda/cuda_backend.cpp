@@ -341,7 +341,7 @@ struct CudaBackend::Impl {
   // address for every recording), the rows the last greedy_pick wrote, and kPickTickets pinned
   // landing slots with their copies' events, a ticket's slot = ticket % kPickTickets.
   static constexpr int64_t kMaxPickRows = 65536;
-  std::unique_ptr<CudaBuffer> picks_dev;
+  std::unique_ptr<CudaBuffer> picks_dev;  // [2][kMaxPickRows]: the picks (-1: none), then what embed_picked reads
   int64_t picks_rows = 0;
   int32_t* picks_host = nullptr;
   cudaEvent_t pick_copied[Backend::kPickTickets] = {};
@@ -556,7 +556,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   m.arena_host = m.arena_halves[0];
   m.arena_dev = std::make_unique<CudaBuffer>(m.arena_cap);
-  m.picks_dev = std::make_unique<CudaBuffer>(Impl::kMaxPickRows * sizeof(int32_t));
+  m.picks_dev = std::make_unique<CudaBuffer>(2 * Impl::kMaxPickRows * sizeof(int32_t));
   {
     void* h = nullptr;
     STRATA_CUDA(cudaHostAlloc(&h, Backend::kPickTickets * Impl::kMaxPickRows * sizeof(int32_t), cudaHostAllocDefault));
@@ -748,7 +748,8 @@ void CudaBackend::greedy_pick(ActView logits) {
   m.picks_rows = logits.rows;
   if (logits.rows == 0 || m.replaying()) return;
   m.timed("greedy_pick", [&] {
-    cuda::greedy_pick(logits.data, logits.rows, logits.cols, reinterpret_cast<int32_t*>(m.picks_dev->data()), m.stream);
+    auto* picks = reinterpret_cast<int32_t*>(m.picks_dev->data());
+    cuda::greedy_pick(logits.data, logits.rows, logits.cols, picks, picks + Impl::kMaxPickRows, m.stream);
   });
 }
 
@@ -758,7 +759,7 @@ void CudaBackend::embed_picked(const WeightMatrix& table, ActView out) {
                m.picks_rows);
   if (out.rows == 0 || m.replaying()) return;
   m.wrote(out.data, out.size());
-  const auto* d = reinterpret_cast<const int32_t*>(m.picks_dev->data());
+  const auto* d = reinterpret_cast<const int32_t*>(m.picks_dev->data()) + Impl::kMaxPickRows;  // -1 as 0
   switch (table.type) {
     case GgmlType::kF32:
     case GgmlType::kF16:

@@ -238,12 +238,26 @@ __device__ __forceinline__ bool pick_before(float v, int32_t i, float bv, int32_
   return v > bv || (v == bv && i < bi);
 }
 
+// The first of a warp's (best, at) pairs in the greedy order, in every lane.
+__device__ __forceinline__ void warp_pick(float& best, int32_t& at) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (pick_before(v, i, best, at)) {
+      best = v;
+      at = i;
+    }
+  }
+}
+
 // One block per row, each thread over its columns, then the block reduces; every comparison by
 // pick_before, so the order the values are seen in does not matter. A thread's loads are issued
 // 8 at a time (one pass over 32k logits is then ~1 round trip per thread, not ~31 in a row).
-// 0 when every value is -inf or NaN.
+// out[r]: the pick, -1 when the largest value is not finite (every value NaN or -inf, or a +inf);
+// embed[r]: the same with 0 for -1 (a token the next pass can embed).
 __global__ void __launch_bounds__(1024) greedy_pick_kernel(const float* __restrict__ x, int64_t cols,
-                                                           int32_t* __restrict__ out) {
+                                                           int32_t* __restrict__ out, int32_t* __restrict__ embed) {
   pdl_wait();
   pdl_trigger();
   constexpr int U = 8;
@@ -288,15 +302,7 @@ __global__ void __launch_bounds__(1024) greedy_pick_kernel(const float* __restri
       for (int u = 0; u < U; ++u) see(v[u], base + u * nt);
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
-    if (pick_before(v, i, best, at)) {
-      best = v;
-      at = i;
-    }
-  }
+  warp_pick(best, at);
   __shared__ float bvals[32];
   __shared__ int32_t bidx[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -308,16 +314,12 @@ __global__ void __launch_bounds__(1024) greedy_pick_kernel(const float* __restri
   if (warp != 0) return;
   best = lane < nw ? bvals[lane] : -INFINITY;
   at = lane < nw ? bidx[lane] : INT32_MAX;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, o);
-    const int32_t i = __shfl_xor_sync(0xffffffffu, at, o);
-    if (pick_before(v, i, best, at)) {
-      best = v;
-      at = i;
-    }
+  warp_pick(best, at);
+  if (lane == 0) {
+    const bool finite = best > -INFINITY && best < INFINITY;
+    out[blockIdx.x] = finite ? at : -1;
+    embed[blockIdx.x] = finite ? at : 0;
   }
-  if (lane == 0) out[blockIdx.x] = best == -INFINITY ? 0 : at;
 }
 
 __global__ void read_probe_kernel(const float4* data, int64_t n4, float* sink) {
@@ -419,9 +421,9 @@ void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n,
   launch_pdl(gather_rows_kernel, grid, dim3(kThreads), 0, s, src, cols, rows, dst);
 }
 
-void greedy_pick(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s) {
+void greedy_pick(const float* x, int64_t rows, int64_t cols, int32_t* out, int32_t* embed, cudaStream_t s) {
   if (rows == 0) return;
-  launch_pdl(greedy_pick_kernel, dim3(static_cast<unsigned>(rows)), dim3(1024), 0, s, x, cols, out);
+  launch_pdl(greedy_pick_kernel, dim3(static_cast<unsigned>(rows)), dim3(1024), 0, s, x, cols, out, embed);
 }
 
 void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s) {

@@ -47,9 +47,10 @@ void rope_kv_store(float* q, float* k, const float* v, const int32_t* pos, int64
 void add(float* y, const float* x, int64_t n, cudaStream_t s);
 void add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
 void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s);
-// out[r] = the lowest index of the largest value of row r of x [rows][cols] (NaN never the largest;
-// 0 when every value is -inf or NaN): the host's max_logit + argmax_index (sample/logit_kernels.h).
-void greedy_pick(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s);
+// out[r] = the lowest index of the largest value of row r of x [rows][cols] (NaN never the largest):
+// the host's max_logit + argmax_index (sample/logit_kernels.h); -1 when that value is not finite
+// (every value -inf or NaN, or a +inf). embed[r]: the same with 0 for -1.
+void greedy_pick(const float* x, int64_t rows, int64_t cols, int32_t* out, int32_t* embed, cudaStream_t s);
 // Fills n floats of a read-bandwidth probe with a reduction (the result is written to *sink).
 void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s);
 
