@@ -213,9 +213,8 @@ int run_bench_model(const BenchModelOptions& o) {
       if (host_picks) {
         auto logits = model->forward(b, kv.views());
         for (int32_t s = 0; s < o.batch; ++s) {
-          auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
-          const float max = max_logit(row, block_max);
-          toks[static_cast<size_t>(s)] = max == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, block_max, max);
+          const auto row = logits.subspan(static_cast<size_t>(s) * mc.n_vocab, mc.n_vocab);
+          toks[static_cast<size_t>(s)] = std::max(greedy_token(row, block_max), 0);  // -1 (no finite logit): 0
         }
         continue;
       }

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
-#include <limits>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -339,11 +338,7 @@ uint64_t Model::forward_pick(const ForwardBatch& batch, std::span<const KvLayerV
     pick_block_max_.resize(logit_blocks(V));
     t.device = false;
     t.host.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * V, V);
-      const float max = max_logit(row, pick_block_max_);
-      t.host[static_cast<size_t>(i)] = std::isfinite(max) ? argmax_index(row, pick_block_max_, max) : -1;
-    }
+    for (int64_t i = 0; i < n; ++i) t.host[static_cast<size_t>(i)] = greedy_token(logits.subspan(static_cast<size_t>(i) * V, V), pick_block_max_);
   }
   last_pick_device_ = t.device;
   last_pick_rows_ = n;

@@ -1,6 +1,7 @@
 #include "sample/logit_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/check.h"
@@ -86,6 +87,11 @@ TokenId argmax_index(std::span<const float> x, std::span<const float> block_max,
       if (x[i] == max) return static_cast<TokenId>(i);
   }
   STRATA_CHECK(false, "argmax_index: {} does not occur in the logits", max);
+}
+
+TokenId greedy_token(std::span<const float> x, std::span<float> block_max) {
+  const float max = max_logit(x, block_max);
+  return std::isfinite(max) ? argmax_index(x, block_max, max) : -1;
 }
 
 STRATA_VOCAB_LOOP double exp_sum(std::span<const float> x, float shift, float scale, std::span<double> block_sum) {

@@ -53,6 +53,11 @@ float max_logit(std::span<const float> x, std::span<float> block_max);
 // Precondition: max occurs in x.
 TokenId argmax_index(std::span<const float> x, std::span<const float> block_max, float max);
 
+// The greedy pick of x: argmax_index of max_logit, or -1 when the largest value is not finite (every
+// value -inf or NaN, or a +inf: what Sampler refuses). The rule Backend::greedy_pick follows on a
+// device. Precondition: block_max.size() == logit_blocks(x.size()).
+TokenId greedy_token(std::span<const float> x, std::span<float> block_max);
+
 // Sum over i of exp_approx((x[i] - shift) * scale), terms whose argument is below kExpMinArg (or
 // NaN) counting 0; block_sum[b] receives block b's part. Returns the total, summed in double.
 // Preconditions: block_sum.size() == logit_blocks(x.size()); (x[i] - shift) * scale <= 88.

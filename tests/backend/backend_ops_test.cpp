@@ -574,11 +574,7 @@ void check_device_picks(Backend& be, int64_t cols, std::mt19937& rng) {
   row(7)[cols / 2] = nan, row(7)[cols - 2] = -1e30f;      // one finite value
   std::vector<TokenId> want(static_cast<size_t>(rows));
   std::vector<float> block_max(logit_blocks(static_cast<size_t>(cols)));
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::span<const float> v(row(r), static_cast<size_t>(cols));
-    const float m = max_logit(v, block_max);
-    want[static_cast<size_t>(r)] = std::isfinite(m) ? argmax_index(v, block_max, m) : -1;
-  }
+  for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(r)] = greedy_token({row(r), static_cast<size_t>(cols)}, block_max);
   EXPECT_EQ(want, (std::vector<TokenId>{5, 999, -1, -1, 1, -1, static_cast<TokenId>(cols - 1), static_cast<TokenId>(cols - 2)}));
   const DevArray logits = alloc(be, rows, cols);
   be.copy_to_device(logits.view.data, x.data(), x.size() * sizeof(float));

@@ -369,16 +369,7 @@ TEST_P(CudaVsCpu, LogitsCloseAndGreedyTokensAgree) {
   SKIP_WITHOUT_CUDA();
   const auto [arch, dtype] = GetParam();
   const std::string dir = test::make_temp_dir("strata-cuda-model");
-  RandomModelSpec spec;
-  spec.arch = arch;
-  spec.n_layer = 2;
-  spec.n_embd = 256;
-  spec.n_head = 8;
-  spec.n_head_kv = 2;
-  spec.n_ff = 512;
-  spec.n_ctx = 512;
-  spec.dtype = dtype;
-  spec.seed = 7;
+  const RandomModelSpec spec = test::small_model_spec(arch, dtype, 2, 7);
   auto vocab = GgufFile::open(test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf"));
   const std::string path = dir + "/m.gguf";
   write_random_model(spec, *vocab, path);
@@ -631,10 +622,9 @@ std::vector<std::vector<TokenId>> pick_decode(Model& model, const std::vector<st
     if (host_picks) {
       const auto logits = model.forward(b, storage.views());
       for (size_t i = 0; i < B; ++i) {
-        const auto row = logits.subspan(i * static_cast<size_t>(mc.n_vocab), static_cast<size_t>(mc.n_vocab));
-        const float m = max_logit(row, block_max);
-        toks[i] = m == -std::numeric_limits<float>::infinity() ? 0 : argmax_index(row, block_max, m);
-        out[i].push_back(toks[i]);
+        const TokenId t = greedy_token(logits.subspan(i * static_cast<size_t>(mc.n_vocab), static_cast<size_t>(mc.n_vocab)), block_max);
+        out[i].push_back(t);
+        toks[i] = std::max(t, 0);  // as from_picks embeds -1
       }
       continue;
     }
@@ -685,16 +675,7 @@ TEST(CudaModel, DevicePicksGiveTheHostPicks) {
   auto vocab = GgufFile::open(test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf"));
   for (GgmlType dtype : {GgmlType::kF16, GgmlType::kQ4_K}) {
     SCOPED_TRACE(ggml_type_name(dtype));
-    RandomModelSpec spec;
-    spec.arch = "llama";
-    spec.n_layer = 4;
-    spec.n_embd = 256;
-    spec.n_head = 8;
-    spec.n_head_kv = 2;
-    spec.n_ff = 512;
-    spec.n_ctx = 512;
-    spec.dtype = dtype;
-    spec.seed = 17;
+    const RandomModelSpec spec = test::small_model_spec("llama", dtype, 4, 17);
     const std::string path = dir + "/m-" + std::string(ggml_type_name(dtype)) + ".gguf";
     write_random_model(spec, *vocab, path);
     auto gpu = Model::load(path, BackendOptions{DeviceKind::kCuda, 1});

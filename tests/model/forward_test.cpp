@@ -222,16 +222,7 @@ void expect_bit_equal(std::span<const float> got, std::span<const float> want, c
 }
 
 std::string make_model(const std::string& dir, const std::string& arch, GgmlType dtype) {
-  RandomModelSpec spec;
-  spec.arch = arch;
-  spec.n_layer = 2;
-  spec.n_embd = 256;
-  spec.n_head = 8;
-  spec.n_head_kv = 2;
-  spec.n_ff = 512;
-  spec.n_ctx = 512;
-  spec.dtype = dtype;
-  spec.seed = 11;
+  const RandomModelSpec spec = test::small_model_spec(arch, dtype, 2, 11);
   auto vocab = GgufFile::open(test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf"));
   const std::string path = dir + "/" + arch + "-" + std::string(ggml_type_name(dtype)) + ".gguf";
   write_random_model(spec, *vocab, path);

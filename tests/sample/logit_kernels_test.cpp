@@ -78,6 +78,22 @@ TEST(LogitKernels, MaxAndArgmaxMatchAScan) {
   EXPECT_EQ(max_logit(nothing, bm), -kInf);
 }
 
+// greedy_token: the argmax (lowest index on ties), -1 where no finite value is the largest.
+TEST(LogitKernels, GreedyTokenIsTheArgmaxOrMinusOneWithoutAFiniteMax) {
+  std::vector<float> bm(logit_blocks(200));
+  std::vector<float> x(200, -1.0f);
+  x[70] = 2.0f, x[150] = 2.0f, x[3] = kNaN;
+  EXPECT_EQ(greedy_token(x, bm), 70);
+  x[199] = kInf;
+  EXPECT_EQ(greedy_token(x, bm), -1);  // +inf: not finite
+  std::fill(x.begin(), x.end(), -kInf);
+  EXPECT_EQ(greedy_token(x, bm), -1);
+  std::fill(x.begin(), x.end(), kNaN);
+  EXPECT_EQ(greedy_token(x, bm), -1);
+  x[5] = -1e30f;
+  EXPECT_EQ(greedy_token(x, bm), 5);
+}
+
 TEST(LogitKernels, ExpSumMatchesADoubleSum) {
   for (size_t n : {1u, 64u, 100u, 32000u, 152064u}) {
     const std::vector<float> x = logits_with_specials(n, 9);

@@ -114,4 +114,18 @@ int reopen_open_file(int pid, const std::string& name_part) {
   return -1;
 }
 
+RandomModelSpec small_model_spec(const std::string& arch, GgmlType dtype, uint32_t n_layer, uint64_t seed) {
+  RandomModelSpec spec;
+  spec.arch = arch;
+  spec.n_layer = n_layer;
+  spec.n_embd = 256;
+  spec.n_head = 8;
+  spec.n_head_kv = 2;
+  spec.n_ff = 512;
+  spec.n_ctx = 512;
+  spec.dtype = dtype;
+  spec.seed = seed;
+  return spec;
+}
+
 }  // namespace strata::test

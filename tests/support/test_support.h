@@ -6,7 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "gguf/random_model.h"
+
 namespace strata::test {
+
+// A small random model's spec: hidden 256, 8 heads over 2 KV heads (GQA 4), feed-forward 512,
+// context 512.
+RandomModelSpec small_model_spec(const std::string& arch, GgmlType dtype, uint32_t n_layer, uint64_t seed);
 
 // Absolute path of a file under ../shared (e.g. "models/stories260K.gguf").
 std::string shared_path(const std::string& rel);

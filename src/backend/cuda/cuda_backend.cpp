@@ -413,6 +413,21 @@ struct CudaBackend::Impl {
     profile->end(std::string(name));
   }
 
+  // out = the table's rows of the device token ids `tokens` (embed, embed_picked).
+  void embed_rows(const WeightMatrix& table, const int32_t* tokens, ActView out) {
+    wrote(out.data, out.size());
+    switch (table.type) {
+      case GgmlType::kF32:
+      case GgmlType::kF16:
+      case GgmlType::kBF16:
+        timed("embed", [&] { cuda::embed_float_table(table, tokens, out.rows, out.data, stream); });
+        break;
+      default:
+        STRATA_CHECK(cuda::matmul_type_supported(table.type), "embedding table type {} not supported on CUDA",
+                     ggml_type_name(table.type));
+        timed("embed", [&] { cuda::dequantize_rows_f32(table, tokens, out.rows, out.data, stream); });
+    }
+  }
   bool replaying() const { return mode == Mode::kReplay; }
   void took_view(const KvLayerView& kv) {
     if (mode == Mode::kCapture || mode == Mode::kReplay) views_digest = kv_view_digest(kv, views_digest);
@@ -728,18 +743,7 @@ void CudaBackend::embed(const WeightMatrix& table, std::span<const TokenId> toke
   for (TokenId t : tokens) STRATA_CHECK(t >= 0 && t < table.rows, "token id {} out of range", t);
   const int32_t* d = impl_->stage(impl_->memo_tokens, tokens);
   if (impl_->replaying()) return;
-  impl_->wrote(out.data, out.size());
-  switch (table.type) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      impl_->timed("embed", [&] { cuda::embed_float_table(table, d, out.rows, out.data, impl_->stream); });
-      break;
-    default:
-      STRATA_CHECK(cuda::matmul_type_supported(table.type), "embedding table type {} not supported on CUDA",
-                   ggml_type_name(table.type));
-      impl_->timed("embed", [&] { cuda::dequantize_rows_f32(table, d, out.rows, out.data, impl_->stream); });
-  }
+  impl_->embed_rows(table, d, out);
 }
 
 void CudaBackend::greedy_pick(ActView logits) {
@@ -758,19 +762,7 @@ void CudaBackend::embed_picked(const WeightMatrix& table, ActView out) {
   STRATA_CHECK(out.cols == table.cols && out.rows <= m.picks_rows, "embed_picked of {} rows after a pick of {}", out.rows,
                m.picks_rows);
   if (out.rows == 0 || m.replaying()) return;
-  m.wrote(out.data, out.size());
-  const auto* d = reinterpret_cast<const int32_t*>(m.picks_dev->data()) + Impl::kMaxPickRows;  // -1 as 0
-  switch (table.type) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      m.timed("embed", [&] { cuda::embed_float_table(table, d, out.rows, out.data, m.stream); });
-      break;
-    default:
-      STRATA_CHECK(cuda::matmul_type_supported(table.type), "embedding table type {} not supported on CUDA",
-                   ggml_type_name(table.type));
-      m.timed("embed", [&] { cuda::dequantize_rows_f32(table, d, out.rows, out.data, m.stream); });
-  }
+  m.embed_rows(table, reinterpret_cast<const int32_t*>(m.picks_dev->data()) + Impl::kMaxPickRows, out);  // -1 as 0
 }
 
 uint64_t CudaBackend::collect_picks(int64_t n) {
