@@ -7,7 +7,8 @@
 // (as in the backend; unset or auto: measured here at start, as the backend does at load).
 // STRATA_BENCH_ROW_GROUPS=1: F16/BF16 matrices (rows a multiple of 4 and of 64 bytes) are read as
 // rows in groups of 4 (WeightMatrix::row_group, as CpuBackend copies them; the bytes are random
-// either way), one token's prefetch chosen as the backend does (STRATA_CPU_GROUP_PREFETCH or measured).
+// either way), one token's prefetch chosen as the backend does (STRATA_CPU_GROUP_PREFETCH or measured);
+// Q4_K matrices (rows a multiple of 16) in groups of 16 rows (quant_groups.h, as CpuBackend copies them).
 //   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
@@ -25,6 +26,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
+#include "backend/cpu/quant_groups.h"
 #include "core/fp16.h"
 #include "gguf/quant_blocks.h"
 #include "gguf/tensor_type.h"
@@ -131,6 +133,13 @@ void RunMatmul(benchmark::State& state) {
   for (int i = 0; i < copies; ++i) {
     data.push_back(i == 0 ? random_weights(type, rows, cols, 1) : data.front());
     ws.push_back(WeightMatrix{type, rows, cols, data.back().data(), bytes / static_cast<uint64_t>(rows)});
+    if (kRowGroups && quant_groups_supported(type, cols) && rows % kQuantGroupRows == 0) {
+      std::vector<uint8_t> grouped(quant_group_bytes(ws.back()));
+      write_quant_groups(ws.back(), grouped.data(), 0, static_cast<uint64_t>(rows / kQuantGroupRows));
+      data.back() = std::move(grouped);
+      ws.back().data = data.back().data();
+      ws.back().row_group = WeightMatrix::kQuantGroup;
+    }
     if (kRowGroups && (type == GgmlType::kF16 || type == GgmlType::kBF16) && rows % WeightMatrix::kRowGroup == 0 &&
         ws.back().row_bytes % 64 == 0) {
       ws.back().row_group = WeightMatrix::kRowGroup;

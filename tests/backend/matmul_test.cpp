@@ -185,13 +185,115 @@ TEST_P(Matmul, RowsInGroupsGiveTheBitsOfRowsAsStored) {
   }
 }
 
+// CpuBackend::upload_matrix copies Q4_K matrices in groups of 16 rows (quant_groups.h), whose kernel
+// keeps a row per vector lane: against the exact arithmetic on the quantized activations (as the
+// rows-as-stored kernels), the same bits with 1 or 3 threads, each token alone as in its batch,
+// the embedding gather equal to the rows as stored, nothing written past the rows asked (the last
+// group's padding), and chunk ranges that end inside a group.
+TEST_P(Matmul, Q4KInQuantGroupsMatchesTheExactArithmetic) {
+  test::TargetScope scope(GetParam());
+  ThreadPool pool1(1), pool3(3);
+  CpuBackend backend(2);
+  std::mt19937 rng(8);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 768}, {1, 512}, {33, 2048}, {64, 256}, {8, 1024}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << rows << " cols " << cols);
+    const auto m = random_matrix(GgmlType::kQ4_K, rows, cols, rng);
+    const WeightMatrix up = backend.upload_matrix(m.w);
+    ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
+    ASSERT_NE(up.data, m.w.data);
+    KernelScratch scratch;
+    for (int64_t n : kTokenCounts) {
+      SCOPED_TRACE(n);
+      const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+      const auto size = static_cast<size_t>(n * rows);
+      std::vector<float> y1(size + 16, -7.0f), y3(size + 16, -7.0f);
+      matmul(up, x.data(), n, y1.data(), pool1, scratch);
+      matmul(up, x.data(), n, y3.data(), pool3, scratch);
+      for (size_t i = size; i < size + 16; ++i) ASSERT_EQ(y1[i], -7.0f) << "written past the output";
+      y1.resize(size);
+      y3.resize(size);
+      ASSERT_TRUE(test::bitwise_equal(y1.data(), y3.data(), size)) << "1 vs 3 threads differ";
+      const auto exact = reference_on_quantized_acts(m.w, x, n);
+      EXPECT_LE(test::max_abs_diff(y3, exact), 2e-5 * test::rms(exact));
+      for (int64_t t : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<float> alone(static_cast<size_t>(rows));
+        matmul(up, x.data() + t * cols, 1, alone.data(), pool3, scratch);
+        ASSERT_TRUE(test::bitwise_equal(alone.data(), y3.data() + t * rows, static_cast<size_t>(rows)))
+            << "token " << t << " alone differs from the batch";
+      }
+      // A chunk from a group boundary to a row inside a later group writes only its rows.
+      if (rows > 20 && n <= 4) {
+        const auto acts_x = x;
+        std::vector<float> part(size, -9.0f);
+        const int32_t block = quant_act_block(GgmlType::kQ4_K);
+        std::vector<uint8_t> mem(QuantActs::bytes(n, cols, block) + 64);
+        auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+        const QuantActs acts = QuantActs::carve(base, n, cols, block);
+        quantize_acts(acts_x.data(), 0, n, acts);
+        matmul_quant_rows(up, acts, n, part.data(), 16, rows - 3);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const float v = part[static_cast<size_t>(t * rows + r)];
+            if (r >= 16 && r < rows - 3) {
+              ASSERT_EQ(v, y1[static_cast<size_t>(t * rows + r)]) << "t " << t << " r " << r;
+            } else {
+              ASSERT_EQ(v, -9.0f) << "t " << t << " r " << r << " outside the chunk";
+            }
+          }
+        }
+      }
+    }
+    std::vector<float> a(static_cast<size_t>(cols)), b(a.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      get_row(m.w, r, a.data());
+      get_row(up, r, b.data());
+      ASSERT_TRUE(test::bitwise_equal(a.data(), b.data(), a.size())) << "row " << r;
+    }
+  }
+  // With --mmap-weights the rows stay as stored.
+  EXPECT_EQ(CpuBackend(1, /*mapped_weights=*/true).upload_matrix(random_matrix(GgmlType::kQ4_K, 4, 256, rng).w).row_group, 0)
+      << "--mmap-weights keeps the file's layout";
+}
+
+// The grouped kernel's integer dots are exact on every target and its float steps the same
+// sequence, so the x86 targets (VNNI, maddubs + madd at 256 and 512 bits) give the same bits.
+TEST(MatmulQuantGroups, X86TargetsGiveTheSameBits) {
+  std::vector<int64_t> x86;
+  for (int64_t t : test::targets_to_test()) {
+    if ((t & (HWY_AVX2 | HWY_AVX3 | HWY_AVX3_DL)) != 0) x86.push_back(t);
+  }
+  if (x86.size() < 2) GTEST_SKIP() << "fewer than two x86 SIMD targets on this CPU";
+  ThreadPool pool(2);
+  CpuBackend backend(2);
+  KernelScratch scratch;
+  std::mt19937 rng(9);
+  const auto m = random_matrix(GgmlType::kQ4_K, 45, 1024, rng);
+  const WeightMatrix up = backend.upload_matrix(m.w);
+  ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
+  const auto x = random_floats(5 * 1024, rng);
+  std::vector<float> first;
+  for (int64_t target : x86) {
+    test::TargetScope scope(target);
+    std::vector<float> y(5 * 45);
+    matmul(up, x.data(), 5, y.data(), pool, scratch);
+    if (first.empty()) {
+      first = y;
+    } else {
+      EXPECT_TRUE(test::bitwise_equal(first.data(), y.data(), y.size())) << hwy::TargetName(target);
+    }
+  }
+}
+
 TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
   std::mt19937 rng(6);
   const auto m = random_matrix(GgmlType::kF16, 8, 64, rng);
+  const auto q = random_matrix(GgmlType::kQ4_K, 8, 256, rng);
   setenv("STRATA_CPU_ROW_GROUPS", "0", 1);
   EXPECT_EQ(CpuBackend(1).upload_matrix(m.w).row_group, 0);
+  EXPECT_EQ(CpuBackend(1).upload_matrix(q.w).row_group, 0);
   setenv("STRATA_CPU_ROW_GROUPS", "1", 1);
   EXPECT_EQ(CpuBackend(1).upload_matrix(m.w).row_group, WeightMatrix::kRowGroup);
+  EXPECT_EQ(CpuBackend(1).upload_matrix(q.w).row_group, WeightMatrix::kQuantGroup);
   expect_env_rejected<Error>("STRATA_CPU_ROW_GROUPS", "yes", [] { CpuBackend b(1); });
   unsetenv("STRATA_CPU_ROW_GROUPS");
   // Software prefetch or none, chosen by the variable or measured.

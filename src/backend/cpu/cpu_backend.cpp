@@ -19,6 +19,7 @@
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
 #include "backend/cpu/profile.h"
+#include "backend/cpu/quant_groups.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
 #include "core/error.h"
@@ -76,8 +77,8 @@ bool row_groups_from_env() {
   const char* env = std::getenv("STRATA_CPU_ROW_GROUPS");
   if (env == nullptr || std::string_view(env).empty() || std::string_view(env) == "1") return true;
   if (std::string_view(env) == "0") return false;
-  fail("STRATA_CPU_ROW_GROUPS={}: expected 0 (rows one after the other) or 1 (rows in groups of {}, the default)", env,
-       WeightMatrix::kRowGroup);
+  fail("STRATA_CPU_ROW_GROUPS={}: expected 0 (rows one after the other) or 1 (rows in groups of {} or {}, the default)",
+       env, WeightMatrix::kRowGroup, WeightMatrix::kQuantGroup);
 }
 
 }  // namespace
@@ -95,14 +96,21 @@ bool CpuBackend::groups_rows(const WeightMatrix& host) const {
          host.row_bytes % 64 == 0 && host.rows > 0 && host.data != nullptr;
 }
 
+bool CpuBackend::groups_quant_rows(const WeightMatrix& host) const {
+  return !mapped_weights_ && row_groups_ && cpu::quant_groups_supported(host.type, host.cols) && host.rows > 0 &&
+         host.data != nullptr;
+}
+
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const bool grouped = groups_rows(host);
+  const bool quant_grouped = groups_quant_rows(host);
+  if (quant_grouped) quant_grouped_ = true;
   // How one token walks the matrix, measured at the first matrix of each type with a choice of at
   // least 512 columns, once per process and type: F32/F16/BF16 rows as stored and the K-quants, the
   // order (cpu::DecodeOrder); F16/BF16 rows in groups (always 4-row tiles), the prefetch
   // (GroupPrefetch). Below that size (toy models of the tests) the weights stay in cache and neither
   // matters; the defaults then.
-  if (cpu::has_decode_order(host.type)) {
+  if (cpu::has_decode_order(host.type) && !quant_grouped) {  // (in quant groups one token has one order)
     const auto slot = static_cast<size_t>(cpu::decode_order_slot(host.type));
     if (grouped) grouped_types_[slot] = true;
     if (host.cols >= 512) {
@@ -123,7 +131,7 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(host.rows, 0));
   constexpr uint64_t kG = WeightMatrix::kRowGroup;
   const uint64_t groups = (rows + kG - 1) / kG;
-  const uint64_t bytes = host.row_bytes * (grouped ? groups * kG : rows);
+  const uint64_t bytes = quant_grouped ? cpu::quant_group_bytes(host) : host.row_bytes * (grouped ? groups * kG : rows);
   // The types measured faster from huge pages (docs/PERFORMANCE.md, issue 17): 16/32-bit floats
   // (+16-45% decode on a 2-core EPYC) and Q8_0 (+8-23% there and on a Xeon); and the K-quants,
   // level with the mapping or a little ahead (Zen 3 one row at a time, four alternated runs: Q4_K
@@ -143,7 +151,13 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   // Copied by the pool's threads, a contiguous part each (memory-bound; `strata generate -n 1` on a
   // 256 MB F16 model, 2-core VM: 0.28-0.60 s, median 0.40, against 0.24 s with --mmap-weights).
   const auto threads = static_cast<uint64_t>(pool_->size());
-  if (grouped) {
+  if (quant_grouped) {
+    const auto qgroups = bytes / (host.row_bytes * static_cast<uint64_t>(cpu::kQuantGroupRows));
+    pool_->run([&](int t) {
+      cpu::write_quant_groups(host, dst, qgroups * static_cast<uint64_t>(t) / threads,
+                              qgroups * static_cast<uint64_t>(t + 1) / threads);
+    });
+  } else if (grouped) {
     // Group by group (op_types.h): line c of the group's row j at line kG * c + j; rows past the
     // last are zero.
     const uint64_t lines = host.row_bytes / 64;
@@ -171,7 +185,7 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   arena_used_ = at + bytes;
   WeightMatrix w = host;
   w.data = dst;
-  w.row_group = grouped ? WeightMatrix::kRowGroup : 0;
+  w.row_group = quant_grouped ? WeightMatrix::kQuantGroup : grouped ? WeightMatrix::kRowGroup : 0;
   return w;
 }
 
@@ -191,6 +205,9 @@ std::string CpuBackend::description() const {
     if (!decode_order_chosen_[i]) continue;
     orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(type),
                           cpu::decode_order_name(cpu::decode_order(type)));
+  }
+  if (quant_grouped_) {
+    orders += fmt::format("{}Q4_K in groups of {} rows", orders.empty() ? "" : ", ", WeightMatrix::kQuantGroup);
   }
   if (orders.empty()) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
   return fmt::format("cpu ({}, {} threads, one-token matmuls: {})", cpu::simd_target_name(), pool_->size(), orders);

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_groups.h"
 #include "core/check.h"
 #include "core/fp16.h"
 #include "gguf/quant.h"
@@ -223,6 +225,13 @@ void RowToF32(GgmlType type, const uint8_t* row, int64_t cols, float* out) {
 void GetRow(const WeightMatrix& table, int64_t r, float* out) {
   if (table.row_group == 0) {
     RowToF32(table.type, table.data + static_cast<uint64_t>(r) * table.row_bytes, table.cols, out);
+    return;
+  }
+  if (table.row_group == WeightMatrix::kQuantGroup) {  // Q4_K in groups (quant_groups.h): the row's blocks gathered
+    thread_local std::vector<uint8_t> row;
+    row.resize(table.row_bytes);
+    read_quant_group_row(table, r, row.data());
+    RowToF32(table.type, row.data(), table.cols, out);
     return;
   }
   // Rows in groups (op_types.h): the row's 64-byte pieces are row_group lines apart (16-bit types).

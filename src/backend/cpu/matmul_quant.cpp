@@ -45,6 +45,7 @@
 #include "hwy/highway.h"
 #include "backend/cpu/simd_reduce-inl.h"
 #include "backend/cpu/matmul_quant_hwy-inl.h"
+#include "backend/cpu/matmul_quant_groups-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3_DL
@@ -682,6 +683,7 @@ void RunK(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_
 
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
   constexpr auto kRN = std::make_integer_sequence<int, kMaxRN>();
+  if (w.row_group == WeightMatrix::kQuantGroup) return MatmulQuantGroups(w, a, n, y, r0, r1);
   if (quant_highway_forced()) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
   switch (w.type) {
     case GgmlType::kQ8_0: return RunLegacy<GgmlType::kQ8_0>(w, a, n, y, r0, r1, kRN);
@@ -702,6 +704,7 @@ void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float
 
 // Every quantized type: the Highway kernels (matmul_quant_hwy-inl.h).
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (w.row_group == WeightMatrix::kQuantGroup) return MatmulQuantGroups(w, a, n, y, r0, r1);
   MatmulQuantRowsHwy(w, a, n, y, r0, r1);
 }
 
