@@ -185,19 +185,20 @@ TEST_P(Matmul, RowsInGroupsGiveTheBitsOfRowsAsStored) {
   }
 }
 
-// CpuBackend::upload_matrix copies Q4_K matrices in groups of 16 rows (quant_groups.h), whose kernel
+// CpuBackend::upload_matrix copies Q4_K and Q6_K matrices in groups of 16 rows (quant_groups.h), whose kernels
 // keeps a row per vector lane: against the exact arithmetic on the quantized activations (as the
 // rows-as-stored kernels), the same bits with 1 or 3 threads, each token alone as in its batch,
 // the embedding gather equal to the rows as stored, nothing written past the rows asked (the last
 // group's padding), and chunk ranges that end inside a group.
-TEST_P(Matmul, Q4KInQuantGroupsMatchesTheExactArithmetic) {
+TEST_P(Matmul, KQuantsInQuantGroupsMatchTheExactArithmetic) {
   test::TargetScope scope(GetParam());
   ThreadPool pool1(1), pool3(3);
   CpuBackend backend(2);
   std::mt19937 rng(8);
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K})
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 768}, {1, 512}, {33, 2048}, {64, 256}, {8, 1024}}) {
-    SCOPED_TRACE(::testing::Message() << "rows " << rows << " cols " << cols);
-    const auto m = random_matrix(GgmlType::kQ4_K, rows, cols, rng);
+    SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " rows " << rows << " cols " << cols);
+    const auto m = random_matrix(type, rows, cols, rng);
     const WeightMatrix up = backend.upload_matrix(m.w);
     ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
     ASSERT_NE(up.data, m.w.data);
@@ -225,7 +226,7 @@ TEST_P(Matmul, Q4KInQuantGroupsMatchesTheExactArithmetic) {
       if (rows > 20 && n <= 4) {
         const auto acts_x = x;
         std::vector<float> part(size, -9.0f);
-        const int32_t block = quant_act_block(GgmlType::kQ4_K);
+        const int32_t block = quant_act_block(type);
         std::vector<uint8_t> mem(QuantActs::bytes(n, cols, block) + 64);
         auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
         const QuantActs acts = QuantActs::carve(base, n, cols, block);
@@ -253,6 +254,7 @@ TEST_P(Matmul, Q4KInQuantGroupsMatchesTheExactArithmetic) {
   // With --mmap-weights the rows stay as stored.
   EXPECT_EQ(CpuBackend(1, /*mapped_weights=*/true).upload_matrix(random_matrix(GgmlType::kQ4_K, 4, 256, rng).w).row_group, 0)
       << "--mmap-weights keeps the file's layout";
+  EXPECT_EQ(backend.upload_matrix(random_matrix(GgmlType::kQ5_K, 16, 256, rng).w).row_group, 0) << "no grouped kernel";
 }
 
 // The grouped kernel's integer dots are exact on every target and its float steps the same
@@ -267,19 +269,21 @@ TEST(MatmulQuantGroups, X86TargetsGiveTheSameBits) {
   CpuBackend backend(2);
   KernelScratch scratch;
   std::mt19937 rng(9);
-  const auto m = random_matrix(GgmlType::kQ4_K, 45, 1024, rng);
-  const WeightMatrix up = backend.upload_matrix(m.w);
-  ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
-  const auto x = random_floats(5 * 1024, rng);
-  std::vector<float> first;
-  for (int64_t target : x86) {
-    test::TargetScope scope(target);
-    std::vector<float> y(5 * 45);
-    matmul(up, x.data(), 5, y.data(), pool, scratch);
-    if (first.empty()) {
-      first = y;
-    } else {
-      EXPECT_TRUE(test::bitwise_equal(first.data(), y.data(), y.size())) << hwy::TargetName(target);
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const auto m = random_matrix(type, 45, 1024, rng);
+    const WeightMatrix up = backend.upload_matrix(m.w);
+    ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
+    const auto x = random_floats(5 * 1024, rng);
+    std::vector<float> first;
+    for (int64_t target : x86) {
+      test::TargetScope scope(target);
+      std::vector<float> y(5 * 45);
+      matmul(up, x.data(), 5, y.data(), pool, scratch);
+      if (first.empty()) {
+        first = y;
+      } else {
+        EXPECT_TRUE(test::bitwise_equal(first.data(), y.data(), y.size())) << ggml_type_name(type) << " " << hwy::TargetName(target);
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-// Q4_K over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Q4_K and Q6_K over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -10,13 +10,16 @@
 // unpack in a few whole-vector operations, and no lane sum is left at the end: ~4 operations per
 // 64 weights on AVX-512.
 //
+// Q6_K the same way (4 + 2 bits per weight in each byte before the dot; its zero point 32 through
+// the activations' 16-sums).
+//
 // Arithmetic per output (the same sequence for any tile, token count, thread count, vector width
-// or x86 target, so results are the same bits whatever the batch): per super-block, for each
-// sub-block j = 0..7 in order, the exact integer dot of its 32 nibbles with the int8 activations
-// (i_j), then A = fma(float(i_j), float(sc_j), A) and M = fma(float(m_j), float(bsum_j), M) from 0;
-// then acc = fma(A, d_w · d_x, acc) and acc = -fma(M, dmin_w · d_x) + acc, both per row (lane).
-// The integer dot: vpdpbusd (AVX3_DL), maddubs + madd (AVX2, AVX3), byte products in int32 lanes
-// elsewhere; all exact. Thread-safety: pure functions over caller memory.
+// or x86 target, so results are the same bits whatever the batch): per super-block, the exact
+// integer dot of each sub-block with the int8 activations, converted to f32 and multiplied by
+// the sub-block's scale into an f32 sum in a fixed sub-block order (Q4K, Q6K below), then that sum
+// times d_w · d_x (and Q4_K's mins term) into the row's accumulator. The integer dot: vpdpbusd
+// (AVX3_DL), maddubs + madd (AVX2, AVX3), byte products in int32 lanes elsewhere; all exact.
+// Thread-safety: pure functions over caller memory.
 
 #if defined(STRATA_BACKEND_CPU_MATMUL_QUANT_GROUPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef STRATA_BACKEND_CPU_MATMUL_QUANT_GROUPS_INL_H_
@@ -29,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/matmul_quant.h"
 #include "backend/cpu/quant_groups.h"
@@ -50,13 +54,6 @@ using DH = hn::Rebind<hwy::float16_t, DF>;
 using VI = hn::Vec<DI>;
 using VU = hn::Vec<DU>;
 using VF = hn::Vec<DF>;
-
-// Tokens per tile: accumulators for RN tokens stay in registers (32 vector registers on AVX-512).
-#if HWY_TARGET <= HWY_AVX3
-constexpr int kMaxRN = 4;
-#else
-constexpr int kMaxRN = 2;
-#endif
 
 // acc + Σ_{b<4} w_b · x_b per 32-bit lane, w four unsigned bytes (nibbles here: 0..15), x four
 // signed bytes (|x| <= 127). Exact.
@@ -102,73 +99,84 @@ HWY_INLINE int32_t Word(const int8_t* p) {
   return v;
 }
 
-// Sub-block pair c (sub-blocks 2c: low nibbles, 2c + 1: high nibbles) of one super-block: the
-// integer dots of RN tokens into A and the mins into M (quant_groups.h: word 8c + q of the qs);
-// pf (or null): where to prefetch the same lines of a later super-block.
-template <int c, int RN>
-HWY_INLINE void Pair(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, const int8_t* const* xq, const int16_t* const* xs,
-                     VU sc, VU mn, VF* A, VF* M) {
+// Sign-extended byte k of every 32-bit lane.
+template <int k>
+HWY_INLINE VI SignedByte(VU v) {
   const DI di;
-  const DU du;
-  const DF df;
-  const VU low4 = hn::Set(du, 0x0F0F0F0Fu);
-  VI lo[RN], hi[RN];
-  for (int t = 0; t < RN; ++t) {
-    lo[t] = hn::Zero(di);
-    hi[t] = hn::Zero(di);
-  }
-  HWY_UNROLL(8)
-  for (int q = 0; q < 8; ++q) {
-    if (pf != nullptr) __builtin_prefetch(pf + 64 * (8 * c + q), 0, 2);
-    const VU v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(blk + 64 * (8 * c + q)) + lane0);
-    const VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
-    for (int t = 0; t < RN; ++t) {
-      lo[t] = DotQuads(lo[t], vl, hn::Set(di, Word(xq[t] + 64 * c + 4 * q)));
-      hi[t] = DotQuads(hi[t], vh, hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q)));
-    }
-  }
-  // Sub-block 2c's scale and min are byte (2c) % 4 of sc / mn, 2c + 1's the next byte.
-  constexpr int k = (2 * c) % 4;
-  const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc))), sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
-  const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
-  for (int t = 0; t < RN; ++t) {
-    A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
-    A[t] = hn::MulAdd(hn::ConvertTo(df, hi[t]), sh, A[t]);
-    const int16_t* s = xs[t] + 4 * c;  // 16-sums: sub-block 2c is sums 4c, 4c + 1
-    M[t] = hn::MulAdd(ml, hn::Set(df, static_cast<float>(s[0] + s[1])), M[t]);
-    M[t] = hn::MulAdd(mh, hn::Set(df, static_cast<float>(s[2] + s[3])), M[t]);
+  if constexpr (k == 3) {
+    return hn::ShiftRight<24>(hn::BitCast(di, v));
+  } else {
+    return hn::ShiftRight<24>(hn::ShiftLeft<24 - 8 * k>(hn::BitCast(di, v)));
   }
 }
 
-// Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
-// t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
-template <int RN>
-HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const QuantActs& a, int64_t t, size_t lane0,
-                       float* HWY_RESTRICT y, size_t ys, size_t rows_out) {
-  const DU du;
-  const DF df;
-  const DH dh;
-  const int64_t K = a.cols;
-  VF acc[RN];
-  for (int u = 0; u < RN; ++u) acc[u] = hn::Zero(df);
-  const int8_t* xq[RN];
-  const int16_t* xs[RN];
-  for (int64_t s = 0; s < nsb; ++s) {
-    const uint8_t* blk = group + static_cast<size_t>(s) * kQ4KGroupBlock;
-    // The first lane block streams the group from memory (the others find it in cache): one L2
-    // prefetch kPrefetchAhead bytes ahead per line, spread between the loads (Pair) rather than 36
-    // at once, which filled the core's miss buffers and kept the arithmetic from overlapping the
-    // stream (llama-1b Q4_K on the Xeon VM: 37-39 tok/s in bursts, 47 spread; into L1 29).
-    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : nullptr;
-    if (pf != nullptr) {
-      for (size_t line = kQ4KGroupScales; line < kQ4KGroupBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
+// Word v of the 16 rows at byte offset `at` of a group super-block, rows lane0 .. lane0 + Lanes.
+HWY_INLINE VU Words(const uint8_t* HWY_RESTRICT blk, size_t at, size_t v, size_t lane0) {
+  return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(blk + at + 64 * v) + lane0);
+}
+HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
+  if (pf != nullptr) __builtin_prefetch(pf + at, 0, 2);
+}
+
+// Each format: kBlock (bytes of a group super-block), kTail (its lines from there on are
+// prefetched at the start of a super-block, the others by Super between its loads), kMaxRN, and
+// Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one super-block of the lane block's rows against RN
+// tokens (xq: their 256 int8 activations, xs: their 16 sums of 16, dx: their scales) into acc.
+
+// Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
+// M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
+struct Q4K {
+  static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kQ4KGroupScales;
+#if HWY_TARGET <= HWY_AVX3
+  static constexpr int kMaxRN = 4;
+#else
+  static constexpr int kMaxRN = 2;
+#endif
+
+  // Sub-block pair c (2c: low nibbles, 2c + 1: high nibbles of qs words 8c .. 8c + 7).
+  template <int c, int RN>
+  static HWY_INLINE void Pair(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                              const int8_t* const* xq, const int16_t* const* xs, VU sc, VU mn, VF* A, VF* M) {
+    const DI di;
+    const DU du;
+    const DF df;
+    const VU low4 = hn::Set(du, 0x0F0F0F0Fu);
+    VI lo[RN], hi[RN];
+    for (int t = 0; t < RN; ++t) {
+      lo[t] = hn::Zero(di);
+      hi[t] = hn::Zero(di);
     }
-    for (int u = 0; u < RN; ++u) {
-      xq[u] = a.qs + (t + u) * K + 256 * s;
-      xs[u] = a.sums + (t + u) * (K / 16) + 16 * s;
+    HWY_UNROLL(8)
+    for (int q = 0; q < 8; ++q) {
+      PrefetchLine(pf, 64 * (8 * c + q));
+      const VU v = Words(blk, 0, 8 * c + q, lane0);
+      const VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
+      for (int t = 0; t < RN; ++t) {
+        lo[t] = DotQuads(lo[t], vl, hn::Set(di, Word(xq[t] + 64 * c + 4 * q)));
+        hi[t] = DotQuads(hi[t], vh, hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q)));
+      }
     }
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(blk + kQ4KGroupScales) + lane0;
-    const VU u0 = hn::LoadU(du, words), u1 = hn::LoadU(du, words + 16), u2 = hn::LoadU(du, words + 32);
+    // Sub-block 2c's scale and min are byte (2c) % 4 of sc / mn, 2c + 1's the next byte.
+    constexpr int k = (2 * c) % 4;
+    const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc))), sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
+    const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
+    for (int t = 0; t < RN; ++t) {
+      A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
+      A[t] = hn::MulAdd(hn::ConvertTo(df, hi[t]), sh, A[t]);
+      const int16_t* s = xs[t] + 4 * c;  // 16-sums: sub-block 2c is sums 4c, 4c + 1
+      M[t] = hn::MulAdd(ml, hn::Set(df, static_cast<float>(s[0] + s[1])), M[t]);
+      M[t] = hn::MulAdd(mh, hn::Set(df, static_cast<float>(s[2] + s[3])), M[t]);
+    }
+  }
+
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* dx, VF* acc) {
+    const DU du;
+    const DF df;
+    const DH dh;
+    const VU u0 = Words(blk, kQ4KGroupScales, 0, lane0), u1 = Words(blk, kQ4KGroupScales, 1, lane0),
+             u2 = Words(blk, kQ4KGroupScales, 2, lane0);
     // Scales and mins of sub-blocks 0..3 (bytes of sc03 / mn03) and 4..7 (sc47 / mn47): k4_scale_min.
     const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m4 = hn::Set(du, 0x0F0F0F0Fu), top = hn::Set(du, 0x30303030u);
     const VU sc03 = hn::And(u0, m6), mn03 = hn::And(u1, m6);
@@ -186,10 +194,112 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
     const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ4KGroupD) + lane0));
     const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ4KGroupDmin) + lane0));
     for (int u = 0; u < RN; ++u) {
-      const VF dx = hn::Set(df, a.d[(t + u) * (K / 256) + s]);
-      acc[u] = hn::MulAdd(A[u], hn::Mul(d, dx), acc[u]);
-      acc[u] = hn::NegMulAdd(M[u], hn::Mul(dmin, dx), acc[u]);
+      const VF x = hn::Set(df, dx[u]);
+      acc[u] = hn::MulAdd(A[u], hn::Mul(d, x), acc[u]);
+      acc[u] = hn::NegMulAdd(M[u], hn::Mul(dmin, x), acc[u]);
     }
+  }
+};
+
+// Q6_K (quant_groups.h): weights q = (4 low bits of ql) | (2 bits of qh) << 4, value sc_s·(q − 32)
+// for sub-block s of 16. Per sub-block the exact integer i_s − 32·bsum_s (the dot of the unsigned q
+// minus the zero point through the activations' 16-sum), A = Σ_s float(that)·sc_s in the order
+// s = 8h + 2k + e for h, e, k (halves, then the first or second 16 of each 32-column run, then the
+// four runs), then acc += A·(d·dx).
+struct Q6K {
+  static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kQ6KGroupScales;
+#if HWY_TARGET <= HWY_AVX3
+  static constexpr int kMaxRN = 3;
+#else
+  static constexpr int kMaxRN = 2;
+#endif
+
+  // Half h, quads 4e .. 4e + 3 of each 32-column run k (columns 128h + 32k + 16e ..: sub-block
+  // 8h + 2k + e) into A.
+  template <int e, int RN>
+  static HWY_INLINE void Quarter(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, int h,
+                                 const int8_t* const* xq, const int16_t* const* xs, VU sw0, VU sw1, VF* A) {
+    const DI di;
+    const DU du;
+    const DF df;
+    const VU m4 = hn::Set(du, 0x0F0F0F0Fu), m30 = hn::Set(du, 0x30303030u);
+    VI is[4][RN];
+    for (int k = 0; k < 4; ++k)
+      for (int u = 0; u < RN; ++u) is[k][u] = hn::Zero(di);
+    HWY_UNROLL(4)
+    for (int q = 4 * e; q < 4 * e + 4; ++q) {
+      PrefetchLine(pf, 64 * (16 * h + q));
+      PrefetchLine(pf, 64 * (16 * h + 8 + q));
+      PrefetchLine(pf, kQ6KGroupQh + 64 * (8 * h + q));
+      const VU l0 = Words(blk, 0, 16 * h + q, lane0), l1 = Words(blk, 0, 16 * h + 8 + q, lane0);
+      const VU hb = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
+      const VU w[4] = {hn::Or(hn::And(l0, m4), hn::And(hn::ShiftLeft<4>(hb), m30)),
+                       hn::Or(hn::And(l1, m4), hn::And(hn::ShiftLeft<2>(hb), m30)),
+                       hn::Or(hn::And(hn::ShiftRight<4>(l0), m4), hn::And(hb, m30)),
+                       hn::Or(hn::And(hn::ShiftRight<4>(l1), m4), hn::And(hn::ShiftRight<2>(hb), m30))};
+      for (int u = 0; u < RN; ++u) {
+        const int8_t* x = xq[u] + 128 * h + 4 * q;
+        for (int k = 0; k < 4; ++k) is[k][u] = DotQuads(is[k][u], w[k], hn::Set(di, Word(x + 32 * k)));
+      }
+    }
+    // Run k's sub-block s = 8h + 2k + e: scale byte 2 (k % 2) + e of word k / 2 of the half.
+    const VF sc[4] = {hn::ConvertTo(df, SignedByte<e>(sw0)), hn::ConvertTo(df, SignedByte<2 + e>(sw0)),
+                      hn::ConvertTo(df, SignedByte<e>(sw1)), hn::ConvertTo(df, SignedByte<2 + e>(sw1))};
+    for (int k = 0; k < 4; ++k) {
+      for (int u = 0; u < RN; ++u) {
+        const int32_t zero = 32 * xs[u][8 * h + 2 * k + e];
+        A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(is[k][u], hn::Set(di, zero))), sc[k], A[u]);
+      }
+    }
+  }
+
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* dx, VF* acc) {
+    const DF df;
+    const DH dh;
+    VF A[RN];
+    for (int u = 0; u < RN; ++u) A[u] = hn::Zero(df);
+    for (int h = 0; h < 2; ++h) {
+      // Scales of sub-blocks 8h .. 8h + 7: the bytes of words 2h, 2h + 1.
+      const VU sw0 = Words(blk, kQ6KGroupScales, 2 * h, lane0), sw1 = Words(blk, kQ6KGroupScales, 2 * h + 1, lane0);
+      Quarter<0, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
+      Quarter<1, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
+    }
+    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ6KGroupD) + lane0));
+    for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u])), acc[u]);
+  }
+};
+
+// Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
+// t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
+template <class F, int RN>
+HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const QuantActs& a, int64_t t, size_t lane0,
+                       float* HWY_RESTRICT y, size_t ys, size_t rows_out) {
+  const DF df;
+  const int64_t K = a.cols;
+  VF acc[RN];
+  for (int u = 0; u < RN; ++u) acc[u] = hn::Zero(df);
+  const int8_t* xq[RN];
+  const int16_t* xs[RN];
+  float dx[RN];
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* blk = group + static_cast<size_t>(s) * F::kBlock;
+    // The first lane block streams the group from memory (the others find it in cache): one L2
+    // prefetch kPrefetchAhead bytes ahead per line, spread between the loads (Super) rather than
+    // all of a super-block's at once, which filled the core's miss buffers and kept the arithmetic
+    // from overlapping the stream (llama-1b Q4_K on the Xeon VM: 37-39 tok/s in bursts, 47 spread;
+    // into L1 29).
+    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : nullptr;
+    if (pf != nullptr) {
+      for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
+    }
+    for (int u = 0; u < RN; ++u) {
+      xq[u] = a.qs + (t + u) * K + 256 * s;
+      xs[u] = a.sums + (t + u) * (K / 16) + 16 * s;
+      dx[u] = a.d[(t + u) * (K / 256) + s];
+    }
+    F::template Super<RN>(blk, pf, lane0, xq, xs, dx, acc);
   }
   const size_t N = hn::Lanes(df);
   for (int u = 0; u < RN; ++u) {
@@ -204,36 +314,42 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
   }
 }
 
-}  // namespace qg
-
-// y[t][r] for t < n, r0 <= r < r1 over a Q4_K matrix in groups (r0 a multiple of the group).
-HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
-                                    int64_t r1) {
+// y[t][r] for t < n, r0 <= r < r1 over a matrix of format F in groups (r0 a multiple of the group).
+template <class F, int... RNs>
+void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1,
+               std::integer_sequence<int, RNs...>) {
   using Fn = void (*)(const uint8_t*, int64_t, const QuantActs&, int64_t, size_t, float*, size_t, size_t);
-  static constexpr Fn kTiles[] = {&qg::Tile<1>, &qg::Tile<2>,
-#if HWY_TARGET <= HWY_AVX3
-                                  &qg::Tile<3>, &qg::Tile<4>
-#endif
-  };
-  static_assert(sizeof(kTiles) / sizeof(kTiles[0]) == qg::kMaxRN);
+  static constexpr Fn kTiles[] = {&Tile<F, RNs + 1>...};
   const int64_t G = kQuantGroupRows;
   const int64_t nsb = w.cols / 256;
   const size_t ys = static_cast<size_t>(w.rows);
-  const auto N = static_cast<int64_t>(hn::Lanes(qg::DF()));
+  const auto N = static_cast<int64_t>(hn::Lanes(DF()));
   // Tokens per block: their activations stay in L1/L2 while the groups go by.
-  const int64_t tb = std::max<int64_t>(qg::kMaxRN, (128 * 1024) / w.cols / qg::kMaxRN * qg::kMaxRN);
+  const int64_t tb = std::max<int64_t>(F::kMaxRN, (128 * 1024) / w.cols / F::kMaxRN * F::kMaxRN);
   for (int64_t t0 = 0; t0 < n; t0 += tb) {
     const int64_t t1 = std::min(n, t0 + tb);
     for (int64_t g0 = r0; g0 < r1; g0 += G) {
       const uint8_t* group = w.data + static_cast<uint64_t>(g0) * w.row_bytes;
       for (int64_t l = 0; l < G && g0 + l < r1; l += N) {
         const auto rows_out = static_cast<size_t>(std::min<int64_t>(N, r1 - g0 - l));
-        for (int64_t t = t0; t < t1; t += qg::kMaxRN) {
-          const int rn = static_cast<int>(std::min<int64_t>(qg::kMaxRN, t1 - t));
+        for (int64_t t = t0; t < t1; t += F::kMaxRN) {
+          const int rn = static_cast<int>(std::min<int64_t>(F::kMaxRN, t1 - t));
           kTiles[rn - 1](group, nsb, a, t, static_cast<size_t>(l), y + t * w.rows + g0 + l, ys, rows_out);
         }
       }
     }
+  }
+}
+
+}  // namespace qg
+
+// y[t][r] for t < n, r0 <= r < r1 over a Q4_K or Q6_K matrix in groups (r0 a multiple of the group).
+HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
+                                    int64_t r1) {
+  if (w.type == GgmlType::kQ4_K) {
+    qg::RunGroups<qg::Q4K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q4K::kMaxRN>());
+  } else {
+    qg::RunGroups<qg::Q6K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q6K::kMaxRN>());
   }
 }
 

@@ -8,21 +8,34 @@
 namespace strata::cpu {
 namespace {
 
-constexpr uint64_t kBlock = sizeof(BlockQ4_K);
-static_assert(kBlock == 144 && offsetof(BlockQ4_K, scales) == 4 && offsetof(BlockQ4_K, qs) == 16);
-static_assert(kQ4KGroupBlock == kQuantGroupRows * kBlock && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupBlock);
+static_assert(sizeof(BlockQ4_K) == 144 && offsetof(BlockQ4_K, scales) == 4 && offsetof(BlockQ4_K, qs) == 16);
+static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
+              offsetof(BlockQ6_K, d) == 208);
+static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupBlock);
+static_assert(kQ6KGroupBlock == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroupD + 2 * kQuantGroupRows == kQ6KGroupBlock);
 
-// Where byte i of row j's block lies in its group super-block.
-uint64_t grouped_offset(uint64_t i, uint64_t j) {
-  if (i < 2) return kQ4KGroupD + 2 * j + i;
-  if (i < 4) return kQ4KGroupDmin + 2 * j + (i - 2);
-  if (i < 16) return kQ4KGroupScales + 64 * ((i - 4) / 4) + 4 * j + (i - 4) % 4;
-  return 64 * ((i - 16) / 4) + 4 * j + (i - 16) % 4;
+uint64_t block_bytes(GgmlType type) { return type == GgmlType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K); }
+
+// Where byte i (even) of row j's block lies in its group super-block (quant_groups.h).
+uint64_t grouped_offset(GgmlType type, uint64_t i, uint64_t j) {
+  auto word = [&](uint64_t at, uint64_t first) { return at + 64 * ((i - first) / 4) + 4 * j + (i - first) % 4; };
+  if (type == GgmlType::kQ4_K) {
+    if (i < 2) return kQ4KGroupD + 2 * j + i;
+    if (i < 4) return kQ4KGroupDmin + 2 * j + (i - 2);
+    if (i < 16) return word(kQ4KGroupScales, 4);
+    return word(0, 16);
+  }
+  if (i < 128) return word(0, 0);
+  if (i < 192) return word(kQ6KGroupQh, 128);
+  if (i < 208) return word(kQ6KGroupScales, 192);
+  return kQ6KGroupD + 2 * j + (i - 208);
 }
 
 }  // namespace
 
-bool quant_groups_supported(GgmlType type, int64_t cols) { return type == GgmlType::kQ4_K && cols > 0 && cols % 256 == 0; }
+bool quant_groups_supported(GgmlType type, int64_t cols) {
+  return (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) && cols > 0 && cols % 256 == 0;
+}
 
 uint64_t quant_group_bytes(const WeightMatrix& host) {
   const auto rows = static_cast<uint64_t>(host.rows > 0 ? host.rows : 0);
@@ -33,19 +46,19 @@ uint64_t quant_group_bytes(const WeightMatrix& host) {
 void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uint64_t g1) {
   const auto rows = static_cast<uint64_t>(host.rows);
   const auto G = static_cast<uint64_t>(kQuantGroupRows);
-  const uint64_t nsb = host.row_bytes / kBlock;
+  const uint64_t bb = block_bytes(host.type), nsb = host.row_bytes / bb;
   for (uint64_t g = g0; g < g1; ++g) {
     uint8_t* group = dst + g * G * host.row_bytes;
     for (uint64_t s = 0; s < nsb; ++s) {
-      uint8_t* out = group + s * kQ4KGroupBlock;
+      uint8_t* out = group + s * G * bb;
       for (uint64_t j = 0; j < G; ++j) {
         const uint64_t r = g * G + j;
-        if (r >= rows) {
-          for (uint64_t i = 0; i < kBlock; i += 2) std::memset(out + grouped_offset(i, j), 0, 2);
-          continue;
+        const uint8_t* blk = r < rows ? host.data + r * host.row_bytes + s * bb : nullptr;
+        for (uint64_t i = 0; i < bb; i += 2) {
+          uint8_t* o = out + grouped_offset(host.type, i, j);
+          if (blk != nullptr) std::memcpy(o, blk + i, 2);
+          else std::memset(o, 0, 2);
         }
-        const uint8_t* blk = host.data + r * host.row_bytes + s * kBlock;
-        for (uint64_t i = 0; i < kBlock; i += 2) std::memcpy(out + grouped_offset(i, j), blk + i, 2);
       }
     }
   }
@@ -55,9 +68,11 @@ void read_quant_group_row(const WeightMatrix& w, int64_t r, uint8_t* out) {
   const auto G = static_cast<uint64_t>(kQuantGroupRows);
   const uint64_t g = static_cast<uint64_t>(r) / G, j = static_cast<uint64_t>(r) % G;
   const uint8_t* group = w.data + g * G * w.row_bytes;
-  const uint64_t nsb = w.row_bytes / kBlock;
+  const uint64_t bb = block_bytes(w.type), nsb = w.row_bytes / bb;
   for (uint64_t s = 0; s < nsb; ++s) {
-    for (uint64_t i = 0; i < kBlock; i += 2) std::memcpy(out + s * kBlock + i, group + s * kQ4KGroupBlock + grouped_offset(i, j), 2);
+    for (uint64_t i = 0; i < bb; i += 2) {
+      std::memcpy(out + s * bb + i, group + s * G * bb + grouped_offset(w.type, i, j), 2);
+    }
   }
 }
 
