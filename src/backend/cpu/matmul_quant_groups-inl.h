@@ -142,16 +142,14 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
 }
 
 // Each format: kBlock (bytes of a group super-block), kTail (its lines from there on are
-// prefetched at the start of a super-block, the others by Super between its loads), kSide (bytes
-// per super-block kept after the group's last super-block: Q6_K's d), kMaxRN, and
-// Super<RN>(blk, side, pf, lane0, xq, xs, dx, acc): one super-block of the lane block's rows
-// against RN tokens (xq: their 256 int8 activations, xs: their 16 sums of 16, dx: their scales) into
-// acc.
+// prefetched at the start of a super-block, the others by Super between its loads), kMaxRN, and
+// Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one super-block of the lane block's rows against RN
+// tokens (xq: their 256 int8 activations, xs: their 16 sums of 16, dx: their scales) into acc.
 
 // Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
 struct Q4K {
-  static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kQ4KGroupScales, kSide = 0;
+  static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kQ4KGroupScales;
 #if HWY_TARGET <= HWY_AVX3
   static constexpr int kMaxRN = 4;
 #else
@@ -199,9 +197,8 @@ struct Q4K {
   }
 
   template <int RN>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* HWY_RESTRICT /*side: none*/, const uint8_t* pf,
-                               size_t lane0, const int8_t* const* xq, const int16_t* const* xs, const float* dx,
-                               VF* acc) {
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* dx, VF* acc) {
     const DU du;
     const DF df;
     const DH dh;
@@ -237,7 +234,7 @@ struct Q4K {
 // s = 8h + 2k + e for h, e, k (halves, then the first or second 16 of each 32-column run, then the
 // four runs), then acc += A·(d·dx).
 struct Q6K {
-  static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kQ6KGroupScales, kSide = kQ6KGroupD;
+  static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kQ6KGroupScales;
 #if HWY_TARGET <= HWY_AVX3
   static constexpr int kMaxRN = 3;
 #else
@@ -284,9 +281,8 @@ struct Q6K {
   }
 
   template <int RN>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* HWY_RESTRICT side, const uint8_t* pf,
-                               size_t lane0, const int8_t* const* xq, const int16_t* const* xs, const float* dx,
-                               VF* acc) {
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* dx, VF* acc) {
     const DF df;
     const DH dh;
     VF A[RN];
@@ -297,7 +293,7 @@ struct Q6K {
       Quarter<0, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
       Quarter<1, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
     }
-    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(side) + lane0));
+    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ6KGroupD) + lane0));
     for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u])), acc[u]);
   }
 };
@@ -316,7 +312,6 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
   float dx[RN];
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* blk = group + static_cast<size_t>(s) * F::kBlock;
-    const uint8_t* side = group + static_cast<size_t>(nsb) * F::kBlock + static_cast<size_t>(s) * F::kSide;
     // The first lane block streams the group from memory (the others find it in cache): one L2
     // prefetch kPrefetchAhead bytes ahead per line, spread between the loads (Super) rather than
     // all of a super-block's at once, which filled the core's miss buffers and kept the arithmetic
@@ -325,14 +320,13 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
     const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : nullptr;
     if (pf != nullptr) {
       for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
-      if (F::kSide != 0) __builtin_prefetch(side + 512, 0, 2);
     }
     for (int u = 0; u < RN; ++u) {
       xq[u] = a.qs + (t + u) * K + 256 * s;
       xs[u] = a.sums + (t + u) * (K / 16) + 16 * s;
       dx[u] = a.d[(t + u) * (K / 256) + s];
     }
-    F::template Super<RN>(blk, side, pf, lane0, xq, xs, dx, acc);
+    F::template Super<RN>(blk, pf, lane0, xq, xs, dx, acc);
   }
   const size_t N = hn::Lanes(df);
   for (int u = 0; u < RN; ++u) {

@@ -12,26 +12,23 @@ static_assert(sizeof(BlockQ4_K) == 144 && offsetof(BlockQ4_K, scales) == 4 && of
 static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
               offsetof(BlockQ6_K, d) == 208);
 static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupBlock);
-static_assert(kQ6KGroupBlock + kQ6KGroupD == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroupBlock % 64 == 0);
+static_assert(kQ6KGroupBlock == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroupD + 2 * kQuantGroupRows == kQ6KGroupBlock);
 
 uint64_t block_bytes(GgmlType type) { return type == GgmlType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K); }
 
-// Where byte i (even) of row j's block of super-block s (of nsb per row) lies in its group
-// (quant_groups.h).
-uint64_t grouped_offset(GgmlType type, uint64_t s, uint64_t nsb, uint64_t i, uint64_t j) {
+// Where byte i (even) of row j's block lies in its group super-block (quant_groups.h).
+uint64_t grouped_offset(GgmlType type, uint64_t i, uint64_t j) {
   auto word = [&](uint64_t at, uint64_t first) { return at + 64 * ((i - first) / 4) + 4 * j + (i - first) % 4; };
   if (type == GgmlType::kQ4_K) {
-    const uint64_t base = s * kQ4KGroupBlock;
-    if (i < 2) return base + kQ4KGroupD + 2 * j + i;
-    if (i < 4) return base + kQ4KGroupDmin + 2 * j + (i - 2);
-    if (i < 16) return base + word(kQ4KGroupScales, 4);
-    return base + word(0, 16);
+    if (i < 2) return kQ4KGroupD + 2 * j + i;
+    if (i < 4) return kQ4KGroupDmin + 2 * j + (i - 2);
+    if (i < 16) return word(kQ4KGroupScales, 4);
+    return word(0, 16);
   }
-  const uint64_t base = s * kQ6KGroupBlock;
-  if (i < 128) return base + word(0, 0);
-  if (i < 192) return base + word(kQ6KGroupQh, 128);
-  if (i < 208) return base + word(kQ6KGroupScales, 192);
-  return nsb * kQ6KGroupBlock + s * kQ6KGroupD + 2 * j + (i - 208);
+  if (i < 128) return word(0, 0);
+  if (i < 192) return word(kQ6KGroupQh, 128);
+  if (i < 208) return word(kQ6KGroupScales, 192);
+  return kQ6KGroupD + 2 * j + (i - 208);
 }
 
 }  // namespace
@@ -53,11 +50,12 @@ void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uin
   for (uint64_t g = g0; g < g1; ++g) {
     uint8_t* group = dst + g * G * host.row_bytes;
     for (uint64_t s = 0; s < nsb; ++s) {
+      uint8_t* out = group + s * G * bb;
       for (uint64_t j = 0; j < G; ++j) {
         const uint64_t r = g * G + j;
         const uint8_t* blk = r < rows ? host.data + r * host.row_bytes + s * bb : nullptr;
         for (uint64_t i = 0; i < bb; i += 2) {
-          uint8_t* o = group + grouped_offset(host.type, s, nsb, i, j);
+          uint8_t* o = out + grouped_offset(host.type, i, j);
           if (blk != nullptr) std::memcpy(o, blk + i, 2);
           else std::memset(o, 0, 2);
         }
@@ -73,7 +71,7 @@ void read_quant_group_row(const WeightMatrix& w, int64_t r, uint8_t* out) {
   const uint64_t bb = block_bytes(w.type), nsb = w.row_bytes / bb;
   for (uint64_t s = 0; s < nsb; ++s) {
     for (uint64_t i = 0; i < bb; i += 2) {
-      std::memcpy(out + s * bb + i, group + grouped_offset(w.type, s, nsb, i, j), 2);
+      std::memcpy(out + s * bb + i, group + s * G * bb + grouped_offset(w.type, i, j), 2);
     }
   }
 }

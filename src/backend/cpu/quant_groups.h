@@ -3,19 +3,17 @@
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
 // and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
 // 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..) is
-// 16 × (block bytes) at offset s times that (Q6_K: below), with the same 32-bit word of the 16 rows
-// side by side (row j's copy of a word at 4 j in a 64-byte line). Q4_K (144-byte blocks, 2,304 per
-// group and super-block):
+// 16 × (block bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
+// (row j's copy of a word at 4 j in a 64-byte line). Q4_K (144-byte blocks, 2,304 per group):
 //   [0, 2048)     qs:     word v (v = 0..31: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
 //   [2048, 2240)  scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 2048 + 64 w + 4 j
 //   [2240, 2272)  d:      the f16 at 2240 + 2 j
 //   [2272, 2304)  dmin:   the f16 at 2272 + 2 j
-// Q6_K (210-byte blocks, 3,360 per group and super-block): super-block s's ql, qh and scales at
-// s · 3328 (so that every 64-byte line stays aligned), the d of all of them after the group's last:
+// Q6_K (210-byte blocks, 3,360 per group):
 //   [0, 2048)     ql:     word v (0..31) at 64 v + 4 j
 //   [2048, 3072)  qh:     word v (0..15) at 2048 + 64 v + 4 j
 //   [3072, 3328)  scales: word w (0..3 of the 16 int8 scales) at 3072 + 64 w + 4 j
-//   d:            the f16 at nsb · 3328 + 32 s + 2 j (nsb: super-blocks per row)
+//   [3328, 3360)  d:      the f16 at 3328 + 2 j
 // Rows past the last of the matrix (the last group's padding) are zero: a zero scale, no
 // contribution, never stored.
 // Thread-safety: pure functions over caller memory.
@@ -30,8 +28,8 @@ namespace strata::cpu {
 constexpr int64_t kQuantGroupRows = WeightMatrix::kQuantGroup;
 constexpr uint64_t kQ4KGroupBlock = 16 * 144;  // one super-block of 16 rows
 constexpr uint64_t kQ4KGroupScales = 2048, kQ4KGroupD = 2240, kQ4KGroupDmin = 2272;
-constexpr uint64_t kQ6KGroupBlock = 16 * 208;  // ql, qh, scales of one super-block; the d after them all
-constexpr uint64_t kQ6KGroupQh = 2048, kQ6KGroupScales = 3072, kQ6KGroupD = 32;  // d: per super-block
+constexpr uint64_t kQ6KGroupBlock = 16 * 210;
+constexpr uint64_t kQ6KGroupQh = 2048, kQ6KGroupScales = 3072, kQ6KGroupD = 3328;
 
 // Whether a matrix of this type and shape can be copied into groups (Q4_K or Q6_K, whole super-blocks).
 bool quant_groups_supported(GgmlType type, int64_t cols);
