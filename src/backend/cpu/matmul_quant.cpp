@@ -13,7 +13,10 @@
 //   One token (decode): K-quants in tiles of 4 rows (KRows, the rows' chains interleaved) or one row
 //   at a time, as measured at load (DecodeOrder, decode_order.h); legacy types one row at a time (a
 //   single sequential stream). Every tile prefetches 8 KiB ahead.
-// Which path each target takes:
+// Q4_K/Q6_K matrices in groups of 16 rows (WeightMatrix::kQuantGroup, as CpuBackend copies them) take
+// the one Highway kernel of matmul_quant_groups-inl.h on every target, whatever the token count or
+// STRATA_QUANT_HWY. For matrices with rows as stored (--mmap-weights, STRATA_CPU_ROW_GROUPS=0, the
+// other types), which path each target takes:
 //   AVX3_DL (AVX-512 with VNNI: Ice Lake and later, Zen 4/5): legacy dots with vpdpbusd (EVEX);
 //     Q4_K and Q6_K unpack 64 weights per 512-bit step (maddubs/madd), folded to 8 int32 lanes;
 //     Q2_K, Q3_K, Q5_K use the 256-bit steps.
