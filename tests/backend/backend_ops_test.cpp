@@ -1599,8 +1599,8 @@ TEST(BackendChoice, CpuIsAlwaysThereAndAutoResolvesToAnAvailableDevice) {
 // (a new address, 64-byte aligned, the same bytes and shape; F16 in groups of 4 rows), unless
 // BackendOptions::mapped_weights (--mmap-weights), which gives the host matrix back, as it does for
 // K-quants; tables (upload_table) stay where they are either way. Products are the same bits from
-// the copy as from the mapping, except Q4_K's and Q6_K's, whose copies are in groups of 16 rows with
-// their own kernels (within the kernels' error bound).
+// the copy as from the mapping, except Q4_K's, Q6_K's and Q8_0's, whose copies are in groups of 16
+// rows with their own kernels (within the kernels' error bound).
 TEST(CpuBackendWeights, UploadCopiesIntoHugePagesUnlessMapped) {
   std::mt19937 rng(41);
   BackendOptions mapped_opts{DeviceKind::kCpu, 2};
@@ -1638,8 +1638,9 @@ TEST(CpuBackendWeights, UploadCopiesIntoHugePagesUnlessMapped) {
         }
       }
       EXPECT_EQ(p.row_group, 0) << "--mmap-weights keeps the file's layout";
-    } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) {
-      // Q4_K and Q6_K of whole super-blocks: in groups of 16 rows (cpu/quant_groups.h), each row's blocks
+    } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kQ8_0) {
+      // Q4_K and Q6_K of whole super-blocks, Q8_0 of whole pairs of blocks: in groups of 16 rows
+      // (cpu/quant_groups.h), each row's blocks
       // the bytes of the file, reordered.
       ASSERT_EQ(c.row_group, WeightMatrix::kQuantGroup);
       std::vector<uint8_t> row(c.row_bytes);

@@ -195,7 +195,7 @@ TEST_P(Matmul, KQuantsInQuantGroupsMatchTheExactArithmetic) {
   ThreadPool pool1(1), pool3(3);
   CpuBackend backend(2);
   std::mt19937 rng(8);
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K})
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0})
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 768}, {1, 512}, {33, 2048}, {64, 256}, {8, 1024}}) {
     SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " rows " << rows << " cols " << cols);
     const auto m = random_matrix(type, rows, cols, rng);
@@ -269,7 +269,7 @@ TEST(MatmulQuantGroups, X86TargetsGiveTheSameBits) {
   CpuBackend backend(2);
   KernelScratch scratch;
   std::mt19937 rng(9);
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     const auto m = random_matrix(type, 45, 1024, rng);
     const WeightMatrix up = backend.upload_matrix(m.w);
     ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);

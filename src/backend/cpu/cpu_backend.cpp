@@ -104,7 +104,7 @@ bool CpuBackend::groups_quant_rows(const WeightMatrix& host) const {
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const bool grouped = groups_rows(host);
   const bool quant_grouped = groups_quant_rows(host);
-  if (quant_grouped) (host.type == GgmlType::kQ4_K ? quant_grouped_[0] : quant_grouped_[1]) = true;
+  if (quant_grouped) quant_grouped_[host.type == GgmlType::kQ4_K ? 0 : host.type == GgmlType::kQ6_K ? 1 : 2] = true;
   // How one token walks the matrix, measured at the first matrix of each type with a choice of at
   // least 512 columns, once per process and type: F32/F16/BF16 rows as stored and the K-quants, the
   // order (cpu::DecodeOrder); F16/BF16 rows in groups (always 4-row tiles), the prefetch
@@ -206,9 +206,10 @@ std::string CpuBackend::description() const {
     orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(type),
                           cpu::decode_order_name(cpu::decode_order(type)));
   }
-  for (int i = 0; i < 2; ++i) {
-    if (!quant_grouped_[static_cast<size_t>(i)]) continue;
-    orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", i == 0 ? "q4_k" : "q6_k",
+  const char* quant_names[] = {"q4_k", "q6_k", "q8_0"};
+  for (size_t i = 0; i < quant_grouped_.size(); ++i) {
+    if (!quant_grouped_[i]) continue;
+    orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", quant_names[i],
                           WeightMatrix::kQuantGroup);
   }
   if (orders.empty()) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());

@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
   // token's matmul has both the single stream that hardware prefetchers follow and 4 FMA chains
   // in flight (docs/PERFORMANCE.md, issue 17); whether software prefetch helps that stream is
   // measured at the first such matrix of ≥ 512 columns per type (cpu::choose_group_prefetch).
-  // Q4_K and Q6_K matrices of whole super-blocks are copied in groups of 16 rows (WeightMatrix::
+  // Q4_K and Q6_K matrices of whole super-blocks and Q8_0 of whole pairs of blocks are copied in groups of 16 rows (WeightMatrix::
   // kQuantGroup, cpu/quant_groups.h): their kernels then keep a row in each vector lane and unpack the
   // scales of 16 rows at once (docs/PERFORMANCE.md, issue 17). Their arithmetic per output differs from
   // the rows-as-stored kernels' (within their error bound, not bit for bit), and is the same for
@@ -91,14 +91,14 @@ class CpuBackend final : public Backend {
  private:
   // Whether upload_matrix copies `host` with its rows in groups.
   bool groups_rows(const WeightMatrix& host) const;
-  // Whether upload_matrix copies `host` (Q4_K, Q6_K) in quant groups of 16 rows.
+  // Whether upload_matrix copies `host` (Q4_K, Q6_K, Q8_0) in quant groups of 16 rows.
   bool groups_quant_rows(const WeightMatrix& host) const;
 
   bool mapped_weights_;
   bool row_groups_;                             // STRATA_CPU_ROW_GROUPS (default on)
   std::array<bool, 3> grouped_types_{};         // per cpu::decode_order_slot: a matrix was copied in groups
   std::array<bool, 3> group_prefetch_chosen_{};  // ... and a cpu::GroupPrefetch measured for it
-  std::array<bool, 2> quant_grouped_{};         // a Q4_K (0) / Q6_K (1) matrix was copied in quant groups
+  std::array<bool, 3> quant_grouped_{};         // a Q4_K (0) / Q6_K (1) / Q8_0 (2) matrix was copied in quant groups
   std::array<bool, 8> decode_order_chosen_{};  // per cpu::decode_order_slot: a cpu::DecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
   uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()

@@ -227,7 +227,7 @@ void GetRow(const WeightMatrix& table, int64_t r, float* out) {
     RowToF32(table.type, table.data + static_cast<uint64_t>(r) * table.row_bytes, table.cols, out);
     return;
   }
-  if (table.row_group == WeightMatrix::kQuantGroup) {  // Q4_K/Q6_K in groups (quant_groups.h): the row's blocks gathered
+  if (table.row_group == WeightMatrix::kQuantGroup) {  // Q4_K/Q6_K/Q8_0 in groups (quant_groups.h): the row's blocks gathered
     thread_local std::vector<uint8_t> row;
     row.resize(table.row_bytes);
     read_quant_group_row(table, r, row.data());

@@ -1,4 +1,4 @@
-// Q4_K and Q6_K over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Q4_K, Q6_K and Q8_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -11,7 +11,7 @@
 // 64 weights on AVX-512.
 //
 // Q6_K the same way (4 + 2 bits per weight in each byte before the dot; its zero point 32 through
-// the activations' 16-sums).
+// the activations' 16-sums), and Q8_0 (signed bytes: SignedDot).
 //
 // Arithmetic per output (the same sequence for any tile, token count, thread count, vector width
 // or x86 target, so results are the same bits whatever the batch): per super-block, the exact
@@ -103,6 +103,38 @@ HWY_INLINE VI QuadSum(VI part) {
 #endif
 }
 
+// acc + Σ_{b<4} w_b · x_b per 32-bit lane for signed bytes w (Q8_0's quants, -128..127). With VNNI
+// (kBiasedSigned) the dot of w + 128 (unsigned), from which the caller subtracts 128 · Σ x;
+// maddubs targets take |w| against x with w's sign (pairs <= 2·128·127: no saturation); elsewhere
+// sign-extended byte products. Every form is exact: the same integers on every target.
+#if HWY_TARGET == HWY_AVX3_DL
+constexpr bool kBiasedSigned = true;
+#else
+constexpr bool kBiasedSigned = false;
+#endif
+HWY_INLINE VI SignedDot(VI acc, VU w, VI x) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return VI{_mm512_dpbusd_epi32(acc.raw, _mm512_xor_si512(w.raw, _mm512_set1_epi8(static_cast<char>(0x80))), x.raw)};
+#elif HWY_TARGET == HWY_AVX3
+  const __m512i xs = _mm512_mask_sub_epi8(x.raw, _mm512_movepi8_mask(w.raw), _mm512_setzero_si512(), x.raw);
+  return hn::Add(acc, VI{_mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w.raw), xs), _mm512_set1_epi16(1))});
+#elif HWY_TARGET == HWY_AVX2
+  const __m256i xs = _mm256_sign_epi8(x.raw, w.raw);
+  return hn::Add(acc, VI{_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w.raw), xs), _mm256_set1_epi16(1))});
+#else
+  const DI di;
+  const VI wi = hn::BitCast(di, w);
+  const VI w0 = hn::ShiftRight<24>(hn::ShiftLeft<24>(wi)), w1 = hn::ShiftRight<24>(hn::ShiftLeft<16>(wi));
+  const VI w2 = hn::ShiftRight<24>(hn::ShiftLeft<8>(wi)), w3 = hn::ShiftRight<24>(wi);
+  const VI x0 = hn::ShiftRight<24>(hn::ShiftLeft<24>(x)), x1 = hn::ShiftRight<24>(hn::ShiftLeft<16>(x));
+  const VI x2 = hn::ShiftRight<24>(hn::ShiftLeft<8>(x)), x3 = hn::ShiftRight<24>(x);
+  acc = hn::Add(acc, hn::Mul(w0, x0));
+  acc = hn::Add(acc, hn::Mul(w1, x1));
+  acc = hn::Add(acc, hn::Mul(w2, x2));
+  return hn::Add(acc, hn::Mul(w3, x3));
+#endif
+}
+
 // Byte k of every 32-bit lane, as an integer 0..255.
 template <int k>
 HWY_INLINE VU Byte(VU v) {
@@ -150,6 +182,7 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
 struct Q4K {
   static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kQ4KGroupScales;
+  static constexpr int64_t kUnitCols = 256;
 #if HWY_TARGET <= HWY_AVX3
   static constexpr int kMaxRN = 4;
 #else
@@ -198,7 +231,7 @@ struct Q4K {
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* dx, VF* acc) {
+                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
     const DU du;
     const DF df;
     const DH dh;
@@ -221,7 +254,7 @@ struct Q4K {
     const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ4KGroupD) + lane0));
     const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ4KGroupDmin) + lane0));
     for (int u = 0; u < RN; ++u) {
-      const VF x = hn::Set(df, dx[u]);
+      const VF x = hn::Set(df, dx[u][0]);
       acc[u] = hn::MulAdd(A[u], hn::Mul(d, x), acc[u]);
       acc[u] = hn::NegMulAdd(M[u], hn::Mul(dmin, x), acc[u]);
     }
@@ -235,6 +268,7 @@ struct Q4K {
 // four runs), then acc += A·(d·dx).
 struct Q6K {
   static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kQ6KGroupScales;
+  static constexpr int64_t kUnitCols = 256;
 #if HWY_TARGET <= HWY_AVX3
   static constexpr int kMaxRN = 3;
 #else
@@ -282,7 +316,7 @@ struct Q6K {
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* dx, VF* acc) {
+                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
     const DF df;
     const DH dh;
     VF A[RN];
@@ -294,7 +328,45 @@ struct Q6K {
       Quarter<1, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
     }
     const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ6KGroupD) + lane0));
-    for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u])), acc[u]);
+    for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u][0])), acc[u]);
+  }
+};
+
+// Q8_0 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot (SignedDot; minus
+// 128 · Σ x where it was biased), then acc = fma(float(dot), d_w · d_x, acc), block after block.
+struct Q8 {
+  static constexpr uint64_t kBlock = kQ8GroupPair, kTail = kQ8GroupD;
+  static constexpr int64_t kUnitCols = 64;
+#if HWY_TARGET <= HWY_AVX3
+  static constexpr int kMaxRN = 4;
+#else
+  static constexpr int kMaxRN = 2;
+#endif
+
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+    const DI di;
+    const DF df;
+    const DH dh;
+    HWY_UNROLL(2)
+    for (int k = 0; k < 2; ++k) {
+      VI is[RN];
+      for (int u = 0; u < RN; ++u) is[u] = hn::Zero(di);
+      HWY_UNROLL(8)
+      for (int v = 0; v < 8; ++v) {
+        PrefetchLine(pf, 512 * k + 64 * v);
+        const VU w = Words(blk, 512 * k, v, lane0);
+        for (int u = 0; u < RN; ++u) is[u] = SignedDot(is[u], w, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
+      }
+      const VF d =
+          hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ8GroupD + 32 * k) + lane0));
+      for (int u = 0; u < RN; ++u) {
+        VI i = is[u];
+        if constexpr (kBiasedSigned) i = hn::Sub(i, hn::Set(di, 128 * (xs[u][2 * k] + xs[u][2 * k + 1])));
+        acc[u] = hn::MulAdd(hn::ConvertTo(df, i), hn::Mul(d, hn::Set(df, dx[u][k])), acc[u]);
+      }
+    }
   }
 };
 
@@ -309,7 +381,8 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
   for (int u = 0; u < RN; ++u) acc[u] = hn::Zero(df);
   const int8_t* xq[RN];
   const int16_t* xs[RN];
-  float dx[RN];
+  const float* dx[RN];
+  constexpr int64_t C = F::kUnitCols;
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* blk = group + static_cast<size_t>(s) * F::kBlock;
     // The first lane block streams the group from memory (the others find it in cache): one L2
@@ -322,9 +395,9 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
       for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
     }
     for (int u = 0; u < RN; ++u) {
-      xq[u] = a.qs + (t + u) * K + 256 * s;
-      xs[u] = a.sums + (t + u) * (K / 16) + 16 * s;
-      dx[u] = a.d[(t + u) * (K / 256) + s];
+      xq[u] = a.qs + (t + u) * K + C * s;
+      xs[u] = a.sums + (t + u) * (K / 16) + C / 16 * s;
+      dx[u] = a.d + (t + u) * (K / a.block) + C / a.block * s;
     }
     F::template Super<RN>(blk, pf, lane0, xq, xs, dx, acc);
   }
@@ -348,7 +421,7 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
   using Fn = void (*)(const uint8_t*, int64_t, const QuantActs&, int64_t, size_t, float*, size_t, size_t);
   static constexpr Fn kTiles[] = {&Tile<F, RNs + 1>...};
   const int64_t G = kQuantGroupRows;
-  const int64_t nsb = w.cols / 256;
+  const int64_t nsb = w.cols / F::kUnitCols;  // units: super-blocks, or Q8_0's pairs of blocks
   const size_t ys = static_cast<size_t>(w.rows);
   const auto N = static_cast<int64_t>(hn::Lanes(DF()));
   // Tokens per block: their activations stay in L1/L2 while the groups go by.
@@ -370,13 +443,15 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
 
 }  // namespace qg
 
-// y[t][r] for t < n, r0 <= r < r1 over a Q4_K or Q6_K matrix in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a Q4_K, Q6_K or Q8_0 matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
   if (w.type == GgmlType::kQ4_K) {
     qg::RunGroups<qg::Q4K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q4K::kMaxRN>());
-  } else {
+  } else if (w.type == GgmlType::kQ6_K) {
     qg::RunGroups<qg::Q6K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q6K::kMaxRN>());
+  } else {
+    qg::RunGroups<qg::Q8>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q8::kMaxRN>());
   }
 }
 

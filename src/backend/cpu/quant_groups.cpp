@@ -14,7 +14,16 @@ static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offs
 static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupBlock);
 static_assert(kQ6KGroupBlock == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroupD + 2 * kQuantGroupRows == kQ6KGroupBlock);
 
-uint64_t block_bytes(GgmlType type) { return type == GgmlType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K); }
+static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == 2 && kQ8GroupPair == kQuantGroupRows * 2 * 34);
+
+// Bytes of the unit the layout repeats per group: a super-block, or Q8_0's pair of blocks.
+uint64_t block_bytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K: return sizeof(BlockQ4_K);
+    case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
+    default: return 2 * sizeof(BlockQ8_0);
+  }
+}
 
 // Where byte i (even) of row j's block lies in its group super-block (quant_groups.h).
 uint64_t grouped_offset(GgmlType type, uint64_t i, uint64_t j) {
@@ -25,6 +34,11 @@ uint64_t grouped_offset(GgmlType type, uint64_t i, uint64_t j) {
     if (i < 16) return word(kQ4KGroupScales, 4);
     return word(0, 16);
   }
+  if (type == GgmlType::kQ8_0) {  // i: byte of the pair of blocks as stored (d, qs[32], d, qs[32])
+    const uint64_t k = i / 34, b = i % 34;
+    if (b < 2) return kQ8GroupD + 32 * k + 2 * j + b;
+    return 512 * k + 64 * ((b - 2) / 4) + 4 * j + (b - 2) % 4;
+  }
   if (i < 128) return word(0, 0);
   if (i < 192) return word(kQ6KGroupQh, 128);
   if (i < 208) return word(kQ6KGroupScales, 192);
@@ -34,6 +48,7 @@ uint64_t grouped_offset(GgmlType type, uint64_t i, uint64_t j) {
 }  // namespace
 
 bool quant_groups_supported(GgmlType type, int64_t cols) {
+  if (type == GgmlType::kQ8_0) return cols > 0 && cols % 64 == 0;
   return (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) && cols > 0 && cols % 256 == 0;
 }
 

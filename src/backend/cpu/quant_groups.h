@@ -1,4 +1,4 @@
-// Q4_K and Q6_K rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
+// Q4_K, Q6_K and Q8_0 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
 // and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
@@ -14,6 +14,12 @@
 //   [2048, 3072)  qh:     word v (0..15) at 2048 + 64 v + 4 j
 //   [3072, 3328)  scales: word w (0..3 of the 16 int8 scales) at 3072 + 64 w + 4 j
 //   [3328, 3360)  d:      the f16 at 3328 + 2 j
+// Q8_0 (34-byte blocks of 32, in pairs: 1,088 bytes per group and pair of blocks, so that the
+// quants' lines stay 64-byte aligned; rows of an even number of blocks):
+//   [0, 512)      qs of the pair's first block:  word v (0..7) at 64 v + 4 j
+//   [512, 1024)   qs of its second block:        word v at 512 + 64 v + 4 j
+//   [1024, 1056)  d of the first block:  the f16 at 1024 + 2 j
+//   [1056, 1088)  d of the second block: the f16 at 1056 + 2 j
 // Rows past the last of the matrix (the last group's padding) are zero: a zero scale, no
 // contribution, never stored.
 // Thread-safety: pure functions over caller memory.
@@ -30,8 +36,11 @@ constexpr uint64_t kQ4KGroupBlock = 16 * 144;  // one super-block of 16 rows
 constexpr uint64_t kQ4KGroupScales = 2048, kQ4KGroupD = 2240, kQ4KGroupDmin = 2272;
 constexpr uint64_t kQ6KGroupBlock = 16 * 210;
 constexpr uint64_t kQ6KGroupQh = 2048, kQ6KGroupScales = 3072, kQ6KGroupD = 3328;
+constexpr uint64_t kQ8GroupPair = 16 * 2 * 34;  // two blocks of 32 of 16 rows
+constexpr uint64_t kQ8GroupD = 1024;
 
-// Whether a matrix of this type and shape can be copied into groups (Q4_K or Q6_K, whole super-blocks).
+// Whether a matrix of this type and shape can be copied into groups (Q4_K or Q6_K of whole
+// super-blocks, Q8_0 of whole pairs of blocks).
 bool quant_groups_supported(GgmlType type, int64_t cols);
 
 // Bytes of the grouped copy of `host` (rows rounded up to whole groups).
