@@ -173,6 +173,9 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
   if (pf != nullptr) __builtin_prefetch(pf + at, 0, 2);
 }
 
+// Tokens per tile (kMaxRN) by register count: 32 vector registers on AVX-512, 16 on AVX2.
+constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
+
 // Each format: kBlock (bytes of a group super-block), kTail (its lines from there on are
 // prefetched at the start of a super-block, the others by Super between its loads), kMaxRN, and
 // Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one super-block of the lane block's rows against RN
@@ -183,11 +186,7 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
 struct Q4K {
   static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kQ4KGroupScales;
   static constexpr int64_t kUnitCols = 256;
-#if HWY_TARGET <= HWY_AVX3
-  static constexpr int kMaxRN = 4;
-#else
-  static constexpr int kMaxRN = 2;
-#endif
+  static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
 
   // Sub-block pair c (2c: low nibbles, 2c + 1: high nibbles of qs words 8c .. 8c + 7).
   template <int c, int RN>
@@ -269,11 +268,7 @@ struct Q4K {
 struct Q6K {
   static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kQ6KGroupScales;
   static constexpr int64_t kUnitCols = 256;
-#if HWY_TARGET <= HWY_AVX3
-  static constexpr int kMaxRN = 3;
-#else
-  static constexpr int kMaxRN = 2;
-#endif
+  static constexpr int kMaxRN = kWideRegisters ? 3 : 2;
 
   // Half h, quads 4e .. 4e + 3 of each 32-column run k (columns 128h + 32k + 16e ..: sub-block
   // 8h + 2k + e) into A.
@@ -337,11 +332,7 @@ struct Q6K {
 struct Q8 {
   static constexpr uint64_t kBlock = kQ8GroupPair, kTail = kQ8GroupD;
   static constexpr int64_t kUnitCols = 64;
-#if HWY_TARGET <= HWY_AVX3
-  static constexpr int kMaxRN = 4;
-#else
-  static constexpr int kMaxRN = 2;
-#endif
+  static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
