@@ -250,6 +250,16 @@ TEST_P(Matmul, KQuantsInQuantGroupsMatchTheExactArithmetic) {
       get_row(up, r, b.data());
       ASSERT_TRUE(test::bitwise_equal(a.data(), b.data(), a.size())) << "row " << r;
     }
+    if (rows > 2) {
+      const auto x = random_floats(static_cast<size_t>(cols), rng);
+      std::vector<uint8_t> mem(QuantActs::bytes(1, cols, quant_act_block(type)) + 64);
+      auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+      const QuantActs acts = QuantActs::carve(base, 1, cols, quant_act_block(type));
+      quantize_acts(x.data(), 0, 1, acts);
+      std::vector<float> y(static_cast<size_t>(rows));
+      EXPECT_THROW(matmul_quant_rows(up, acts, 1, y.data(), 2, rows), std::invalid_argument)
+          << "a range that starts inside a group";
+    }
   }
   // With --mmap-weights the rows stay as stored.
   EXPECT_EQ(CpuBackend(1, /*mapped_weights=*/true).upload_matrix(random_matrix(GgmlType::kQ4_K, 4, 256, rng).w).row_group, 0)

@@ -31,11 +31,14 @@
 
 #include "backend/cpu/matmul_quant.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 
 #include "backend/cpu/decode_order.h"
@@ -774,6 +777,10 @@ void quantize_acts(const float* x, int64_t t0, int64_t t1, const QuantActs& acts
 }
 
 void matmul_quant_rows(const WeightMatrix& w, const QuantActs& acts, int64_t n, float* y, int64_t r0, int64_t r1) {
+  if (w.row_group == WeightMatrix::kQuantGroup && r0 % WeightMatrix::kQuantGroup != 0) {
+    throw std::invalid_argument(fmt::format("matmul over rows in groups of {}: rows [{}, {}) start inside a group",
+                                            WeightMatrix::kQuantGroup, r0, r1));
+  }
   HWY_DYNAMIC_DISPATCH(MatmulQuantRows)(w, acts, n, y, r0, r1);
 }
 

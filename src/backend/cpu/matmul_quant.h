@@ -43,7 +43,8 @@ int32_t quant_act_block(GgmlType type);
 void quantize_acts(const float* x, int64_t t0, int64_t t1, const QuantActs& acts);
 
 // y[t][r] for t < n, r0 <= r < r1 of a quantized weight matrix against activations quantized
-// with quant_act_block(w.type). y: [n][w.rows].
+// with quant_act_block(w.type). y: [n][w.rows]. Rows in groups (WeightMatrix::kQuantGroup): r0 must
+// start a group (std::invalid_argument otherwise).
 void matmul_quant_rows(const WeightMatrix& w, const QuantActs& acts, int64_t n, float* y, int64_t r0, int64_t r1);
 
 // The portable Highway kernels (matmul_quant_hwy-inl.h) of every quantized type on x86 targets too,

@@ -176,10 +176,12 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
 // Tokens per tile (kMaxRN) by register count: 32 vector registers on AVX-512, 16 on AVX2.
 constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 
-// Each format: kBlock (bytes of a group super-block), kTail (its lines from there on are
-// prefetched at the start of a super-block, the others by Super between its loads), kMaxRN, and
-// Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one super-block of the lane block's rows against RN
-// tokens (xq: their 256 int8 activations, xs: their 16 sums of 16, dx: their scales) into acc.
+// Each format: kUnitCols (columns of the unit its layout repeats: a super-block of 256, Q8_0's pair
+// of blocks), kBlock (bytes of a group's unit), kTail (its lines from there on are prefetched at
+// the start of a unit, the others by Super between its loads), kMaxRN, and
+// Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one unit of the lane block's rows against RN tokens
+// (xq: their int8 activations of the unit, xs: their sums of 16, dx: their activation scales of
+// the unit, one per 256 or per 32 columns) into acc.
 
 // Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
