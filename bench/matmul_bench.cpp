@@ -8,7 +8,7 @@
 // STRATA_BENCH_ROW_GROUPS=1: F16/BF16 matrices (rows a multiple of 4 and of 64 bytes) are read as
 // rows in groups of 4 (WeightMatrix::row_group, as CpuBackend copies them; the bytes are random
 // either way), one token's prefetch chosen as the backend does (STRATA_CPU_GROUP_PREFETCH or measured);
-// Q4_K matrices (rows a multiple of 16) in groups of 16 rows (quant_groups.h, as CpuBackend copies them).
+// Q4_K/Q6_K/Q8_0 matrices (rows a multiple of 16) in groups of 16 rows (quant_groups.h, as CpuBackend copies them).
 //   build/bin/matmul_bench --benchmark_filter='F16/768x768'
 #include <benchmark/benchmark.h>
 
