@@ -2,6 +2,7 @@
 #include "backend/cpu/quant_groups.h"
 
 #include <cstring>
+#include <span>
 
 #include "gguf/quant_blocks.h"
 
@@ -25,24 +26,21 @@ uint64_t block_bytes(GgmlType type) {
   }
 }
 
-// Where byte i (even) of row j's block lies in its group super-block (quant_groups.h).
-uint64_t grouped_offset(GgmlType type, uint64_t i, uint64_t j) {
-  auto word = [&](uint64_t at, uint64_t first) { return at + 64 * ((i - first) / 4) + 4 * j + (i - first) % 4; };
-  if (type == GgmlType::kQ4_K) {
-    if (i < 2) return kQ4KGroupD + 2 * j + i;
-    if (i < 4) return kQ4KGroupDmin + 2 * j + (i - 2);
-    if (i < 16) return word(kQ4KGroupScales, 4);
-    return word(0, 16);
+// A unit's bytes as stored, in runs: `count` pieces of `size` bytes (4: a word, 2: an f16) from
+// `src` on, piece e of row j at dst + 64 e + size · j in the group's unit (quant_groups.h).
+struct Run {
+  uint32_t src, dst, size, count;
+};
+constexpr Run kQ4KRuns[] = {{0, kQ4KGroupD, 2, 1}, {2, kQ4KGroupDmin, 2, 1}, {4, kQ4KGroupScales, 4, 3}, {16, 0, 4, 32}};
+constexpr Run kQ6KRuns[] = {{0, 0, 4, 32}, {128, kQ6KGroupQh, 4, 16}, {192, kQ6KGroupScales, 4, 4}, {208, kQ6KGroupD, 2, 1}};
+constexpr Run kQ8Runs[] = {{0, kQ8GroupD, 2, 1}, {2, 0, 4, 8}, {34, kQ8GroupD + 32, 2, 1}, {36, 512, 4, 8}};
+
+std::span<const Run> runs(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K: return kQ4KRuns;
+    case GgmlType::kQ6_K: return kQ6KRuns;
+    default: return kQ8Runs;
   }
-  if (type == GgmlType::kQ8_0) {  // i: byte of the pair of blocks as stored (d, qs[32], d, qs[32])
-    const uint64_t k = i / 34, b = i % 34;
-    if (b < 2) return kQ8GroupD + 32 * k + 2 * j + b;
-    return 512 * k + 64 * ((b - 2) / 4) + 4 * j + (b - 2) % 4;
-  }
-  if (i < 128) return word(0, 0);
-  if (i < 192) return word(kQ6KGroupQh, 128);
-  if (i < 208) return word(kQ6KGroupScales, 192);
-  return kQ6KGroupD + 2 * j + (i - 208);
 }
 
 }  // namespace
@@ -62,6 +60,8 @@ void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uin
   const auto rows = static_cast<uint64_t>(host.rows);
   const auto G = static_cast<uint64_t>(kQuantGroupRows);
   const uint64_t bb = block_bytes(host.type), nsb = host.row_bytes / bb;
+  const std::span<const Run> rs = runs(host.type);
+  static constexpr uint8_t kZero[4] = {};
   for (uint64_t g = g0; g < g1; ++g) {
     uint8_t* group = dst + g * G * host.row_bytes;
     for (uint64_t s = 0; s < nsb; ++s) {
@@ -69,10 +69,14 @@ void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uin
       for (uint64_t j = 0; j < G; ++j) {
         const uint64_t r = g * G + j;
         const uint8_t* blk = r < rows ? host.data + r * host.row_bytes + s * bb : nullptr;
-        for (uint64_t i = 0; i < bb; i += 2) {
-          uint8_t* o = out + grouped_offset(host.type, i, j);
-          if (blk != nullptr) std::memcpy(o, blk + i, 2);
-          else std::memset(o, 0, 2);
+        for (const Run& run : rs) {
+          uint8_t* o = out + run.dst + run.size * j;
+          const uint8_t* in = blk != nullptr ? blk + run.src : nullptr;
+          if (run.size == 4) {  // constant sizes: plain moves, not calls
+            for (uint32_t e = 0; e < run.count; ++e) std::memcpy(o + 64 * e, in != nullptr ? in + 4 * e : kZero, 4);
+          } else {
+            for (uint32_t e = 0; e < run.count; ++e) std::memcpy(o + 64 * e, in != nullptr ? in + 2 * e : kZero, 2);
+          }
         }
       }
     }
@@ -85,8 +89,10 @@ void read_quant_group_row(const WeightMatrix& w, int64_t r, uint8_t* out) {
   const uint8_t* group = w.data + g * G * w.row_bytes;
   const uint64_t bb = block_bytes(w.type), nsb = w.row_bytes / bb;
   for (uint64_t s = 0; s < nsb; ++s) {
-    for (uint64_t i = 0; i < bb; i += 2) {
-      std::memcpy(out + s * bb + i, group + s * G * bb + grouped_offset(w.type, i, j), 2);
+    for (const Run& run : runs(w.type)) {
+      for (uint32_t e = 0; e < run.count; ++e) {
+        std::memcpy(out + s * bb + run.src + run.size * e, group + s * G * bb + run.dst + 64 * e + run.size * j, run.size);
+      }
     }
   }
 }
