@@ -104,7 +104,7 @@ bool CpuBackend::groups_quant_rows(const WeightMatrix& host) const {
 WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   const bool grouped = groups_rows(host);
   const bool quant_grouped = groups_quant_rows(host);
-  if (quant_grouped) quant_grouped_[host.type == GgmlType::kQ4_K ? 0 : host.type == GgmlType::kQ6_K ? 1 : 2] = true;
+  for (size_t i = 0; i < kQuantGroupTypes.size(); ++i) quant_grouped_[i] |= quant_grouped && host.type == kQuantGroupTypes[i];
   // How one token walks the matrix, measured at the first matrix of each type with a choice of at
   // least 512 columns, once per process and type: F32/F16/BF16 rows as stored and the K-quants, the
   // order (cpu::DecodeOrder); F16/BF16 rows in groups (always 4-row tiles), the prefetch
@@ -206,10 +206,9 @@ std::string CpuBackend::description() const {
     orders += fmt::format("{}{} in {}", orders.empty() ? "" : ", ", ggml_type_name(type),
                           cpu::decode_order_name(cpu::decode_order(type)));
   }
-  const char* quant_names[] = {"q4_k", "q6_k", "q8_0"};
-  for (size_t i = 0; i < quant_grouped_.size(); ++i) {
+  for (size_t i = 0; i < kQuantGroupTypes.size(); ++i) {
     if (!quant_grouped_[i]) continue;
-    orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", quant_names[i],
+    orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", ggml_type_name(kQuantGroupTypes[i]),
                           WeightMatrix::kQuantGroup);
   }
   if (orders.empty()) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());

@@ -689,7 +689,6 @@ void RunK(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_
 
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
   constexpr auto kRN = std::make_integer_sequence<int, kMaxRN>();
-  if (w.row_group == WeightMatrix::kQuantGroup) return MatmulQuantGroups(w, a, n, y, r0, r1);
   if (quant_highway_forced()) return MatmulQuantRowsHwy(w, a, n, y, r0, r1);
   switch (w.type) {
     case GgmlType::kQ8_0: return RunLegacy<GgmlType::kQ8_0>(w, a, n, y, r0, r1, kRN);
@@ -710,7 +709,6 @@ void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float
 
 // Every quantized type: the Highway kernels (matmul_quant_hwy-inl.h).
 void MatmulQuantRows(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
-  if (w.row_group == WeightMatrix::kQuantGroup) return MatmulQuantGroups(w, a, n, y, r0, r1);
   MatmulQuantRowsHwy(w, a, n, y, r0, r1);
 }
 
@@ -724,6 +722,7 @@ namespace strata::cpu {
 
 HWY_EXPORT(QuantizeActs);
 HWY_EXPORT(MatmulQuantRows);
+HWY_EXPORT(MatmulQuantGroups);
 
 namespace {
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -777,9 +776,12 @@ void quantize_acts(const float* x, int64_t t0, int64_t t1, const QuantActs& acts
 }
 
 void matmul_quant_rows(const WeightMatrix& w, const QuantActs& acts, int64_t n, float* y, int64_t r0, int64_t r1) {
-  if (w.row_group == WeightMatrix::kQuantGroup && r0 % WeightMatrix::kQuantGroup != 0) {
-    throw std::invalid_argument(fmt::format("matmul over rows in groups of {}: rows [{}, {}) start inside a group",
-                                            WeightMatrix::kQuantGroup, r0, r1));
+  if (w.row_group == WeightMatrix::kQuantGroup) {  // every target: the kernel of matmul_quant_groups-inl.h
+    if (r0 % WeightMatrix::kQuantGroup != 0) {
+      throw std::invalid_argument(fmt::format("matmul over rows in groups of {}: rows [{}, {}) start inside a group",
+                                              WeightMatrix::kQuantGroup, r0, r1));
+    }
+    return HWY_DYNAMIC_DISPATCH(MatmulQuantGroups)(w, acts, n, y, r0, r1);
   }
   HWY_DYNAMIC_DISPATCH(MatmulQuantRows)(w, acts, n, y, r0, r1);
 }

@@ -2,8 +2,8 @@
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
 // and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
-// 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..) is
-// 16 × (block bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
+// 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; Q8_0: its
+// pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
 // (row j's copy of a word at 4 j in a 64-byte line). Q4_K (144-byte blocks, 2,304 per group):
 //   [0, 2048)     qs:     word v (v = 0..31: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
 //   [2048, 2240)  scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 2048 + 64 w + 4 j
