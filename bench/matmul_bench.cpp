@@ -18,10 +18,15 @@
 #include <memory>
 #include <numeric>
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <chrono>
+#include <span>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/bandwidth.h"
+#include "core/anon_memory.h"
 #include "hwy/targets.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
@@ -259,6 +264,97 @@ BENCHMARK(BM_Attention)
     ->Args({static_cast<int64_t>(KvDtype::kF16), 8, 1, 512})    // 8 decodes at depth 512
     ->Args({static_cast<int64_t>(KvDtype::kF16), 1, 1, 4096})   // one decode at depth 4096
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// One decode step's matmuls of llama-1b (16 layers of Q/K/V, O, gate/up and down, then the LM
+// head), the weights in huge pages as CpuBackend copies them (F16/BF16 in groups of 4 rows, Q4_K,
+// Q6_K and Q8_0 in groups of 16), one token, one matmul after the other with no other op between:
+// the stream of a decode step. args: type, what: 0 = the matmuls, iterations alternating
+// DecodeChunks::kGuided and kFixed (counters "guided" and "fixed", GB/s; "GB/s" is both), 1 = the
+// bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread half of
+// it (what the stream would reach with no arithmetic and perfectly even threads).
+void BM_DecodeStep(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const bool probe_loop = state.range(1) == 1;
+  if (type == GgmlType::kF16 || type == GgmlType::kBF16) {  // rows in groups: the prefetch as the backend chooses it
+    static std::once_flag once[2];
+    std::call_once(once[type == GgmlType::kF16 ? 0 : 1], [&] { set_group_prefetch(type, choose_group_prefetch(pool(), type, 2048)); });
+  }
+  struct Shape {
+    int64_t rows, cols;
+  };
+  std::vector<std::vector<Shape>> calls;
+  for (int l = 0; l < 16; ++l) {
+    calls.push_back({{2048, 2048}, {512, 2048}, {512, 2048}});
+    calls.push_back({{2048, 2048}});
+    calls.push_back({{8192, 2048}, {8192, 2048}});
+    calls.push_back({{2048, 8192}});
+  }
+  calls.push_back({{32000, 2048}});
+  uint64_t total = 0;
+  for (const auto& c : calls) {
+    for (const Shape& sh : c) total += ggml_row_size(type, static_cast<uint64_t>(sh.cols)) * static_cast<uint64_t>(sh.rows);
+  }
+  AnonymousMemory mem(total, AnonymousMemory::Pages::kHuge);
+  std::memset(mem.data(), 0, total);  // zero weights: the same work per block as any
+  std::vector<std::vector<WeightMatrix>> ws;
+  uint64_t off = 0;
+  for (const auto& c : calls) {
+    ws.emplace_back();
+    for (const Shape& sh : c) {
+      const uint64_t rb = ggml_row_size(type, static_cast<uint64_t>(sh.cols));
+      WeightMatrix w{type, sh.rows, sh.cols, mem.data() + off, rb};
+      if (quant_groups_supported(type, sh.cols)) w.row_group = WeightMatrix::kQuantGroup;
+      if ((type == GgmlType::kF16 || type == GgmlType::kBF16) && rb % 64 == 0) w.row_group = WeightMatrix::kRowGroup;
+      ws.back().push_back(w);
+      off += rb * static_cast<uint64_t>(sh.rows);
+    }
+  }
+  std::vector<float> x(8192, 0.5f), y(2 * 32000);
+  KernelScratch scratch;
+  double secs[2] = {0, 0};
+  int runs[2] = {0, 0};
+  std::atomic<uint64_t> sink{0};
+  for (auto _ : state) {
+    const int v = runs[0] > runs[1] ? 1 : 0;
+    set_decode_chunks(v == 0 ? DecodeChunks::kGuided : DecodeChunks::kFixed);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& c : ws) {
+      if (probe_loop) {
+        const auto* b = static_cast<const uint8_t*>(c.front().data);
+        const uint64_t len = static_cast<uint64_t>(static_cast<const uint8_t*>(c.back().data) + c.back().rows * c.back().row_bytes - b);
+        const uint64_t half = len / 2 / 4096 * 4096;
+        pool().run([&](int t) {
+          const uint64_t b0 = t == 0 ? 0 : half, b1 = t == 0 ? half : len;
+          if (t < 2) sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
+        });
+        continue;
+      }
+      MatmulJob jobs[3];
+      float* out = y.data();
+      for (size_t j = 0; j < c.size(); ++j) {
+        jobs[j] = MatmulJob{&c[j], out};
+        out += c[j].rows;
+      }
+      matmul_multi(std::span<const MatmulJob>(jobs, c.size()), x.data(), 1, pool(), scratch);
+    }
+    benchmark::ClobberMemory();
+    secs[v] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++runs[v];
+  }
+  set_decode_chunks(DecodeChunks::kGuided);
+  if (!probe_loop) {
+    state.counters["guided"] = static_cast<double>(total) * runs[0] / secs[0] / 1e9;
+    state.counters["fixed"] = static_cast<double>(total) * runs[1] / secs[1] / 1e9;
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(total) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(ggml_type_name(type)) + " llama-1b step, " + (probe_loop ? "probe's loop" : "matmuls"));
+}
+BENCHMARK(BM_DecodeStep)
+    ->ArgsProduct({{static_cast<int64_t>(GgmlType::kF16), static_cast<int64_t>(GgmlType::kBF16), static_cast<int64_t>(GgmlType::kQ8_0),
+                    static_cast<int64_t>(GgmlType::kQ4_K), static_cast<int64_t>(GgmlType::kQ6_K)},
+                   {0, 1}})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 void BM_ReadBandwidth(benchmark::State& state) {

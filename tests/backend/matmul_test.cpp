@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -510,6 +511,55 @@ TEST_P(Matmul, MultiEqualsSeparateCalls) {
           << "job " << i << " n " << n;
     }
   }
+}
+
+// Few-token calls cut their rows in guided chunks (shrinking to the end) or fixed ones: every row
+// is computed once either way, to the same bits, over several jobs and thread counts. Outputs start
+// as NaN so that a row no chunk covers shows.
+TEST(MatmulChunks, GuidedAndFixedComputeEveryRowToTheSameBits) {
+  std::mt19937 rng(11);
+  const int64_t cols = 256;
+  std::vector<test::TestMatrix> ms;
+  ms.push_back(random_matrix(GgmlType::kF16, 700, cols, rng));  // guided chunks of >= 128 of its rows
+  ms.push_back(random_matrix(GgmlType::kQ4_K, 33, cols, rng));
+  ms.push_back(random_matrix(GgmlType::kQ8_0, 1000, cols, rng));
+  KernelScratch scratch;
+  for (int threads : {2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{15}}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads, n " << n);
+      const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+      std::vector<float> out[2][3];
+      for (int v = 0; v < 2; ++v) {
+        set_decode_chunks(v == 0 ? DecodeChunks::kGuided : DecodeChunks::kFixed);
+        std::vector<MatmulJob> jobs;
+        for (size_t i = 0; i < ms.size(); ++i) {
+          out[v][i].assign(static_cast<size_t>(n * ms[i].w.rows), std::numeric_limits<float>::quiet_NaN());
+          jobs.push_back({&ms[i].w, out[v][i].data()});
+        }
+        matmul_multi(jobs, x.data(), n, pool, scratch);
+      }
+      set_decode_chunks(DecodeChunks::kGuided);
+      for (size_t i = 0; i < ms.size(); ++i) {
+        std::vector<float> ref(out[0][i].size());
+        ref::matmul(ms[i].w, x.data(), n, ref.data());
+        EXPECT_LE(test::max_abs_diff(out[0][i], ref), 6e-2 * test::rms(ref)) << "job " << i;  // NaN fails too
+        EXPECT_TRUE(test::bitwise_equal(out[0][i].data(), out[1][i].data(), out[0][i].size())) << "job " << i;
+      }
+    }
+  }
+}
+
+TEST(MatmulChunks, EnvironmentChoosesThem) {
+  setenv("STRATA_CPU_DECODE_CHUNKS", "fixed", 1);
+  { CpuBackend b(1); }
+  EXPECT_EQ(decode_chunks(), DecodeChunks::kFixed);
+  setenv("STRATA_CPU_DECODE_CHUNKS", "guided", 1);
+  { CpuBackend b(1); }
+  EXPECT_EQ(decode_chunks(), DecodeChunks::kGuided);
+  expect_env_rejected<Error>("STRATA_CPU_DECODE_CHUNKS", "even", [] { CpuBackend b(1); });
+  unsetenv("STRATA_CPU_DECODE_CHUNKS");
+  EXPECT_EQ(decode_chunks(), DecodeChunks::kGuided);
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, Matmul, ::testing::ValuesIn(test::targets_to_test()), test::target_param_name);

@@ -46,6 +46,8 @@ namespace strata::cpu {
 
 HWY_EXPORT(SumWords);
 
+uint64_t sum_words(const uint64_t* p, size_t n) { return HWY_DYNAMIC_DISPATCH(SumWords)(p, n); }
+
 double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes, int reps) {
   STRATA_CHECK(bytes >= (size_t{1} << 20) && reps >= 1, "bandwidth probe: {} bytes, {} reps", bytes, reps);
   const size_t words = bytes / sizeof(uint64_t) / 64 * 64;

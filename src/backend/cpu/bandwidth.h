@@ -14,4 +14,8 @@ namespace strata::cpu {
 // and released inside. Preconditions: bytes >= 1 MiB, reps >= 1.
 double measure_read_bandwidth_gbs(ThreadPool& pool, size_t bytes = size_t{1} << 30, int reps = 5);
 
+// The probe's read loop: the sum of the 64-bit words [p, p + n) (p 64-byte aligned). For
+// benchmarks that read other layouts the way the probe does.
+uint64_t sum_words(const uint64_t* p, size_t n);
+
 }  // namespace strata::cpu

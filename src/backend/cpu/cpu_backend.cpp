@@ -81,13 +81,24 @@ bool row_groups_from_env() {
        env, WeightMatrix::kRowGroup, WeightMatrix::kQuantGroup);
 }
 
+// STRATA_CPU_DECODE_CHUNKS=guided|fixed: how few-token matmuls share rows among threads (kernels.h).
+void decode_chunks_from_env() {
+  const char* env = std::getenv("STRATA_CPU_DECODE_CHUNKS");
+  if (env == nullptr || std::string_view(env).empty()) return;
+  if (std::string_view(env) == "guided") return cpu::set_decode_chunks(cpu::DecodeChunks::kGuided);
+  if (std::string_view(env) == "fixed") return cpu::set_decode_chunks(cpu::DecodeChunks::kFixed);
+  fail("STRATA_CPU_DECODE_CHUNKS={}: expected guided (chunks shrinking to the end of each matmul, the default) or fixed", env);
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads, bool mapped_weights)
     : mapped_weights_(mapped_weights),
       row_groups_(row_groups_from_env()),
       pool_(std::make_unique<ThreadPool>(n_threads > 0 ? n_threads : ThreadPool::physical_cores())),
-      scratch_(std::make_unique<cpu::KernelScratch>()) {}
+      scratch_(std::make_unique<cpu::KernelScratch>()) {
+  decode_chunks_from_env();
+}
 
 CpuBackend::~CpuBackend() { cpu::profile_report(); }
 

@@ -2,10 +2,12 @@
 // jobs need, cuts every job's output rows into chunks and lets the pool threads take chunks from a
 // shared counter until none are left (one dispatch for all jobs of a matmul_multi call).
 //
-// Chunk sizes: with few tokens the weights stream from memory, so chunks are large enough to keep
-// the prefetchers busy and small enough (about 4 per thread) to even out the threads; with many
-// tokens a chunk's weight rows are read once per block of tokens, so they are capped to stay in L2
-// next to that block.
+// Chunk sizes: with few tokens the weights stream from memory and every thread streams at its own
+// rate (on the 2-core VMs one core reads half of what two do), so the threads must end together:
+// guided chunks (DecodeChunks::kGuided, kernels.h), each the rows left over the thread count, down to
+// 64 KiB of weights, so a call starts with a few long streams and ends within ~5 µs on every thread.
+// With many tokens a chunk's weight rows are read once per block of tokens, so they are capped to
+// stay in L2 next to that block.
 
 #include <fmt/format.h>
 
@@ -34,6 +36,9 @@ constexpr int64_t kRowAlign = 16;                 // a multiple of every tile's 
 constexpr size_t kChunkBytes = 160 * 1024;        // a chunk's weight rows, with room in L2 for tokens
 constexpr int64_t kManyTokens = 16;               // from here on, chunk rows are capped by kChunkBytes
 constexpr int64_t kInlineQuantizeElems = 1 << 16;  // below this, quantizing on one thread is cheaper
+constexpr uint64_t kGuidedMinBytes = 64 * 1024;    // the smallest guided chunk's weights (~5 µs)
+
+std::atomic<uint8_t> g_decode_chunks{static_cast<uint8_t>(DecodeChunks::kGuided)};
 
 bool is_float_type(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
 
@@ -45,6 +50,9 @@ struct Chunk {
 };
 
 }  // namespace
+
+void set_decode_chunks(DecodeChunks chunks) { g_decode_chunks.store(static_cast<uint8_t>(chunks), std::memory_order_relaxed); }
+DecodeChunks decode_chunks() { return static_cast<DecodeChunks>(g_decode_chunks.load(std::memory_order_relaxed)); }
 
 bool matmul_supports(GgmlType type) { return is_float_type(type) || quant_act_block(type) != 0; }
 
@@ -120,11 +128,29 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     }
   }
 
-  // Chunks of `chunk_rows`, except that the last threads·chunk_rows rows of the last job are cut
-  // four times finer: whichever thread finishes first takes the small ones, so the threads end
-  // within a small chunk of each other instead of a big one.
+  // Few tokens, guided (kernels.h): chunk after chunk over the jobs in order, each the rows not
+  // yet in a chunk over the thread count, rounded up to kRowAlign, at least kGuidedMinBytes.
+  // Otherwise chunks of `chunk_rows`, except that (few tokens, kFixed) the last threads·chunk_rows
+  // rows of the last job are cut four times finer: whichever thread finishes first takes the small
+  // ones, so the threads end within a small chunk of each other instead of a big one.
+  const bool guided = n < kManyTokens && decode_chunks() == DecodeChunks::kGuided;
+  const int64_t guided_min_rows =
+      std::max(kRowAlign, round_up(static_cast<int64_t>((kGuidedMinBytes + max_row_bytes - 1) / max_row_bytes), kRowAlign));
   const int64_t small_rows = std::max(kRowAlign, round_up(chunk_rows / 4, kRowAlign));
   auto for_each_chunk = [&](auto&& emit) {
+    if (guided) {
+      int64_t left = total_rows;
+      for (int32_t ji = 0; ji < static_cast<int32_t>(jobs.size()); ++ji) {
+        const int64_t rows = jobs[ji].w->rows;
+        for (int64_t r = 0; r < rows;) {
+          const int64_t end = std::min(rows, r + std::max(guided_min_rows, round_up(left / threads, kRowAlign)));
+          emit(Chunk{ji, r, end});
+          left -= end - r;
+          r = end;
+        }
+      }
+      return;
+    }
     for (int32_t ji = 0; ji < static_cast<int32_t>(jobs.size()); ++ji) {
       const int64_t rows = jobs[ji].w->rows;
       const bool last = ji + 1 == static_cast<int32_t>(jobs.size());
