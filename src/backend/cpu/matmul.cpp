@@ -4,8 +4,8 @@
 //
 // Chunk sizes: with few tokens the weights stream from memory and every thread streams at its own
 // rate (on the 2-core VMs one core reads half of what two do), so the threads must end together:
-// guided chunks (DecodeChunks::kGuided, kernels.h), each the rows left over the thread count, down to
-// 64 KiB of weights, so a call starts with a few long streams and ends within ~5 µs on every thread.
+// guided chunks (DecodeChunks::kGuided, kernels.h), shrinking with the rows left, down to 64 KiB of
+// weights, so a call starts with a few long streams and its threads end close together.
 // With many tokens a chunk's weight rows are read once per block of tokens, so they are capped to
 // stay in L2 next to that block.
 
@@ -128,8 +128,11 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
     }
   }
 
-  // Few tokens, guided (kernels.h): chunk after chunk over the jobs in order, each the rows not
-  // yet in a chunk over the thread count, rounded up to kRowAlign, at least kGuidedMinBytes.
+  // Few tokens, guided (kernels.h): chunk after chunk over the jobs in order, each two thirds of
+  // the rows not yet in a chunk over the thread count, rounded up to kRowAlign, at least
+  // kGuidedMinBytes. (All of them over the thread count streamed as well in BM_DecodeStep but left
+  // twice the tail in a model, 14-44 against 7-11 µs per matmul: a thread slowed in the first half
+  // cannot be helped.)
   // Otherwise chunks of `chunk_rows`, except that (few tokens, kFixed) the last threads·chunk_rows
   // rows of the last job are cut four times finer: whichever thread finishes first takes the small
   // ones, so the threads end within a small chunk of each other instead of a big one.
@@ -143,7 +146,7 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
       for (int32_t ji = 0; ji < static_cast<int32_t>(jobs.size()); ++ji) {
         const int64_t rows = jobs[ji].w->rows;
         for (int64_t r = 0; r < rows;) {
-          const int64_t end = std::min(rows, r + std::max(guided_min_rows, round_up(left / threads, kRowAlign)));
+          const int64_t end = std::min(rows, r + std::max(guided_min_rows, round_up(2 * left / (3 * threads), kRowAlign)));
           emit(Chunk{ji, r, end});
           left -= end - r;
           r = end;
