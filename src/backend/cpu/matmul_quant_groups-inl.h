@@ -178,7 +178,9 @@ constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 
 // Each format: kUnitCols (columns of the unit its layout repeats: a super-block of 256, Q8_0's pair
 // of blocks), kBlock (bytes of a group's unit), kTail (its lines from there on are prefetched at
-// the start of a unit, the others by Super between its loads), kMaxRN, and
+// the start of a unit, the others by Super between its loads; Q4_K and Q6_K prefetch all theirs
+// between the loads: their 4 and 5 scale and d lines at once at the start cost Q6_K 1-5% of its
+// stream in BM_DecodeStep), kMaxRN, and
 // Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one unit of the lane block's rows against RN tokens
 // (xq: their int8 activations of the unit, xs: their sums of 16, dx: their activation scales of
 // the unit, one per 256 or per 32 columns) into acc.
@@ -186,7 +188,7 @@ constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 // Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
 struct Q4K {
-  static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kQ4KGroupScales;
+  static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kBlock;
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
 
@@ -206,6 +208,7 @@ struct Q4K {
     HWY_UNROLL(8)
     for (int q = 0; q < 8; ++q) {
       PrefetchLine(pf, 64 * (8 * c + q));
+      if (c == 0 && q < 4) PrefetchLine(pf, kQ4KGroupScales + 64 * q);  // scales; d and dmin
       const VU v = Words(blk, 0, 8 * c + q, lane0);
       const VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
       for (int t = 0; t < RN; ++t) {
@@ -268,7 +271,7 @@ struct Q4K {
 // s = 8h + 2k + e for h, e, k (halves, then the first or second 16 of each 32-column run, then the
 // four runs), then acc += A·(d·dx).
 struct Q6K {
-  static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kQ6KGroupScales;
+  static constexpr uint64_t kBlock = kQ6KGroupBlock, kTail = kBlock;
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 3 : 2;
 
@@ -289,6 +292,8 @@ struct Q6K {
       PrefetchLine(pf, 64 * (16 * h + q));
       PrefetchLine(pf, 64 * (16 * h + 8 + q));
       PrefetchLine(pf, kQ6KGroupQh + 64 * (8 * h + q));
+      if (h == 0 && e == 0) PrefetchLine(pf, kQ6KGroupScales + 64 * q);  // the scales' 4 lines
+      if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD);        // and d's
       const VU l0 = Words(blk, 0, 16 * h + q, lane0), l1 = Words(blk, 0, 16 * h + 8 + q, lane0);
       const VU hb = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
       const VU w[4] = {hn::Or(hn::And(l0, m4), hn::And(hn::ShiftLeft<4>(hb), m30)),
