@@ -91,15 +91,16 @@ class CpuBackend final : public Backend {
  private:
   // Whether upload_matrix copies `host` with its rows in groups.
   bool groups_rows(const WeightMatrix& host) const;
-  // Whether upload_matrix copies `host` (Q4_K, Q6_K, Q8_0) in quant groups of 16 rows.
+  // Whether upload_matrix copies `host` (Q4_K, Q5_K, Q6_K, Q8_0) in quant groups of 16 rows.
   bool groups_quant_rows(const WeightMatrix& host) const;
 
   bool mapped_weights_;
   bool row_groups_;                             // STRATA_CPU_ROW_GROUPS (default on)
   std::array<bool, 3> grouped_types_{};         // per cpu::decode_order_slot: a matrix was copied in groups
   std::array<bool, 3> group_prefetch_chosen_{};  // ... and a cpu::GroupPrefetch measured for it
-  static constexpr std::array<GgmlType, 3> kQuantGroupTypes = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0};
-  std::array<bool, 3> quant_grouped_{};  // per kQuantGroupTypes: a matrix of that type was copied in quant groups
+  static constexpr std::array<GgmlType, 4> kQuantGroupTypes = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                                                               GgmlType::kQ8_0};
+  std::array<bool, kQuantGroupTypes.size()> quant_grouped_{};  // per kQuantGroupTypes: a matrix of that type was copied in quant groups
   std::array<bool, 8> decode_order_chosen_{};  // per cpu::decode_order_slot: a cpu::DecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
   uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()

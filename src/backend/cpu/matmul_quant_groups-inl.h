@@ -1,4 +1,4 @@
-// Q4_K, Q6_K and Q8_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Q4_K, Q5_K, Q6_K and Q8_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -265,6 +265,83 @@ struct Q4K {
   }
 };
 
+// Q5_K (quant_groups.h): Q4_K's arithmetic on 5-bit weights, the nibble plus 16 times its bit of
+// qh (sub-block 2c: bit 2c of qh byte l, 2c + 1: bit 2c + 1, for byte l of the 32 of the pair's
+// qs). Weights up to 31 take DotQuads (int32), not the int16 partial sums of QuadPart.
+struct Q5K {
+  static constexpr uint64_t kBlock = kQ5KGroupBlock, kTail = kBlock;
+  static constexpr int64_t kUnitCols = 256;
+  static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
+
+  template <int c, int RN>
+  static HWY_INLINE void Pair(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                              const int8_t* const* xq, const int16_t* const* xs, VU sc, VU mn, VF* A, VF* M) {
+    const DI di;
+    const DU du;
+    const DF df;
+    const VU low4 = hn::Set(du, 0x0F0F0F0Fu), one = hn::Set(du, 0x01010101u);
+    VI lo[RN], hi[RN];
+    for (int t = 0; t < RN; ++t) {
+      lo[t] = hn::Zero(di);
+      hi[t] = hn::Zero(di);
+    }
+    HWY_UNROLL(8)
+    for (int q = 0; q < 8; ++q) {
+      // One line each between the loads: qs, then the qh lines (c = 0) or the scale and d lines (c = 1).
+      PrefetchLine(pf, 64 * (8 * c + q));
+      if (c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q);
+      if (c == 1 && q < 4) PrefetchLine(pf, kQ5KGroupScales + 64 * q);
+      const VU v = Words(blk, 0, 8 * c + q, lane0), hb = Words(blk, kQ5KGroupQh, q, lane0);
+      const VU vl = hn::Or(hn::And(v, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c>(hb), one)));
+      const VU vh = hn::Or(hn::And(hn::ShiftRight<4>(v), low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c + 1>(hb), one)));
+      for (int t = 0; t < RN; ++t) {
+        lo[t] = DotQuads(lo[t], vl, hn::Set(di, Word(xq[t] + 64 * c + 4 * q)));
+        hi[t] = DotQuads(hi[t], vh, hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q)));
+      }
+    }
+    constexpr int k = (2 * c) % 4;
+    const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc))), sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
+    const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
+    for (int t = 0; t < RN; ++t) {
+      A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
+      A[t] = hn::MulAdd(hn::ConvertTo(df, hi[t]), sh, A[t]);
+      const int16_t* s = xs[t] + 4 * c;
+      M[t] = hn::MulAdd(ml, hn::Set(df, static_cast<float>(s[0] + s[1])), M[t]);
+      M[t] = hn::MulAdd(mh, hn::Set(df, static_cast<float>(s[2] + s[3])), M[t]);
+    }
+  }
+
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+    const DU du;
+    const DF df;
+    const DH dh;
+    const VU u0 = Words(blk, kQ5KGroupScales, 0, lane0), u1 = Words(blk, kQ5KGroupScales, 1, lane0),
+             u2 = Words(blk, kQ5KGroupScales, 2, lane0);
+    const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m4 = hn::Set(du, 0x0F0F0F0Fu), top = hn::Set(du, 0x30303030u);
+    const VU sc03 = hn::And(u0, m6), mn03 = hn::And(u1, m6);
+    const VU sc47 = hn::Or(hn::And(u2, m4), hn::And(hn::ShiftRight<2>(u0), top));
+    const VU mn47 = hn::Or(hn::And(hn::ShiftRight<4>(u2), m4), hn::And(hn::ShiftRight<2>(u1), top));
+    VF A[RN], M[RN];
+    for (int u = 0; u < RN; ++u) {
+      A[u] = hn::Zero(df);
+      M[u] = hn::Zero(df);
+    }
+    Pair<0, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
+    Pair<1, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
+    Pair<2, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
+    Pair<3, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
+    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ5KGroupD) + lane0));
+    const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ5KGroupDmin) + lane0));
+    for (int u = 0; u < RN; ++u) {
+      const VF x = hn::Set(df, dx[u][0]);
+      acc[u] = hn::MulAdd(A[u], hn::Mul(d, x), acc[u]);
+      acc[u] = hn::NegMulAdd(M[u], hn::Mul(dmin, x), acc[u]);
+    }
+  }
+};
+
 // Q6_K (quant_groups.h): weights q = (4 low bits of ql) | (2 bits of qh) << 4, value sc_s·(q − 32)
 // for sub-block s of 16. Per sub-block the exact integer i_s − 32·bsum_s (the dot of the unsigned q
 // minus the zero point through the activations' 16-sum), A = Σ_s float(that)·sc_s in the order
@@ -441,11 +518,13 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
 
 }  // namespace qg
 
-// y[t][r] for t < n, r0 <= r < r1 over a Q4_K, Q6_K or Q8_0 matrix in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a Q4_K, Q5_K, Q6_K or Q8_0 matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
   if (w.type == GgmlType::kQ4_K) {
     qg::RunGroups<qg::Q4K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q4K::kMaxRN>());
+  } else if (w.type == GgmlType::kQ5_K) {
+    qg::RunGroups<qg::Q5K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q5K::kMaxRN>());
   } else if (w.type == GgmlType::kQ6_K) {
     qg::RunGroups<qg::Q6K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q6K::kMaxRN>());
   } else {

@@ -10,6 +10,9 @@ namespace strata::cpu {
 namespace {
 
 static_assert(sizeof(BlockQ4_K) == 144 && offsetof(BlockQ4_K, scales) == 4 && offsetof(BlockQ4_K, qs) == 16);
+static_assert(sizeof(BlockQ5_K) == 176 && offsetof(BlockQ5_K, scales) == 4 && offsetof(BlockQ5_K, qh) == 16 &&
+              offsetof(BlockQ5_K, qs) == 48);
+static_assert(kQ5KGroupBlock == kQuantGroupRows * sizeof(BlockQ5_K) && kQ5KGroupDmin + 2 * kQuantGroupRows == kQ5KGroupBlock);
 static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
               offsetof(BlockQ6_K, d) == 208);
 static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupBlock);
@@ -21,6 +24,7 @@ static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == 2 && kQ8Grou
 uint64_t block_bytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K: return sizeof(BlockQ4_K);
+    case GgmlType::kQ5_K: return sizeof(BlockQ5_K);
     case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
     default: return 2 * sizeof(BlockQ8_0);
   }
@@ -32,12 +36,18 @@ struct Run {
   uint32_t src, dst, size, count;
 };
 constexpr Run kQ4KRuns[] = {{0, kQ4KGroupD, 2, 1}, {2, kQ4KGroupDmin, 2, 1}, {4, kQ4KGroupScales, 4, 3}, {16, 0, 4, 32}};
+constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1},
+                            {2, kQ5KGroupDmin, 2, 1},
+                            {4, kQ5KGroupScales, 4, 3},
+                            {16, kQ5KGroupQh, 4, 8},
+                            {48, 0, 4, 32}};
 constexpr Run kQ6KRuns[] = {{0, 0, 4, 32}, {128, kQ6KGroupQh, 4, 16}, {192, kQ6KGroupScales, 4, 4}, {208, kQ6KGroupD, 2, 1}};
 constexpr Run kQ8Runs[] = {{0, kQ8GroupD, 2, 1}, {2, 0, 4, 8}, {34, kQ8GroupD + 32, 2, 1}, {36, 512, 4, 8}};
 
 std::span<const Run> runs(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K: return kQ4KRuns;
+    case GgmlType::kQ5_K: return kQ5KRuns;
     case GgmlType::kQ6_K: return kQ6KRuns;
     default: return kQ8Runs;
   }
@@ -47,7 +57,7 @@ std::span<const Run> runs(GgmlType type) {
 
 bool quant_groups_supported(GgmlType type, int64_t cols) {
   if (type == GgmlType::kQ8_0) return cols > 0 && cols % 64 == 0;
-  return (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) && cols > 0 && cols % 256 == 0;
+  return (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) && cols > 0 && cols % 256 == 0;
 }
 
 uint64_t quant_group_bytes(const WeightMatrix& host) {

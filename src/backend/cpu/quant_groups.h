@@ -1,4 +1,4 @@
-// Q4_K, Q6_K and Q8_0 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
+// Q4_K, Q5_K, Q6_K and Q8_0 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
 // and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
@@ -9,6 +9,12 @@
 //   [2048, 2240)  scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 2048 + 64 w + 4 j
 //   [2240, 2272)  d:      the f16 at 2240 + 2 j
 //   [2272, 2304)  dmin:   the f16 at 2272 + 2 j
+// Q5_K (176-byte blocks, 2,816 per group): Q4_K's with the fifth bits after the qs
+//   [0, 2048)     qs:     word v (0..31) at 64 v + 4 j
+//   [2048, 2560)  qh:     word v (0..7: bytes 4v .. 4v + 3 of qh) at 2048 + 64 v + 4 j
+//   [2560, 2752)  scales: word w (0..2) at 2560 + 64 w + 4 j
+//   [2752, 2784)  d:      the f16 at 2752 + 2 j
+//   [2784, 2816)  dmin:   the f16 at 2784 + 2 j
 // Q6_K (210-byte blocks, 3,360 per group):
 //   [0, 2048)     ql:     word v (0..31) at 64 v + 4 j
 //   [2048, 3072)  qh:     word v (0..15) at 2048 + 64 v + 4 j
@@ -34,12 +40,14 @@ namespace strata::cpu {
 constexpr int64_t kQuantGroupRows = WeightMatrix::kQuantGroup;
 constexpr uint64_t kQ4KGroupBlock = 16 * 144;  // one super-block of 16 rows
 constexpr uint64_t kQ4KGroupScales = 2048, kQ4KGroupD = 2240, kQ4KGroupDmin = 2272;
+constexpr uint64_t kQ5KGroupBlock = 16 * 176;
+constexpr uint64_t kQ5KGroupQh = 2048, kQ5KGroupScales = 2560, kQ5KGroupD = 2752, kQ5KGroupDmin = 2784;
 constexpr uint64_t kQ6KGroupBlock = 16 * 210;
 constexpr uint64_t kQ6KGroupQh = 2048, kQ6KGroupScales = 3072, kQ6KGroupD = 3328;
 constexpr uint64_t kQ8GroupPair = 16 * 2 * 34;  // two blocks of 32 of 16 rows
 constexpr uint64_t kQ8GroupD = 1024;
 
-// Whether a matrix of this type and shape can be copied into groups (Q4_K or Q6_K of whole
+// Whether a matrix of this type and shape can be copied into groups (Q4_K, Q5_K or Q6_K of whole
 // super-blocks, Q8_0 of whole pairs of blocks).
 bool quant_groups_supported(GgmlType type, int64_t cols);
 
