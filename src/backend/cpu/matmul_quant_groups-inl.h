@@ -187,8 +187,14 @@ constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 
 // Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
-struct Q4K {
-  static constexpr uint64_t kBlock = kQ4KGroupBlock, kTail = kBlock;
+// Q5_K (kFifth): the same on 5-bit weights, the nibble plus 16 times its bit of qh (sub-block 2c:
+// bit 2c of qh byte l, 2c + 1: bit 2c + 1, for byte l of the 32 of the pair's qs); weights up to 31
+// take DotQuads (int32), not the int16 partial sums of QuadPart.
+template <bool kFifth>
+struct Q4KOr5K {
+  static constexpr uint64_t kBlock = kFifth ? kQ5KGroupBlock : kQ4KGroupBlock, kTail = kBlock;
+  static constexpr uint64_t kScales = kFifth ? kQ5KGroupScales : kQ4KGroupScales;
+  static constexpr uint64_t kD = kFifth ? kQ5KGroupD : kQ4KGroupD, kDmin = kFifth ? kQ5KGroupDmin : kQ4KGroupDmin;
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
 
@@ -199,7 +205,7 @@ struct Q4K {
     const DI di;
     const DU du;
     const DF df;
-    const VU low4 = hn::Set(du, 0x0F0F0F0Fu);
+    const VU low4 = hn::Set(du, 0x0F0F0F0Fu), one = hn::Set(du, 0x01010101u);
     VI lo[RN], hi[RN];
     for (int t = 0; t < RN; ++t) {
       lo[t] = hn::Zero(di);
@@ -207,18 +213,28 @@ struct Q4K {
     }
     HWY_UNROLL(8)
     for (int q = 0; q < 8; ++q) {
+      // One line each between the loads: qs; the scale and d lines (Q5_K: the qh lines first).
       PrefetchLine(pf, 64 * (8 * c + q));
-      if (c == 0 && q < 4) PrefetchLine(pf, kQ4KGroupScales + 64 * q);  // scales; d and dmin
+      if (kFifth && c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q);
+      if (c == (kFifth ? 1 : 0) && q < 4) PrefetchLine(pf, kScales + 64 * q);
       const VU v = Words(blk, 0, 8 * c + q, lane0);
-      const VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
+      VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
+      if constexpr (kFifth) {
+        const VU hb = Words(blk, kQ5KGroupQh, q, lane0);
+        vl = hn::Or(vl, hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c>(hb), one)));
+        vh = hn::Or(vh, hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c + 1>(hb), one)));
+      }
       for (int t = 0; t < RN; ++t) {
-        lo[t] = QuadPart(lo[t], vl, hn::Set(di, Word(xq[t] + 64 * c + 4 * q)));
-        hi[t] = QuadPart(hi[t], vh, hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q)));
+        const VI xl = hn::Set(di, Word(xq[t] + 64 * c + 4 * q)), xh = hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q));
+        lo[t] = kFifth ? DotQuads(lo[t], vl, xl) : QuadPart(lo[t], vl, xl);
+        hi[t] = kFifth ? DotQuads(hi[t], vh, xh) : QuadPart(hi[t], vh, xh);
       }
     }
-    for (int t = 0; t < RN; ++t) {
-      lo[t] = QuadSum(lo[t]);
-      hi[t] = QuadSum(hi[t]);
+    if constexpr (!kFifth) {
+      for (int t = 0; t < RN; ++t) {
+        lo[t] = QuadSum(lo[t]);
+        hi[t] = QuadSum(hi[t]);
+      }
     }
     // Sub-block 2c's scale and min are byte (2c) % 4 of sc / mn, 2c + 1's the next byte.
     constexpr int k = (2 * c) % 4;
@@ -239,8 +255,7 @@ struct Q4K {
     const DU du;
     const DF df;
     const DH dh;
-    const VU u0 = Words(blk, kQ4KGroupScales, 0, lane0), u1 = Words(blk, kQ4KGroupScales, 1, lane0),
-             u2 = Words(blk, kQ4KGroupScales, 2, lane0);
+    const VU u0 = Words(blk, kScales, 0, lane0), u1 = Words(blk, kScales, 1, lane0), u2 = Words(blk, kScales, 2, lane0);
     // Scales and mins of sub-blocks 0..3 (bytes of sc03 / mn03) and 4..7 (sc47 / mn47): k4_scale_min.
     const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m4 = hn::Set(du, 0x0F0F0F0Fu), top = hn::Set(du, 0x30303030u);
     const VU sc03 = hn::And(u0, m6), mn03 = hn::And(u1, m6);
@@ -255,8 +270,8 @@ struct Q4K {
     Pair<1, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
     Pair<2, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
     Pair<3, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
-    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ4KGroupD) + lane0));
-    const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ4KGroupDmin) + lane0));
+    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kD) + lane0));
+    const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kDmin) + lane0));
     for (int u = 0; u < RN; ++u) {
       const VF x = hn::Set(df, dx[u][0]);
       acc[u] = hn::MulAdd(A[u], hn::Mul(d, x), acc[u]);
@@ -264,83 +279,8 @@ struct Q4K {
     }
   }
 };
-
-// Q5_K (quant_groups.h): Q4_K's arithmetic on 5-bit weights, the nibble plus 16 times its bit of
-// qh (sub-block 2c: bit 2c of qh byte l, 2c + 1: bit 2c + 1, for byte l of the 32 of the pair's
-// qs). Weights up to 31 take DotQuads (int32), not the int16 partial sums of QuadPart.
-struct Q5K {
-  static constexpr uint64_t kBlock = kQ5KGroupBlock, kTail = kBlock;
-  static constexpr int64_t kUnitCols = 256;
-  static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
-
-  template <int c, int RN>
-  static HWY_INLINE void Pair(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                              const int8_t* const* xq, const int16_t* const* xs, VU sc, VU mn, VF* A, VF* M) {
-    const DI di;
-    const DU du;
-    const DF df;
-    const VU low4 = hn::Set(du, 0x0F0F0F0Fu), one = hn::Set(du, 0x01010101u);
-    VI lo[RN], hi[RN];
-    for (int t = 0; t < RN; ++t) {
-      lo[t] = hn::Zero(di);
-      hi[t] = hn::Zero(di);
-    }
-    HWY_UNROLL(8)
-    for (int q = 0; q < 8; ++q) {
-      // One line each between the loads: qs, then the qh lines (c = 0) or the scale and d lines (c = 1).
-      PrefetchLine(pf, 64 * (8 * c + q));
-      if (c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q);
-      if (c == 1 && q < 4) PrefetchLine(pf, kQ5KGroupScales + 64 * q);
-      const VU v = Words(blk, 0, 8 * c + q, lane0), hb = Words(blk, kQ5KGroupQh, q, lane0);
-      const VU vl = hn::Or(hn::And(v, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c>(hb), one)));
-      const VU vh = hn::Or(hn::And(hn::ShiftRight<4>(v), low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c + 1>(hb), one)));
-      for (int t = 0; t < RN; ++t) {
-        lo[t] = DotQuads(lo[t], vl, hn::Set(di, Word(xq[t] + 64 * c + 4 * q)));
-        hi[t] = DotQuads(hi[t], vh, hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q)));
-      }
-    }
-    constexpr int k = (2 * c) % 4;
-    const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc))), sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
-    const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
-    for (int t = 0; t < RN; ++t) {
-      A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
-      A[t] = hn::MulAdd(hn::ConvertTo(df, hi[t]), sh, A[t]);
-      const int16_t* s = xs[t] + 4 * c;
-      M[t] = hn::MulAdd(ml, hn::Set(df, static_cast<float>(s[0] + s[1])), M[t]);
-      M[t] = hn::MulAdd(mh, hn::Set(df, static_cast<float>(s[2] + s[3])), M[t]);
-    }
-  }
-
-  template <int RN>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
-    const DU du;
-    const DF df;
-    const DH dh;
-    const VU u0 = Words(blk, kQ5KGroupScales, 0, lane0), u1 = Words(blk, kQ5KGroupScales, 1, lane0),
-             u2 = Words(blk, kQ5KGroupScales, 2, lane0);
-    const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m4 = hn::Set(du, 0x0F0F0F0Fu), top = hn::Set(du, 0x30303030u);
-    const VU sc03 = hn::And(u0, m6), mn03 = hn::And(u1, m6);
-    const VU sc47 = hn::Or(hn::And(u2, m4), hn::And(hn::ShiftRight<2>(u0), top));
-    const VU mn47 = hn::Or(hn::And(hn::ShiftRight<4>(u2), m4), hn::And(hn::ShiftRight<2>(u1), top));
-    VF A[RN], M[RN];
-    for (int u = 0; u < RN; ++u) {
-      A[u] = hn::Zero(df);
-      M[u] = hn::Zero(df);
-    }
-    Pair<0, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
-    Pair<1, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
-    Pair<2, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
-    Pair<3, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
-    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ5KGroupD) + lane0));
-    const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ5KGroupDmin) + lane0));
-    for (int u = 0; u < RN; ++u) {
-      const VF x = hn::Set(df, dx[u][0]);
-      acc[u] = hn::MulAdd(A[u], hn::Mul(d, x), acc[u]);
-      acc[u] = hn::NegMulAdd(M[u], hn::Mul(dmin, x), acc[u]);
-    }
-  }
-};
+using Q4K = Q4KOr5K<false>;
+using Q5K = Q4KOr5K<true>;
 
 // Q6_K (quant_groups.h): weights q = (4 low bits of ql) | (2 bits of qh) << 4, value sc_s·(q − 32)
 // for sub-block s of 16. Per sub-block the exact integer i_s − 32·bsum_s (the dot of the unsigned q
