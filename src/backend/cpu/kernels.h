@@ -63,10 +63,11 @@ struct MatmulJob {
 // memory, each thread at its own rate) among the pool's threads, which take chunks in order until
 // none are left. kGuided: each chunk is 2/3 of the rows not yet in a chunk over the thread count
 // (at least 64 KiB of weights and 16 rows), so a call starts with long streams and ends with short
-// chunks: up to 3% faster than kFixed on the Xeon VM, never slower beyond the noise
-// (docs/PERFORMANCE.md, issue 17). kFixed: about 4 chunks per thread, the last thread's worth cut 4 times finer (before
-// 2026-12-05). Results are the same bits either way (a row's arithmetic does not depend on its
-// chunk). Process-wide; kGuided until set (CpuBackend: STRATA_CPU_DECODE_CHUNKS=guided|fixed).
+// chunks: on the Xeon VM 0-4% faster than kFixed on llama-1b, 10% on llama-134m Q4_K, never slower
+// beyond the noise (docs/PERFORMANCE.md, issue 17). kFixed: about 4 chunks per thread, the last
+// thread's worth cut 4 times finer (before 2026-12-05). Results are the same bits either way (a
+// row's arithmetic does not depend on its chunk). Process-wide; kGuided until set (CpuBackend:
+// STRATA_CPU_DECODE_CHUNKS=guided|fixed).
 enum class DecodeChunks : uint8_t { kGuided = 0, kFixed = 1 };
 void set_decode_chunks(DecodeChunks chunks);
 DecodeChunks decode_chunks();
