@@ -271,8 +271,8 @@ BENCHMARK(BM_Attention)
 // Q6_K and Q8_0 in groups of 16), one token, one matmul after the other with no other op between:
 // the stream of a decode step. args: type, what: 0 = the matmuls, iterations alternating
 // DecodeChunks::kGuided and kFixed (counters "guided" and "fixed", GB/s; "GB/s" is both), 1 = the
-// bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread half of
-// it (what the stream would reach with no arithmetic and perfectly even threads).
+// bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread an
+// even share of it (what the stream would reach with no arithmetic and perfectly even threads).
 void BM_DecodeStep(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const bool probe_loop = state.range(1) == 1;
@@ -323,10 +323,11 @@ void BM_DecodeStep(benchmark::State& state) {
       if (probe_loop) {
         const auto* b = static_cast<const uint8_t*>(c.front().data);
         const uint64_t len = static_cast<uint64_t>(static_cast<const uint8_t*>(c.back().data) + c.back().rows * c.back().row_bytes - b);
-        const uint64_t half = len / 2 / 4096 * 4096;
-        pool().run([&](int t) {
-          const uint64_t b0 = t == 0 ? 0 : half, b1 = t == 0 ? half : len;
-          if (t < 2) sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
+        const auto threads = static_cast<uint64_t>(pool().size());
+        pool().run([&](int t) {  // an even share each, cut at 4 KiB
+          const auto u = static_cast<uint64_t>(t);
+          const uint64_t b0 = len * u / threads / 4096 * 4096, b1 = u + 1 == threads ? len : len * (u + 1) / threads / 4096 * 4096;
+          sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
         });
         continue;
       }

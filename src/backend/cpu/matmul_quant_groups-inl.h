@@ -55,6 +55,17 @@ using VI = hn::Vec<DI>;
 using VU = hn::Vec<DU>;
 using VF = hn::Vec<DF>;
 
+// acc + Σ_{b<4} w_b · x_b per 32-bit lane, the weights' bytes already widened (w0..w3), x four
+// signed bytes: the integer dot of the targets without a byte dot instruction.
+HWY_INLINE VI AddByteProducts(VI acc, VI w0, VI w1, VI w2, VI w3, VI x) {
+  const VI x0 = hn::ShiftRight<24>(hn::ShiftLeft<24>(x)), x1 = hn::ShiftRight<24>(hn::ShiftLeft<16>(x));
+  const VI x2 = hn::ShiftRight<24>(hn::ShiftLeft<8>(x)), x3 = hn::ShiftRight<24>(x);
+  acc = hn::Add(acc, hn::Mul(w0, x0));
+  acc = hn::Add(acc, hn::Mul(w1, x1));
+  acc = hn::Add(acc, hn::Mul(w2, x2));
+  return hn::Add(acc, hn::Mul(w3, x3));
+}
+
 // acc + Σ_{b<4} w_b · x_b per 32-bit lane, w four unsigned bytes (nibbles here: 0..15), x four
 // signed bytes (|x| <= 127). Exact.
 HWY_INLINE VI DotQuads(VI acc, VU w, VI x) {
@@ -67,16 +78,8 @@ HWY_INLINE VI DotQuads(VI acc, VU w, VI x) {
 #else
   const DI di;
   const VI wi = hn::BitCast(di, w);
-  const VI b0 = hn::And(wi, hn::Set(di, 0xFF));
-  const VI b1 = hn::And(hn::ShiftRight<8>(wi), hn::Set(di, 0xFF));
-  const VI b2 = hn::And(hn::ShiftRight<16>(wi), hn::Set(di, 0xFF));
-  const VI b3 = hn::BitCast(di, hn::ShiftRight<24>(w));
-  const VI x0 = hn::ShiftRight<24>(hn::ShiftLeft<24>(x)), x1 = hn::ShiftRight<24>(hn::ShiftLeft<16>(x));
-  const VI x2 = hn::ShiftRight<24>(hn::ShiftLeft<8>(x)), x3 = hn::ShiftRight<24>(x);
-  acc = hn::Add(acc, hn::Mul(b0, x0));
-  acc = hn::Add(acc, hn::Mul(b1, x1));
-  acc = hn::Add(acc, hn::Mul(b2, x2));
-  return hn::Add(acc, hn::Mul(b3, x3));
+  return AddByteProducts(acc, hn::And(wi, hn::Set(di, 0xFF)), hn::And(hn::ShiftRight<8>(wi), hn::Set(di, 0xFF)),
+                         hn::And(hn::ShiftRight<16>(wi), hn::Set(di, 0xFF)), hn::BitCast(di, hn::ShiftRight<24>(w)), x);
 #endif
 }
 
@@ -122,16 +125,9 @@ HWY_INLINE VI SignedDot(VI acc, VU w, VI x) {
   const __m256i xs = _mm256_sign_epi8(x.raw, w.raw);
   return hn::Add(acc, VI{_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w.raw), xs), _mm256_set1_epi16(1))});
 #else
-  const DI di;
-  const VI wi = hn::BitCast(di, w);
-  const VI w0 = hn::ShiftRight<24>(hn::ShiftLeft<24>(wi)), w1 = hn::ShiftRight<24>(hn::ShiftLeft<16>(wi));
-  const VI w2 = hn::ShiftRight<24>(hn::ShiftLeft<8>(wi)), w3 = hn::ShiftRight<24>(wi);
-  const VI x0 = hn::ShiftRight<24>(hn::ShiftLeft<24>(x)), x1 = hn::ShiftRight<24>(hn::ShiftLeft<16>(x));
-  const VI x2 = hn::ShiftRight<24>(hn::ShiftLeft<8>(x)), x3 = hn::ShiftRight<24>(x);
-  acc = hn::Add(acc, hn::Mul(w0, x0));
-  acc = hn::Add(acc, hn::Mul(w1, x1));
-  acc = hn::Add(acc, hn::Mul(w2, x2));
-  return hn::Add(acc, hn::Mul(w3, x3));
+  const VI wi = hn::BitCast(DI(), w);
+  return AddByteProducts(acc, hn::ShiftRight<24>(hn::ShiftLeft<24>(wi)), hn::ShiftRight<24>(hn::ShiftLeft<16>(wi)),
+                         hn::ShiftRight<24>(hn::ShiftLeft<8>(wi)), hn::ShiftRight<24>(wi), x);
 #endif
 }
 
