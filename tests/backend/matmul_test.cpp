@@ -186,8 +186,8 @@ TEST_P(Matmul, RowsInGroupsGiveTheBitsOfRowsAsStored) {
   }
 }
 
-// CpuBackend::upload_matrix copies Q4_K and Q6_K matrices in groups of 16 rows (quant_groups.h), whose kernels
-// keeps a row per vector lane: against the exact arithmetic on the quantized activations (as the
+// CpuBackend::upload_matrix copies Q4_K, Q5_K, Q6_K and Q8_0 matrices in groups of 16 rows
+// (quant_groups.h), whose kernel keeps a row per vector lane: against the exact arithmetic on the quantized activations (as the
 // rows-as-stored kernels), the same bits with 1 or 3 threads, each token alone as in its batch,
 // the embedding gather equal to the rows as stored, nothing written past the rows asked (the last
 // group's padding), and chunk ranges that end inside a group.
