@@ -587,10 +587,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
   m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
-  // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float weights only
-  // (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while Q4_K at
-  // B = 1 lost 1.3% and B = 8 lost 6% (F16) and 10% (Q4_K)); 1 = every weight type and batches up
-  // to kGemvMaxRows rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
+  // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float and Q4_K
+  // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
+  // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of
+  // 2026-12-05 with the kernels of that day); 1 = every weight type and batches up to kGemvMaxRows
+  // rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
   const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
   const bool lazy_off = lazy != nullptr && std::string_view(lazy) == "0";
   m.lazy_norm_every_type = lazy != nullptr && std::string_view(lazy) == "1";
@@ -983,9 +984,12 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
   STRATA_CHECK(in.cols == w.cols && in.rows == x.rows && x.cols == w.rows && d.rows == x.rows && d.cols == x.cols &&
                    h.rows == x.rows && h.cols == x.cols,
                "matmul_add_rms_norm shapes");
-  const bool float_weights = w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 || w.type == GgmlType::kF32;
+  // The types that take it by default (measured on the H200, llama-1b, B = 1: F16 tg128 +3.7% in
+  // 2026-12-03's call 6; Q4_K +3.0% in call 5 of 2026-12-05, 733.5 -> 710-713 us of GPU per step).
+  const bool default_type = w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 || w.type == GgmlType::kF32 ||
+                            w.type == GgmlType::kQ4_K;
   const int64_t n_parts = lazy && supports_lazy_norm(x.rows) && cuda::matmul_type_supported(w.type) &&
-                                  (impl_->lazy_norm_every_type || float_weights)
+                                  (impl_->lazy_norm_every_type || default_type)
                               ? cuda::gemv_add_norm_parts(w, x.rows)
                               : 0;
   if (n_parts <= 0 || n_parts > kNormPartsPerRow) return Backend::matmul_add_rms_norm(w, in, d, x, weight, h, eps, false);
