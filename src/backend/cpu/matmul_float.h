@@ -42,7 +42,8 @@ GroupPrefetch group_prefetch(GgmlType type);
 const char* group_prefetch_name(GroupPrefetch p);
 // As choose_decode_order, for rows in groups: STRATA_CPU_GROUP_PREFETCH=software|hardware
 // (every type), or (unset or "auto") the faster of the two on 64 MiB of `type` matrices of `cols`
-// columns in groups (cols a multiple of 64 bytes' elements). Throws std::invalid_argument for another
+// columns in groups (cols a multiple of 64 bytes' elements), hardware only where it is at least 5%
+// faster. Throws std::invalid_argument for another
 // value of the variable or a type that is not F16/BF16.
 GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols);
 
