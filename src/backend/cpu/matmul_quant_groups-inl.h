@@ -1,4 +1,4 @@
-// Q4_K, Q5_K, Q6_K and Q8_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -11,7 +11,8 @@
 // 64 weights on AVX-512.
 //
 // Q6_K the same way (4 + 2 bits per weight in each byte before the dot; its zero point 32 through
-// the activations' 16-sums), and Q8_0 (signed bytes: SignedDot).
+// the activations' 16-sums), Q2_K (2 bits, mins as Q4_K's), Q3_K (2 + 1 bits, zero point 4), and Q8_0
+// (signed bytes: SignedDot).
 //
 // Arithmetic per output (the same sequence for any tile, token count, thread count, vector width
 // or x86 target, so results are the same bits whatever the batch): per super-block, the exact
@@ -169,6 +170,13 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
   if (pf != nullptr) __builtin_prefetch(pf + at, 0, 2);
 }
 
+// The integer sums of a quarter super-block's four 32-column runs for RN tokens (Q2_K, Q3_K, Q6_K), zeroed.
+template <int RN>
+HWY_INLINE void ZeroRunSums(VI (&is)[4][RN]) {
+  for (int k = 0; k < 4; ++k)
+    for (int u = 0; u < RN; ++u) is[k][u] = hn::Zero(DI());
+}
+
 // Tokens per tile (kMaxRN) by register count: 32 vector registers on AVX-512, 16 on AVX2.
 constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 
@@ -298,8 +306,7 @@ struct Q6K {
     const DF df;
     const VU m4 = hn::Set(du, 0x0F0F0F0Fu), m30 = hn::Set(du, 0x30303030u);
     VI is[4][RN];
-    for (int k = 0; k < 4; ++k)
-      for (int u = 0; u < RN; ++u) is[k][u] = hn::Zero(di);
+    ZeroRunSums(is);
     HWY_UNROLL(4)
     for (int q = 4 * e; q < 4 * e + 4; ++q) {
       PrefetchLine(pf, 64 * (16 * h + q));
@@ -346,6 +353,140 @@ struct Q6K {
     for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u][0])), acc[u]);
   }
 };
+
+// Q2_K and Q3_K (quant_groups.h): 16 sub-blocks of 16, weights q = the 2 bits of qs (Q3_K, kThird:
+// | its hmask bit << 2, 0..7). Q2_K: value d·sc_s·q − dmin·m_s (sc_s, m_s: the 4-bit halves of scale
+// byte s); per sub-block the exact integer dot i_s, A = Σ_s float(i_s)·sc_s and M = Σ_s m_s·bsum_s,
+// then acc += A·(d·dx) − M·(dmin·dx). Q3_K: value d·(sc_s − 32)·(q − 4), sc_s the 6-bit scale; per
+// sub-block i_s − 4·bsum_s (the zero point through the activations' 16-sums), A = Σ_s float(that)·
+// float(sc_s − 32), then acc += A·(d·dx). Both sum the sub-blocks s = 8h + 2j + e in the order h, e, j
+// (halves, then the first or second 16 of each 32-column run, then the four runs j). Weights <= 7:
+// the int16 partial sums of QuadPart (four dots of pairs <= 2·7·127).
+template <bool kThird>
+struct Q2KOr3K {
+  static constexpr uint64_t kBlock = kThird ? kQ3KGroupBlock : kQ2KGroupBlock, kTail = kBlock;
+  static constexpr uint64_t kScales = kThird ? kQ3KGroupScales : kQ2KGroupScales;
+  static constexpr uint64_t kD = kThird ? kQ3KGroupD : kQ2KGroupD;
+  static constexpr int64_t kUnitCols = 256;
+  static constexpr int kMaxRN = kWideRegisters ? 3 : 2;
+
+  // Bit b of every byte moved to bit 2 (other bits: anything; the caller masks).
+  template <int b>
+  static HWY_INLINE VU BitTo2(VU v) {
+    if constexpr (b > 2) {
+      return hn::ShiftRight<b - 2>(v);
+    } else if constexpr (b < 2) {
+      return hn::ShiftLeft<2 - b>(v);
+    } else {
+      return v;
+    }
+  }
+  // Run j's weights of qs word qw: its 2 bits (shifted down by 2j), Q3_K with its hmask bit 4h + j
+  // of hw moved to bit 2 (one shift, one OrAnd).
+  template <int h, int j>
+  static HWY_INLINE VU Run(VU qw, VU hw) {
+    const DU du;
+    const VU m2 = hn::Set(du, 0x03030303u);
+    const VU lo = j == 0 ? qw : hn::ShiftRight<2 * j>(qw);
+    if constexpr (kThird) {
+      return hn::OrAnd(hn::And(BitTo2<4 * h + j>(hw), hn::Set(du, 0x04040404u)), lo, m2);
+    } else {
+      (void)hw;
+      return hn::And(lo, m2);
+    }
+  }
+
+  // Half h, quads 4e .. 4e + 3 of each 32-column run j (columns 128h + 32j + 16e ..: sub-block
+  // 8h + 2j + e) into A (and Q2_K's M). s0, s1: the scale bytes of sub-blocks 8h .. 8h + 3 and
+  // 8h + 4 .. 8h + 7 (Q3_K: the 6-bit scales; Q2_K: scale and min nibbles).
+  template <int h, int e, int RN>
+  static HWY_INLINE void Quarter(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                                 const int8_t* const* xq, const int16_t* const* xs, VU s0, VU s1, VF* A, VF* M) {
+    const DI di;
+    const DU du;
+    const DF df;
+    VI is[4][RN];
+    ZeroRunSums(is);
+    HWY_UNROLL(4)
+    for (int q = 4 * e; q < 4 * e + 4; ++q) {
+      PrefetchLine(pf, 64 * (8 * h + q));
+      if constexpr (kThird) {
+        if (h == 0) PrefetchLine(pf, kQ3KGroupHmask + 64 * q);
+        if (h == 1 && e == 0 && q < 3) PrefetchLine(pf, kScales + 64 * q);  // the scales' 3 lines
+        if (h == 1 && e == 0 && q == 3) PrefetchLine(pf, kD);                // and d's
+      } else {
+        if (h == 0 && e == 0) PrefetchLine(pf, kScales + 64 * q);  // the scales' 4 lines
+        if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kD);      // and d's and dmin's
+      }
+      const VU qw = Words(blk, 0, 8 * h + q, lane0);
+      const VU hw = kThird ? Words(blk, kQ3KGroupHmask, q, lane0) : qw;
+      const VU w[4] = {Run<h, 0>(qw, hw), Run<h, 1>(qw, hw), Run<h, 2>(qw, hw), Run<h, 3>(qw, hw)};
+      for (int u = 0; u < RN; ++u) {
+        const int8_t* x = xq[u] + 128 * h + 4 * q;
+        for (int j = 0; j < 4; ++j) is[j][u] = QuadPart(is[j][u], w[j], hn::Set(di, Word(x + 32 * j)));
+      }
+    }
+    // Run j's sub-block 8h + 2j + e: byte 2 (j % 2) + e of s0 (j < 2) or s1.
+    const VU b[4] = {Byte<e>(s0), Byte<2 + e>(s0), Byte<e>(s1), Byte<2 + e>(s1)};
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kThird) {
+        const VF sc = hn::ConvertTo(df, hn::Sub(hn::BitCast(di, b[j]), hn::Set(di, 32)));
+        for (int u = 0; u < RN; ++u) {
+          const int32_t zero = 4 * xs[u][8 * h + 2 * j + e];
+          A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(QuadSum(is[j][u]), hn::Set(di, zero))), sc, A[u]);
+        }
+      } else {
+        const VF sc = hn::ConvertTo(df, hn::BitCast(di, hn::And(b[j], hn::Set(du, 0x0Fu))));
+        const VF mn = hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<4>(b[j])));
+        for (int u = 0; u < RN; ++u) {
+          A[u] = hn::MulAdd(hn::ConvertTo(df, QuadSum(is[j][u])), sc, A[u]);
+          M[u] = hn::MulAdd(mn, hn::Set(df, static_cast<float>(xs[u][8 * h + 2 * j + e])), M[u]);
+        }
+      }
+    }
+  }
+
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+    const DU du;
+    const DF df;
+    const DH dh;
+    // S[k]: the scale bytes of sub-blocks 4k .. 4k + 3. Q2_K: the 4 words as stored. Q3_K: its 6-bit
+    // scales (q3_k_scale) unpacked: low 4 bits in bytes 0..7 (low nibbles: sub-blocks 0..7, high
+    // nibbles: 8..15), high 2 bits in bits 2 (i / 4) of byte 8 + i % 4.
+    VU S[4];
+    if constexpr (kThird) {
+      const VU u0 = Words(blk, kScales, 0, lane0), u1 = Words(blk, kScales, 1, lane0), u2 = Words(blk, kScales, 2, lane0);
+      const VU m4 = hn::Set(du, 0x0F0F0F0Fu), hi2 = hn::Set(du, 0x30303030u);
+      S[0] = hn::Or(hn::And(u0, m4), hn::And(hn::ShiftLeft<4>(u2), hi2));
+      S[1] = hn::Or(hn::And(u1, m4), hn::And(hn::ShiftLeft<2>(u2), hi2));
+      S[2] = hn::Or(hn::And(hn::ShiftRight<4>(u0), m4), hn::And(u2, hi2));
+      S[3] = hn::Or(hn::And(hn::ShiftRight<4>(u1), m4), hn::And(hn::ShiftRight<2>(u2), hi2));
+    } else {
+      for (int k = 0; k < 4; ++k) S[k] = Words(blk, kScales, static_cast<size_t>(k), lane0);
+    }
+    VF A[RN], M[RN];
+    for (int u = 0; u < RN; ++u) {
+      A[u] = hn::Zero(df);
+      M[u] = hn::Zero(df);
+    }
+    Quarter<0, 0, RN>(blk, pf, lane0, xq, xs, S[0], S[1], A, M);
+    Quarter<0, 1, RN>(blk, pf, lane0, xq, xs, S[0], S[1], A, M);
+    Quarter<1, 0, RN>(blk, pf, lane0, xq, xs, S[2], S[3], A, M);
+    Quarter<1, 1, RN>(blk, pf, lane0, xq, xs, S[2], S[3], A, M);
+    const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kD) + lane0));
+    VF dmin = hn::Zero(df);
+    if constexpr (!kThird) dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ2KGroupDmin) + lane0));
+    for (int u = 0; u < RN; ++u) {
+      const VF x = hn::Set(df, dx[u][0]);
+      acc[u] = hn::MulAdd(A[u], hn::Mul(d, x), acc[u]);
+      if constexpr (!kThird) acc[u] = hn::NegMulAdd(M[u], hn::Mul(dmin, x), acc[u]);
+    }
+  }
+};
+using Q2K = Q2KOr3K<false>;
+using Q3K = Q2KOr3K<true>;
 
 // Q8_0 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot (SignedDot; minus
 // 128 · Σ x where it was biased), then acc = fma(float(dot), d_w · d_x, acc), block after block.
@@ -454,10 +595,14 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
 
 }  // namespace qg
 
-// y[t][r] for t < n, r0 <= r < r1 over a Q4_K, Q5_K, Q6_K or Q8_0 matrix in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a K-quant or Q8_0 matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
-  if (w.type == GgmlType::kQ4_K) {
+  if (w.type == GgmlType::kQ2_K) {
+    qg::RunGroups<qg::Q2K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q2K::kMaxRN>());
+  } else if (w.type == GgmlType::kQ3_K) {
+    qg::RunGroups<qg::Q3K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q3K::kMaxRN>());
+  } else if (w.type == GgmlType::kQ4_K) {
     qg::RunGroups<qg::Q4K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q4K::kMaxRN>());
   } else if (w.type == GgmlType::kQ5_K) {
     qg::RunGroups<qg::Q5K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q5K::kMaxRN>());

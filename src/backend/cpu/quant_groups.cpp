@@ -9,6 +9,12 @@
 namespace strata::cpu {
 namespace {
 
+static_assert(sizeof(BlockQ2_K) == 84 && offsetof(BlockQ2_K, qs) == 16 && offsetof(BlockQ2_K, d) == 80 &&
+              offsetof(BlockQ2_K, dmin) == 82);
+static_assert(kQ2KGroupBlock == kQuantGroupRows * sizeof(BlockQ2_K) && kQ2KGroupDmin + 2 * kQuantGroupRows == kQ2KGroupBlock);
+static_assert(sizeof(BlockQ3_K) == 110 && offsetof(BlockQ3_K, qs) == 32 && offsetof(BlockQ3_K, scales) == 96 &&
+              offsetof(BlockQ3_K, d) == 108);
+static_assert(kQ3KGroupBlock == kQuantGroupRows * sizeof(BlockQ3_K) && kQ3KGroupD + 2 * kQuantGroupRows == kQ3KGroupBlock);
 static_assert(sizeof(BlockQ4_K) == 144 && offsetof(BlockQ4_K, scales) == 4 && offsetof(BlockQ4_K, qs) == 16);
 static_assert(sizeof(BlockQ5_K) == 176 && offsetof(BlockQ5_K, scales) == 4 && offsetof(BlockQ5_K, qh) == 16 &&
               offsetof(BlockQ5_K, qs) == 48);
@@ -23,6 +29,8 @@ static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == 2 && kQ8Grou
 // Bytes of the unit the layout repeats per group: a super-block, or Q8_0's pair of blocks.
 uint64_t block_bytes(GgmlType type) {
   switch (type) {
+    case GgmlType::kQ2_K: return sizeof(BlockQ2_K);
+    case GgmlType::kQ3_K: return sizeof(BlockQ3_K);
     case GgmlType::kQ4_K: return sizeof(BlockQ4_K);
     case GgmlType::kQ5_K: return sizeof(BlockQ5_K);
     case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
@@ -35,6 +43,8 @@ uint64_t block_bytes(GgmlType type) {
 struct Run {
   uint32_t src, dst, size, count;
 };
+constexpr Run kQ2KRuns[] = {{0, kQ2KGroupScales, 4, 4}, {16, 0, 4, 16}, {80, kQ2KGroupD, 2, 1}, {82, kQ2KGroupDmin, 2, 1}};
+constexpr Run kQ3KRuns[] = {{0, kQ3KGroupHmask, 4, 8}, {32, 0, 4, 16}, {96, kQ3KGroupScales, 4, 3}, {108, kQ3KGroupD, 2, 1}};
 constexpr Run kQ4KRuns[] = {{0, kQ4KGroupD, 2, 1}, {2, kQ4KGroupDmin, 2, 1}, {4, kQ4KGroupScales, 4, 3}, {16, 0, 4, 32}};
 constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1},
                             {2, kQ5KGroupDmin, 2, 1},
@@ -46,6 +56,8 @@ constexpr Run kQ8Runs[] = {{0, kQ8GroupD, 2, 1}, {2, 0, 4, 8}, {34, kQ8GroupD + 
 
 std::span<const Run> runs(GgmlType type) {
   switch (type) {
+    case GgmlType::kQ2_K: return kQ2KRuns;
+    case GgmlType::kQ3_K: return kQ3KRuns;
     case GgmlType::kQ4_K: return kQ4KRuns;
     case GgmlType::kQ5_K: return kQ5KRuns;
     case GgmlType::kQ6_K: return kQ6KRuns;
@@ -57,7 +69,8 @@ std::span<const Run> runs(GgmlType type) {
 
 bool quant_groups_supported(GgmlType type, int64_t cols) {
   if (type == GgmlType::kQ8_0) return cols > 0 && cols % 64 == 0;
-  return (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) && cols > 0 && cols % 256 == 0;
+  return (type == GgmlType::kQ2_K || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) &&
+         cols > 0 && cols % 256 == 0;
 }
 
 uint64_t quant_group_bytes(const WeightMatrix& host) {

@@ -1,10 +1,20 @@
-// Q4_K, Q5_K, Q6_K and Q8_0 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
 // and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
 // 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; Q8_0: its
 // pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
-// (row j's copy of a word at 4 j in a 64-byte line). Q4_K (144-byte blocks, 2,304 per group):
+// (row j's copy of a word at 4 j in a 64-byte line). Q2_K (84-byte blocks, 1,344 per group):
+//   [0, 1024)     qs:     word v (v = 0..15: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
+//   [1024, 1280)  scales: word w (0..3 of the 16 scale/min bytes) at 1024 + 64 w + 4 j
+//   [1280, 1312)  d:      the f16 at 1280 + 2 j
+//   [1312, 1344)  dmin:   the f16 at 1312 + 2 j
+// Q3_K (110-byte blocks, 1,760 per group):
+//   [0, 1024)     qs:     word v (v = 0..15: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
+//   [1024, 1536)  hmask:  word v (0..7) at 1024 + 64 v + 4 j
+//   [1536, 1728)  scales: word w (0..2 of the 12 packed 6-bit scales) at 1536 + 64 w + 4 j
+//   [1728, 1760)  d:      the f16 at 1728 + 2 j
+// Q4_K (144-byte blocks, 2,304 per group):
 //   [0, 2048)     qs:     word v (v = 0..31: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
 //   [2048, 2240)  scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 2048 + 64 w + 4 j
 //   [2240, 2272)  d:      the f16 at 2240 + 2 j
@@ -38,7 +48,11 @@
 namespace strata::cpu {
 
 constexpr int64_t kQuantGroupRows = WeightMatrix::kQuantGroup;
-constexpr uint64_t kQ4KGroupBlock = 16 * 144;  // one super-block of 16 rows
+constexpr uint64_t kQ2KGroupBlock = 16 * 84;  // one super-block of 16 rows
+constexpr uint64_t kQ2KGroupScales = 1024, kQ2KGroupD = 1280, kQ2KGroupDmin = 1312;
+constexpr uint64_t kQ3KGroupBlock = 16 * 110;
+constexpr uint64_t kQ3KGroupHmask = 1024, kQ3KGroupScales = 1536, kQ3KGroupD = 1728;
+constexpr uint64_t kQ4KGroupBlock = 16 * 144;
 constexpr uint64_t kQ4KGroupScales = 2048, kQ4KGroupD = 2240, kQ4KGroupDmin = 2272;
 constexpr uint64_t kQ5KGroupBlock = 16 * 176;
 constexpr uint64_t kQ5KGroupQh = 2048, kQ5KGroupScales = 2560, kQ5KGroupD = 2752, kQ5KGroupDmin = 2784;
@@ -47,7 +61,7 @@ constexpr uint64_t kQ6KGroupQh = 2048, kQ6KGroupScales = 3072, kQ6KGroupD = 3328
 constexpr uint64_t kQ8GroupPair = 16 * 2 * 34;  // two blocks of 32 of 16 rows
 constexpr uint64_t kQ8GroupD = 1024;
 
-// Whether a matrix of this type and shape can be copied into groups (Q4_K, Q5_K or Q6_K of whole
+// Whether a matrix of this type and shape can be copied into groups (a K-quant of whole
 // super-blocks, Q8_0 of whole pairs of blocks).
 bool quant_groups_supported(GgmlType type, int64_t cols);
 
