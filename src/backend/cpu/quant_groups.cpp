@@ -69,8 +69,9 @@ std::span<const Run> runs(GgmlType type) {
 
 bool quant_groups_supported(GgmlType type, int64_t cols) {
   if (type == GgmlType::kQ8_0) return cols > 0 && cols % 64 == 0;
-  return (type == GgmlType::kQ2_K || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) &&
-         cols > 0 && cols % 256 == 0;
+  const bool k_quant = type == GgmlType::kQ2_K || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
+                       type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+  return k_quant && cols > 0 && cols % 256 == 0;
 }
 
 uint64_t quant_group_bytes(const WeightMatrix& host) {
