@@ -170,6 +170,19 @@ HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
   if (pf != nullptr) __builtin_prefetch(pf + at, 0, 2);
 }
 
+// Bit `from` of every byte moved to bit `to` by one shift of the 32-bit lanes (the other bits:
+// anything; the caller masks).
+template <int from, int to>
+HWY_INLINE VU MoveBit(VU v) {
+  if constexpr (from > to) {
+    return hn::ShiftRight<from - to>(v);
+  } else if constexpr (from < to) {
+    return hn::ShiftLeft<to - from>(v);
+  } else {
+    return v;
+  }
+}
+
 // The integer sums of a quarter super-block's four 32-column runs for RN tokens (Q2_K, Q3_K, Q6_K), zeroed.
 template <int RN>
 HWY_INLINE void ZeroRunSums(VI (&is)[4][RN]) {
@@ -209,7 +222,7 @@ struct Q4KOr5K {
     const DI di;
     const DU du;
     const DF df;
-    const VU low4 = hn::Set(du, 0x0F0F0F0Fu), one = hn::Set(du, 0x01010101u);
+    const VU low4 = hn::Set(du, 0x0F0F0F0Fu), fifth = hn::Set(du, 0x10101010u);
     VI lo[RN], hi[RN];
     for (int t = 0; t < RN; ++t) {
       lo[t] = hn::Zero(di);
@@ -225,8 +238,8 @@ struct Q4KOr5K {
       VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
       if constexpr (kFifth) {
         const VU hb = Words(blk, kQ5KGroupQh, q, lane0);
-        vl = hn::Or(vl, hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c>(hb), one)));
-        vh = hn::Or(vh, hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2 * c + 1>(hb), one)));
+        vl = hn::OrAnd(vl, MoveBit<2 * c, 4>(hb), fifth);
+        vh = hn::OrAnd(vh, MoveBit<2 * c + 1, 4>(hb), fifth);
       }
       for (int t = 0; t < RN; ++t) {
         const VI xl = hn::Set(di, Word(xq[t] + 64 * c + 4 * q)), xh = hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q));
@@ -316,10 +329,10 @@ struct Q6K {
       if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD);        // and d's
       const VU l0 = Words(blk, 0, 16 * h + q, lane0), l1 = Words(blk, 0, 16 * h + 8 + q, lane0);
       const VU hb = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
-      const VU w[4] = {hn::Or(hn::And(l0, m4), hn::And(hn::ShiftLeft<4>(hb), m30)),
-                       hn::Or(hn::And(l1, m4), hn::And(hn::ShiftLeft<2>(hb), m30)),
-                       hn::Or(hn::And(hn::ShiftRight<4>(l0), m4), hn::And(hb, m30)),
-                       hn::Or(hn::And(hn::ShiftRight<4>(l1), m4), hn::And(hn::ShiftRight<2>(hb), m30))};
+      const VU w[4] = {hn::OrAnd(hn::And(l0, m4), hn::ShiftLeft<4>(hb), m30),
+                       hn::OrAnd(hn::And(l1, m4), hn::ShiftLeft<2>(hb), m30),
+                       hn::OrAnd(hn::And(hn::ShiftRight<4>(l0), m4), hb, m30),
+                       hn::OrAnd(hn::And(hn::ShiftRight<4>(l1), m4), hn::ShiftRight<2>(hb), m30)};
       for (int u = 0; u < RN; ++u) {
         const int8_t* x = xq[u] + 128 * h + 4 * q;
         for (int k = 0; k < 4; ++k) is[k][u] = DotQuads(is[k][u], w[k], hn::Set(di, Word(x + 32 * k)));
@@ -370,17 +383,6 @@ struct Q2KOr3K {
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 3 : 2;
 
-  // Bit b of every byte moved to bit 2 (other bits: anything; the caller masks).
-  template <int b>
-  static HWY_INLINE VU BitTo2(VU v) {
-    if constexpr (b > 2) {
-      return hn::ShiftRight<b - 2>(v);
-    } else if constexpr (b < 2) {
-      return hn::ShiftLeft<2 - b>(v);
-    } else {
-      return v;
-    }
-  }
   // Run j's weights of qs word qw: its 2 bits (shifted down by 2j), Q3_K with its hmask bit 4h + j
   // of hw moved to bit 2 (one shift, one OrAnd).
   template <int h, int j>
@@ -389,7 +391,7 @@ struct Q2KOr3K {
     const VU m2 = hn::Set(du, 0x03030303u);
     const VU lo = j == 0 ? qw : hn::ShiftRight<2 * j>(qw);
     if constexpr (kThird) {
-      return hn::OrAnd(hn::And(BitTo2<4 * h + j>(hw), hn::Set(du, 0x04040404u)), lo, m2);
+      return hn::OrAnd(hn::And(MoveBit<4 * h + j, 2>(hw), hn::Set(du, 0x04040404u)), lo, m2);
     } else {
       (void)hw;
       return hn::And(lo, m2);
