@@ -268,7 +268,7 @@ BENCHMARK(BM_Attention)
 
 // One decode step's matmuls of llama-1b (16 layers of Q/K/V, O, gate/up and down, then the LM
 // head), the weights in huge pages as CpuBackend copies them (F16/BF16 in groups of 4 rows, the
-// K-quants and Q8_0 in groups of 16), one token, one matmul after the other with no other op between:
+// K-quants, Q8_0 and Q4_0 in groups of 16), one token, one matmul after the other with no other op between:
 // the stream of a decode step. args: type, what: 0 = the matmuls, iterations alternating
 // DecodeChunks::kGuided and kFixed (counters "guided" and "fixed", GB/s; "GB/s" is both), 1 = the
 // bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread an
@@ -353,7 +353,7 @@ void BM_DecodeStep(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::kF16), static_cast<int64_t>(GgmlType::kBF16), static_cast<int64_t>(GgmlType::kQ8_0),
-                    static_cast<int64_t>(GgmlType::kQ2_K), static_cast<int64_t>(GgmlType::kQ3_K), static_cast<int64_t>(GgmlType::kQ4_K), static_cast<int64_t>(GgmlType::kQ5_K),
+                    static_cast<int64_t>(GgmlType::kQ4_0), static_cast<int64_t>(GgmlType::kQ2_K), static_cast<int64_t>(GgmlType::kQ3_K), static_cast<int64_t>(GgmlType::kQ4_K), static_cast<int64_t>(GgmlType::kQ5_K),
                     static_cast<int64_t>(GgmlType::kQ6_K)},
                    {0, 1}})
     ->Unit(benchmark::kMillisecond)

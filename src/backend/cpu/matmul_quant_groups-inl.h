@@ -1,4 +1,4 @@
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -11,8 +11,8 @@
 // 64 weights on AVX-512.
 //
 // Q6_K the same way (4 + 2 bits per weight in each byte before the dot; its zero point 32 through
-// the activations' 16-sums), Q2_K (2 bits, mins as Q4_K's), Q3_K (2 + 1 bits, zero point 4), and Q8_0
-// (signed bytes: SignedDot).
+// the activations' 16-sums), Q2_K (2 bits, mins as Q4_K's), Q3_K (2 + 1 bits, zero point 4), Q8_0
+// (signed bytes: SignedDot) and Q4_0 (nibbles, zero point 8).
 //
 // Arithmetic per output (the same sequence for any tile, token count, thread count, vector width
 // or x86 target, so results are the same bits whatever the batch): per super-block, the exact
@@ -524,6 +524,47 @@ struct Q8 {
   }
 };
 
+// Q4_0 (quant_groups.h: pairs of blocks of 32, as Q8_0): per block the exact integer dot of the
+// nibbles (0..15; low nibbles: columns 0..15, high: 16..31) in QuadPart's partial sums (eight dots
+// of pairs <= 2·15·127), minus the zero point 8 times Σ x (the block's two 16-sums), then
+// acc = fma(float(that), d_w · d_x, acc), block after block.
+struct Q40 {
+  static constexpr uint64_t kBlock = kQ40GroupPair, kTail = kQ40GroupD;
+  static constexpr int64_t kUnitCols = 64;
+  static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
+
+  template <int RN>
+  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+    const DI di;
+    const DU du;
+    const DF df;
+    const DH dh;
+    const VU low4 = hn::Set(du, 0x0F0F0F0Fu);
+    HWY_UNROLL(2)
+    for (int k = 0; k < 2; ++k) {
+      VI is[RN];
+      for (int u = 0; u < RN; ++u) is[u] = hn::Zero(di);
+      HWY_UNROLL(4)
+      for (int v = 0; v < 4; ++v) {
+        PrefetchLine(pf, 256 * k + 64 * v);
+        const VU w = Words(blk, 256 * k, v, lane0);
+        const VU lo = hn::And(w, low4), hi = hn::And(hn::ShiftRight<4>(w), low4);
+        for (int u = 0; u < RN; ++u) {
+          is[u] = QuadPart(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
+          is[u] = QuadPart(is[u], hi, hn::Set(di, Word(xq[u] + 32 * k + 16 + 4 * v)));
+        }
+      }
+      const VF d =
+          hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ40GroupD + 32 * k) + lane0));
+      for (int u = 0; u < RN; ++u) {
+        const VI i = hn::Sub(QuadSum(is[u]), hn::Set(di, 8 * (xs[u][2 * k] + xs[u][2 * k + 1])));
+        acc[u] = hn::MulAdd(hn::ConvertTo(df, i), hn::Mul(d, hn::Set(df, dx[u][k])), acc[u]);
+      }
+    }
+  }
+};
+
 // Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
 // t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
 template <class F, int RN>
@@ -597,7 +638,7 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
 
 }  // namespace qg
 
-// y[t][r] for t < n, r0 <= r < r1 over a K-quant or Q8_0 matrix in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a K-quant, Q8_0 or Q4_0 matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
   if (w.type == GgmlType::kQ2_K) {
@@ -610,6 +651,8 @@ HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, i
     qg::RunGroups<qg::Q5K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q5K::kMaxRN>());
   } else if (w.type == GgmlType::kQ6_K) {
     qg::RunGroups<qg::Q6K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q6K::kMaxRN>());
+  } else if (w.type == GgmlType::kQ4_0) {
+    qg::RunGroups<qg::Q40>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q40::kMaxRN>());
   } else {
     qg::RunGroups<qg::Q8>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q8::kMaxRN>());
   }
