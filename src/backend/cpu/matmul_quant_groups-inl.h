@@ -490,10 +490,53 @@ struct Q2KOr3K {
 using Q2K = Q2KOr3K<false>;
 using Q3K = Q2KOr3K<true>;
 
-// Q8_0 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot (SignedDot; minus
-// 128 · Σ x where it was biased), then acc = fma(float(dot), d_w · d_x, acc), block after block.
-struct Q8 {
-  static constexpr uint64_t kBlock = kQ8GroupPair, kTail = kQ8GroupD;
+// Q8_0 and Q4_0 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot (B::Dots),
+// minus B::kZero · Σ x (the block's two 16-sums), then acc = fma(float(that), d_w · d_x, acc),
+// block after block.
+//   Q8_0 (Q8Dots): SignedDot of the signed quants; zero point 128 where the dot was biased.
+//   Q4_0 (Q40Dots): the nibbles (0..15; low nibbles: columns 0..15, high: 16..31) in QuadPart's
+//   partial sums (eight dots of pairs <= 2·15·127); zero point 8.
+struct Q8Dots {
+  static constexpr uint64_t kPair = kQ8GroupPair, kD = kQ8GroupD, kQs = 512;  // kQs: one block's quants
+  static constexpr int32_t kZero = kBiasedSigned ? 128 : 0;
+  template <int RN>
+  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT qs, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
+                              int k, VI* is) {
+    const DI di;
+    HWY_UNROLL(8)
+    for (int v = 0; v < 8; ++v) {
+      PrefetchLine(pf, kQs * k + 64 * v);
+      const VU w = Words(qs, 0, v, lane0);
+      for (int u = 0; u < RN; ++u) is[u] = SignedDot(is[u], w, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
+    }
+  }
+  static HWY_INLINE VI Total(VI v) { return v; }
+};
+struct Q40Dots {
+  static constexpr uint64_t kPair = kQ40GroupPair, kD = kQ40GroupD, kQs = 256;
+  static constexpr int32_t kZero = 8;
+  template <int RN>
+  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT qs, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
+                              int k, VI* is) {
+    const DI di;
+    const VU low4 = hn::Set(DU(), 0x0F0F0F0Fu);
+    HWY_UNROLL(4)
+    for (int v = 0; v < 4; ++v) {
+      PrefetchLine(pf, kQs * k + 64 * v);
+      const VU w = Words(qs, 0, v, lane0);
+      const VU lo = hn::And(w, low4), hi = hn::And(hn::ShiftRight<4>(w), low4);
+      for (int u = 0; u < RN; ++u) {
+        is[u] = QuadPart(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
+        is[u] = QuadPart(is[u], hi, hn::Set(di, Word(xq[u] + 32 * k + 16 + 4 * v)));
+      }
+    }
+  }
+  static HWY_INLINE VI Total(VI v) { return QuadSum(v); }
+};
+
+template <class B>
+struct BlockPairs {
+  static constexpr uint64_t kBlock = B::kPair, kTail = B::kD;
   static constexpr int64_t kUnitCols = 64;
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
 
@@ -507,63 +550,18 @@ struct Q8 {
     for (int k = 0; k < 2; ++k) {
       VI is[RN];
       for (int u = 0; u < RN; ++u) is[u] = hn::Zero(di);
-      HWY_UNROLL(8)
-      for (int v = 0; v < 8; ++v) {
-        PrefetchLine(pf, 512 * k + 64 * v);
-        const VU w = Words(blk, 512 * k, v, lane0);
-        for (int u = 0; u < RN; ++u) is[u] = SignedDot(is[u], w, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
-      }
-      const VF d =
-          hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ8GroupD + 32 * k) + lane0));
+      B::template Dots<RN>(blk + B::kQs * k, pf, lane0, xq, k, is);
+      const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + B::kD + 32 * k) + lane0));
       for (int u = 0; u < RN; ++u) {
-        VI i = is[u];
-        if constexpr (kBiasedSigned) i = hn::Sub(i, hn::Set(di, 128 * (xs[u][2 * k] + xs[u][2 * k + 1])));
+        VI i = B::Total(is[u]);
+        if constexpr (B::kZero != 0) i = hn::Sub(i, hn::Set(di, B::kZero * (xs[u][2 * k] + xs[u][2 * k + 1])));
         acc[u] = hn::MulAdd(hn::ConvertTo(df, i), hn::Mul(d, hn::Set(df, dx[u][k])), acc[u]);
       }
     }
   }
 };
-
-// Q4_0 (quant_groups.h: pairs of blocks of 32, as Q8_0): per block the exact integer dot of the
-// nibbles (0..15; low nibbles: columns 0..15, high: 16..31) in QuadPart's partial sums (eight dots
-// of pairs <= 2·15·127), minus the zero point 8 times Σ x (the block's two 16-sums), then
-// acc = fma(float(that), d_w · d_x, acc), block after block.
-struct Q40 {
-  static constexpr uint64_t kBlock = kQ40GroupPair, kTail = kQ40GroupD;
-  static constexpr int64_t kUnitCols = 64;
-  static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
-
-  template <int RN>
-  static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
-    const DI di;
-    const DU du;
-    const DF df;
-    const DH dh;
-    const VU low4 = hn::Set(du, 0x0F0F0F0Fu);
-    HWY_UNROLL(2)
-    for (int k = 0; k < 2; ++k) {
-      VI is[RN];
-      for (int u = 0; u < RN; ++u) is[u] = hn::Zero(di);
-      HWY_UNROLL(4)
-      for (int v = 0; v < 4; ++v) {
-        PrefetchLine(pf, 256 * k + 64 * v);
-        const VU w = Words(blk, 256 * k, v, lane0);
-        const VU lo = hn::And(w, low4), hi = hn::And(hn::ShiftRight<4>(w), low4);
-        for (int u = 0; u < RN; ++u) {
-          is[u] = QuadPart(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
-          is[u] = QuadPart(is[u], hi, hn::Set(di, Word(xq[u] + 32 * k + 16 + 4 * v)));
-        }
-      }
-      const VF d =
-          hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ40GroupD + 32 * k) + lane0));
-      for (int u = 0; u < RN; ++u) {
-        const VI i = hn::Sub(QuadSum(is[u]), hn::Set(di, 8 * (xs[u][2 * k] + xs[u][2 * k + 1])));
-        acc[u] = hn::MulAdd(hn::ConvertTo(df, i), hn::Mul(d, hn::Set(df, dx[u][k])), acc[u]);
-      }
-    }
-  }
-};
+using Q8 = BlockPairs<Q8Dots>;
+using Q40 = BlockPairs<Q40Dots>;
 
 // Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
 // t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
