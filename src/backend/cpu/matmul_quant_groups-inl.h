@@ -1,4 +1,4 @@
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0 and Q4_0 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q4_1 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -12,7 +12,7 @@
 //
 // Q6_K the same way (4 + 2 bits per weight in each byte before the dot; its zero point 32 through
 // the activations' 16-sums), Q2_K (2 bits, mins as Q4_K's), Q3_K (2 + 1 bits, zero point 4), Q8_0
-// (signed bytes: SignedDot) and Q4_0 (nibbles, zero point 8).
+// (signed bytes: SignedDot), Q4_0 (nibbles, zero point 8) and Q4_1 (nibbles and a min).
 //
 // Arithmetic per output (the same sequence for any tile, token count, thread count, vector width
 // or x86 target, so results are the same bits whatever the batch): per super-block, the exact
@@ -490,15 +490,17 @@ struct Q2KOr3K {
 using Q2K = Q2KOr3K<false>;
 using Q3K = Q2KOr3K<true>;
 
-// Q8_0 and Q4_0 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot (B::Dots),
-// minus B::kZero · Σ x (the block's two 16-sums), then acc = fma(float(that), d_w · d_x, acc),
-// block after block.
+// Q8_0, Q4_0 and Q4_1 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot
+// (B::Dots), minus B::kZero · Σ x (the block's two 16-sums), then acc = fma(float(that), d_w · d_x,
+// acc), and for Q4_1 (B::kMins) acc = fma(m_w, d_x · Σ x, acc); block after block.
 //   Q8_0 (Q8Dots): SignedDot of the signed quants; zero point 128 where the dot was biased.
 //   Q4_0 (Q40Dots): the nibbles (0..15; low nibbles: columns 0..15, high: 16..31) in QuadPart's
 //   partial sums (eight dots of pairs <= 2·15·127); zero point 8.
+//   Q4_1 (Q41Dots): Q4_0's dots without a zero point, and the block's min m.
 struct Q8Dots {
   static constexpr uint64_t kPair = kQ8GroupPair, kD = kQ8GroupD, kQs = 512;  // kQs: one block's quants
   static constexpr int32_t kZero = kBiasedSigned ? 128 : 0;
+  static constexpr uint64_t kMins = 0;
   template <int RN>
   static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT qs, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
                               int k, VI* is) {
@@ -512,9 +514,11 @@ struct Q8Dots {
   }
   static HWY_INLINE VI Total(VI v) { return v; }
 };
-struct Q40Dots {
-  static constexpr uint64_t kPair = kQ40GroupPair, kD = kQ40GroupD, kQs = 256;
-  static constexpr int32_t kZero = 8;
+template <bool kMin>
+struct Q4Dots {
+  static constexpr uint64_t kPair = kMin ? kQ41GroupPair : kQ40GroupPair, kD = kMin ? kQ41GroupD : kQ40GroupD, kQs = 256;
+  static constexpr int32_t kZero = kMin ? 0 : 8;
+  static constexpr uint64_t kMins = kMin ? kQ41GroupM : 0;  // offset of the mins (0: none)
   template <int RN>
   static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT qs, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
                               int k, VI* is) {
@@ -557,11 +561,20 @@ struct BlockPairs {
         if constexpr (B::kZero != 0) i = hn::Sub(i, hn::Set(di, B::kZero * (xs[u][2 * k] + xs[u][2 * k + 1])));
         acc[u] = hn::MulAdd(hn::ConvertTo(df, i), hn::Mul(d, hn::Set(df, dx[u][k])), acc[u]);
       }
+      if constexpr (B::kMins != 0) {
+        const VF m =
+            hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + B::kMins + 32 * k) + lane0));
+        for (int u = 0; u < RN; ++u) {
+          const float sx = dx[u][k] * static_cast<float>(xs[u][2 * k] + xs[u][2 * k + 1]);
+          acc[u] = hn::MulAdd(m, hn::Set(df, sx), acc[u]);
+        }
+      }
     }
   }
 };
 using Q8 = BlockPairs<Q8Dots>;
-using Q40 = BlockPairs<Q40Dots>;
+using Q40 = BlockPairs<Q4Dots<false>>;
+using Q41 = BlockPairs<Q4Dots<true>>;
 
 // Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
 // t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
@@ -636,7 +649,7 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
 
 }  // namespace qg
 
-// y[t][r] for t < n, r0 <= r < r1 over a K-quant, Q8_0 or Q4_0 matrix in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a K-quant, Q8_0, Q4_0 or Q4_1 matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
   if (w.type == GgmlType::kQ2_K) {
@@ -651,6 +664,8 @@ HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, i
     qg::RunGroups<qg::Q6K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q6K::kMaxRN>());
   } else if (w.type == GgmlType::kQ4_0) {
     qg::RunGroups<qg::Q40>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q40::kMaxRN>());
+  } else if (w.type == GgmlType::kQ4_1) {
+    qg::RunGroups<qg::Q41>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q41::kMaxRN>());
   } else {
     qg::RunGroups<qg::Q8>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q8::kMaxRN>());
   }

@@ -25,6 +25,7 @@ static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroup
 static_assert(kQ6KGroupBlock == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroupD + 2 * kQuantGroupRows == kQ6KGroupBlock);
 
 static_assert(sizeof(BlockQ4_0) == 18 && offsetof(BlockQ4_0, qs) == 2 && kQ40GroupPair == kQuantGroupRows * 2 * 18);
+static_assert(sizeof(BlockQ4_1) == 20 && offsetof(BlockQ4_1, qs) == 4 && kQ41GroupPair == kQuantGroupRows * 2 * 20);
 static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == 2 && kQ8GroupPair == kQuantGroupRows * 2 * 34);
 
 // Bytes of the unit the layout repeats per group: a super-block, or Q8_0's pair of blocks.
@@ -36,6 +37,7 @@ uint64_t block_bytes(GgmlType type) {
     case GgmlType::kQ5_K: return sizeof(BlockQ5_K);
     case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
     case GgmlType::kQ4_0: return 2 * sizeof(BlockQ4_0);
+    case GgmlType::kQ4_1: return 2 * sizeof(BlockQ4_1);
     default: return 2 * sizeof(BlockQ8_0);
   }
 }
@@ -55,6 +57,8 @@ constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1},
                             {48, 0, 4, 32}};
 constexpr Run kQ6KRuns[] = {{0, 0, 4, 32}, {128, kQ6KGroupQh, 4, 16}, {192, kQ6KGroupScales, 4, 4}, {208, kQ6KGroupD, 2, 1}};
 constexpr Run kQ40Runs[] = {{0, kQ40GroupD, 2, 1}, {2, 0, 4, 4}, {18, kQ40GroupD + 32, 2, 1}, {20, 256, 4, 4}};
+constexpr Run kQ41Runs[] = {{0, kQ41GroupD, 2, 1},      {2, kQ41GroupM, 2, 1},      {4, 0, 4, 4},
+                             {20, kQ41GroupD + 32, 2, 1}, {22, kQ41GroupM + 32, 2, 1}, {24, 256, 4, 4}};
 constexpr Run kQ8Runs[] = {{0, kQ8GroupD, 2, 1}, {2, 0, 4, 8}, {34, kQ8GroupD + 32, 2, 1}, {36, 512, 4, 8}};
 
 std::span<const Run> runs(GgmlType type) {
@@ -65,6 +69,7 @@ std::span<const Run> runs(GgmlType type) {
     case GgmlType::kQ5_K: return kQ5KRuns;
     case GgmlType::kQ6_K: return kQ6KRuns;
     case GgmlType::kQ4_0: return kQ40Runs;
+    case GgmlType::kQ4_1: return kQ41Runs;
     default: return kQ8Runs;
   }
 }
@@ -72,7 +77,7 @@ std::span<const Run> runs(GgmlType type) {
 }  // namespace
 
 bool quant_groups_supported(GgmlType type, int64_t cols) {
-  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) return cols > 0 && cols % 64 == 0;
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1) return cols > 0 && cols % 64 == 0;
   const bool k_quant = type == GgmlType::kQ2_K || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
                        type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
   return k_quant && cols > 0 && cols % 256 == 0;
