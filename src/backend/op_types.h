@@ -26,7 +26,7 @@ struct WeightMatrix {
   // groups of kRowGroup, group g at data + g * kRowGroup * row_bytes, its rows interleaved 64
   // bytes at a time (bytes [64c, 64c + 64) of row r at group + (kRowGroup * c + r % kRowGroup) * 64),
   // so that a tile of the group's rows reads one sequential stream; the last group is padded with
-  // zero rows. kQuantGroup (only from CpuBackend::upload_matrix, for Q2_K .. Q6_K, Q8_0, Q4_0 and Q4_1): rows in groups of 16,
+  // zero rows. kQuantGroup (only from CpuBackend::upload_matrix, for Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1): rows in groups of 16,
   // each super-block (Q8_0: pair of blocks) of the group's rows with the same 32-bit word of the 16 rows side by side
   // (backend/cpu/quant_groups.h). Only the backend that made such a matrix reads it.
   static constexpr uint8_t kRowGroup = 4;

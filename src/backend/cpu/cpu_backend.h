@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
   // token's matmul has both the single stream that hardware prefetchers follow and 4 FMA chains
   // in flight (docs/PERFORMANCE.md, issue 17); whether software prefetch helps that stream is
   // measured at the first such matrix of ≥ 512 columns per type (cpu::choose_group_prefetch).
-  // K-quant matrices (Q2_K .. Q6_K) of whole super-blocks and Q8_0/Q4_0/Q4_1 of whole pairs of blocks are copied
+  // K-quant matrices (Q2_K .. Q6_K) of whole super-blocks and Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 of whole pairs of blocks are copied
   // in groups of 16 rows (WeightMatrix::kQuantGroup, cpu/quant_groups.h): their kernels then keep a
   // row in each vector lane and unpack the scales of 16 rows at once (docs/PERFORMANCE.md, issue 17). Their arithmetic per output differs from
   // the rows-as-stored kernels' (within their error bound, not bit for bit), and is the same for
@@ -91,16 +91,16 @@ class CpuBackend final : public Backend {
  private:
   // Whether upload_matrix copies `host` with its rows in groups.
   bool groups_rows(const WeightMatrix& host) const;
-  // Whether upload_matrix copies `host` (a K-quant, Q8_0, Q4_0 or Q4_1) in quant groups of 16 rows.
+  // Whether upload_matrix copies `host` (a quantized type of quant_groups_supported) in quant groups of 16 rows.
   bool groups_quant_rows(const WeightMatrix& host) const;
 
   bool mapped_weights_;
   bool row_groups_;                             // STRATA_CPU_ROW_GROUPS (default on)
   std::array<bool, 3> grouped_types_{};         // per cpu::decode_order_slot: a matrix was copied in groups
   std::array<bool, 3> group_prefetch_chosen_{};  // ... and a cpu::GroupPrefetch measured for it
-  static constexpr std::array<GgmlType, 8> kQuantGroupTypes = {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
-                                                               GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0,
-                                                               GgmlType::kQ4_0, GgmlType::kQ4_1};
+  static constexpr std::array<GgmlType, 10> kQuantGroupTypes = {
+      GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+      GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1};
   std::array<bool, kQuantGroupTypes.size()> quant_grouped_{};  // per kQuantGroupTypes: a matrix of that type was copied in quant groups
   std::array<bool, 8> decode_order_chosen_{};  // per cpu::decode_order_slot: a cpu::DecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled

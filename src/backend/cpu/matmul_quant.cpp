@@ -13,7 +13,7 @@
 //   One token (decode): K-quants in tiles of 4 rows (KRows, the rows' chains interleaved) or one row
 //   at a time, as measured at load (DecodeOrder, decode_order.h); legacy types one row at a time (a
 //   single sequential stream). Every tile prefetches 8 KiB ahead.
-// K-quant (Q2_K .. Q6_K), Q8_0, Q4_0 and Q4_1 matrices in groups of 16 rows (WeightMatrix::kQuantGroup, as CpuBackend copies them) take
+// Quantized matrices (Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) in groups of 16 rows (WeightMatrix::kQuantGroup, as CpuBackend copies them) take
 // the one Highway kernel of matmul_quant_groups-inl.h on every target, whatever the token count or
 // STRATA_QUANT_HWY. For matrices with rows as stored (--mmap-weights, STRATA_CPU_ROW_GROUPS=0, the
 // other types), which path each target takes:

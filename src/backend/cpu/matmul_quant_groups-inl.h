@@ -1,4 +1,4 @@
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q4_1 over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
+// Every quantized type but F32/F16/BF16's and Q8_1 (Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) over rows in groups of 16 (quant_groups.h): one vector lane per weight row, for every
 // Highway target. Included once per target by matmul_quant.cpp, which sends every grouped matrix
 // here (WeightMatrix::row_group == kQuantGroup), whatever the target or STRATA_QUANT_HWY.
 //
@@ -12,7 +12,8 @@
 //
 // Q6_K the same way (4 + 2 bits per weight in each byte before the dot; its zero point 32 through
 // the activations' 16-sums), Q2_K (2 bits, mins as Q4_K's), Q3_K (2 + 1 bits, zero point 4), Q8_0
-// (signed bytes: SignedDot), Q4_0 (nibbles, zero point 8) and Q4_1 (nibbles and a min).
+// (signed bytes: SignedDot), Q4_0/Q5_0 (4 or 5 bits, zero point 8 or 16) and Q4_1/Q5_1 (4 or 5 bits
+// and a min).
 //
 // Arithmetic per output (the same sequence for any tile, token count, thread count, vector width
 // or x86 target, so results are the same bits whatever the batch): per super-block, the exact
@@ -490,25 +491,26 @@ struct Q2KOr3K {
 using Q2K = Q2KOr3K<false>;
 using Q3K = Q2KOr3K<true>;
 
-// Q8_0, Q4_0 and Q4_1 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot
+// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (quant_groups.h: pairs of blocks of 32): per block the exact integer dot
 // (B::Dots), minus B::kZero · Σ x (the block's two 16-sums), then acc = fma(float(that), d_w · d_x,
-// acc), and for Q4_1 (B::kMins) acc = fma(m_w, d_x · Σ x, acc); block after block.
+// acc), and for Q4_1/Q5_1 (B::kMins) acc = fma(m_w, d_x · Σ x, acc); block after block.
 //   Q8_0 (Q8Dots): SignedDot of the signed quants; zero point 128 where the dot was biased.
-//   Q4_0 (Q40Dots): the nibbles (0..15; low nibbles: columns 0..15, high: 16..31) in QuadPart's
+//   Q4_0 (Q4Dots<false>): the nibbles (0..15; low nibbles: columns 0..15, high: 16..31) in QuadPart's
 //   partial sums (eight dots of pairs <= 2·15·127); zero point 8.
-//   Q4_1 (Q41Dots): Q4_0's dots without a zero point, and the block's min m.
+//   Q4_1 (Q4Dots<true>): Q4_0's dots without a zero point, and the block's min m.
+//   Q5_0 and Q5_1 (Q5Dots, below): with a fifth bit.
 struct Q8Dots {
   static constexpr uint64_t kPair = kQ8GroupPair, kD = kQ8GroupD, kQs = 512;  // kQs: one block's quants
   static constexpr int32_t kZero = kBiasedSigned ? 128 : 0;
   static constexpr uint64_t kMins = 0;
   template <int RN>
-  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT qs, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
+  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
                               int k, VI* is) {
     const DI di;
     HWY_UNROLL(8)
     for (int v = 0; v < 8; ++v) {
       PrefetchLine(pf, kQs * k + 64 * v);
-      const VU w = Words(qs, 0, v, lane0);
+      const VU w = Words(blk, kQs * k, v, lane0);
       for (int u = 0; u < RN; ++u) is[u] = SignedDot(is[u], w, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
     }
   }
@@ -520,14 +522,14 @@ struct Q4Dots {
   static constexpr int32_t kZero = kMin ? 0 : 8;
   static constexpr uint64_t kMins = kMin ? kQ41GroupM : 0;  // offset of the mins (0: none)
   template <int RN>
-  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT qs, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
+  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
                               int k, VI* is) {
     const DI di;
     const VU low4 = hn::Set(DU(), 0x0F0F0F0Fu);
     HWY_UNROLL(4)
     for (int v = 0; v < 4; ++v) {
       PrefetchLine(pf, kQs * k + 64 * v);
-      const VU w = Words(qs, 0, v, lane0);
+      const VU w = Words(blk, kQs * k, v, lane0);
       const VU lo = hn::And(w, low4), hi = hn::And(hn::ShiftRight<4>(w), low4);
       for (int u = 0; u < RN; ++u) {
         is[u] = QuadPart(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
@@ -554,7 +556,7 @@ struct BlockPairs {
     for (int k = 0; k < 2; ++k) {
       VI is[RN];
       for (int u = 0; u < RN; ++u) is[u] = hn::Zero(di);
-      B::template Dots<RN>(blk + B::kQs * k, pf, lane0, xq, k, is);
+      B::template Dots<RN>(blk, pf, lane0, xq, k, is);
       const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + B::kD + 32 * k) + lane0));
       for (int u = 0; u < RN; ++u) {
         VI i = B::Total(is[u]);
@@ -573,8 +575,45 @@ struct BlockPairs {
   }
 };
 using Q8 = BlockPairs<Q8Dots>;
+// Q5_0 and Q5_1: Q4_0's and Q4_1's with a fifth bit per weight from the block's qh word (bit e for
+// column e: bits 4v .. 4v + 3 for the low nibbles of qs word v, 16 + 4v .. for its high nibbles),
+// spread to bit 4 of the 4 bytes by one multiply; weights up to 31 take DotQuads (int32).
+template <bool kMin>
+struct Q5Dots {
+  static constexpr uint64_t kPair = kMin ? kQ51GroupPair : kQ50GroupPair, kD = kMin ? kQ51GroupD : kQ50GroupD, kQs = 256;
+  static constexpr uint64_t kQh = kMin ? kQ51GroupQh : kQ50GroupQh;
+  static constexpr int32_t kZero = kMin ? 0 : 16;
+  static constexpr uint64_t kMins = kMin ? kQ51GroupM : 0;
+  // Bits 0..3 of t to bit 4 of bytes 0..3 (bit b times 2^(7b + 4), the other products masked away).
+  static HWY_INLINE VU Spread(VU t) {
+    const DU du;
+    return hn::And(hn::Mul(hn::And(t, hn::Set(du, 0xFu)), hn::Set(du, 0x02040810u)), hn::Set(du, 0x10101010u));
+  }
+  template <int RN>
+  static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
+                              int k, VI* is) {
+    const DI di;
+    const VU low4 = hn::Set(DU(), 0x0F0F0F0Fu);
+    const VU qh = Words(blk, kQh + 64 * static_cast<uint64_t>(k), 0, lane0);
+    HWY_UNROLL(4)
+    for (int v = 0; v < 4; ++v) {
+      PrefetchLine(pf, kQs * k + 64 * v);
+      const VU w = Words(blk, kQs * k, v, lane0);
+      const VU lo = hn::OrAnd(Spread(hn::ShiftRightSame(qh, 4 * v)), w, low4);
+      const VU hi = hn::OrAnd(Spread(hn::ShiftRightSame(qh, 16 + 4 * v)), hn::ShiftRight<4>(w), low4);
+      for (int u = 0; u < RN; ++u) {
+        is[u] = DotQuads(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
+        is[u] = DotQuads(is[u], hi, hn::Set(di, Word(xq[u] + 32 * k + 16 + 4 * v)));
+      }
+    }
+  }
+  static HWY_INLINE VI Total(VI v) { return v; }
+};
+
 using Q40 = BlockPairs<Q4Dots<false>>;
 using Q41 = BlockPairs<Q4Dots<true>>;
+using Q50 = BlockPairs<Q5Dots<false>>;
+using Q51 = BlockPairs<Q5Dots<true>>;
 
 // Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
 // t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
@@ -649,7 +688,7 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
 
 }  // namespace qg
 
-// y[t][r] for t < n, r0 <= r < r1 over a K-quant, Q8_0, Q4_0 or Q4_1 matrix in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a quantized matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
   if (w.type == GgmlType::kQ2_K) {
@@ -666,6 +705,10 @@ HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, i
     qg::RunGroups<qg::Q40>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q40::kMaxRN>());
   } else if (w.type == GgmlType::kQ4_1) {
     qg::RunGroups<qg::Q41>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q41::kMaxRN>());
+  } else if (w.type == GgmlType::kQ5_0) {
+    qg::RunGroups<qg::Q50>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q50::kMaxRN>());
+  } else if (w.type == GgmlType::kQ5_1) {
+    qg::RunGroups<qg::Q51>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q51::kMaxRN>());
   } else {
     qg::RunGroups<qg::Q8>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q8::kMaxRN>());
   }

@@ -26,6 +26,10 @@ static_assert(kQ6KGroupBlock == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroup
 
 static_assert(sizeof(BlockQ4_0) == 18 && offsetof(BlockQ4_0, qs) == 2 && kQ40GroupPair == kQuantGroupRows * 2 * 18);
 static_assert(sizeof(BlockQ4_1) == 20 && offsetof(BlockQ4_1, qs) == 4 && kQ41GroupPair == kQuantGroupRows * 2 * 20);
+static_assert(sizeof(BlockQ5_0) == 22 && offsetof(BlockQ5_0, qh) == 2 && offsetof(BlockQ5_0, qs) == 6 &&
+              kQ50GroupPair == kQuantGroupRows * 2 * 22);
+static_assert(sizeof(BlockQ5_1) == 24 && offsetof(BlockQ5_1, qh) == 4 && offsetof(BlockQ5_1, qs) == 8 &&
+              kQ51GroupPair == kQuantGroupRows * 2 * 24);
 static_assert(sizeof(BlockQ8_0) == 34 && offsetof(BlockQ8_0, qs) == 2 && kQ8GroupPair == kQuantGroupRows * 2 * 34);
 
 // Bytes of the unit the layout repeats per group: a super-block, or Q8_0's pair of blocks.
@@ -38,6 +42,8 @@ uint64_t block_bytes(GgmlType type) {
     case GgmlType::kQ6_K: return sizeof(BlockQ6_K);
     case GgmlType::kQ4_0: return 2 * sizeof(BlockQ4_0);
     case GgmlType::kQ4_1: return 2 * sizeof(BlockQ4_1);
+    case GgmlType::kQ5_0: return 2 * sizeof(BlockQ5_0);
+    case GgmlType::kQ5_1: return 2 * sizeof(BlockQ5_1);
     default: return 2 * sizeof(BlockQ8_0);
   }
 }
@@ -59,6 +65,11 @@ constexpr Run kQ6KRuns[] = {{0, 0, 4, 32}, {128, kQ6KGroupQh, 4, 16}, {192, kQ6K
 constexpr Run kQ40Runs[] = {{0, kQ40GroupD, 2, 1}, {2, 0, 4, 4}, {18, kQ40GroupD + 32, 2, 1}, {20, 256, 4, 4}};
 constexpr Run kQ41Runs[] = {{0, kQ41GroupD, 2, 1},      {2, kQ41GroupM, 2, 1},      {4, 0, 4, 4},
                              {20, kQ41GroupD + 32, 2, 1}, {22, kQ41GroupM + 32, 2, 1}, {24, 256, 4, 4}};
+constexpr Run kQ50Runs[] = {{0, kQ50GroupD, 2, 1},       {2, kQ50GroupQh, 4, 1},       {6, 0, 4, 4},
+                             {22, kQ50GroupD + 32, 2, 1}, {24, kQ50GroupQh + 64, 4, 1}, {28, 256, 4, 4}};
+constexpr Run kQ51Runs[] = {{0, kQ51GroupD, 2, 1},  {2, kQ51GroupM, 2, 1},       {4, kQ51GroupQh, 4, 1},
+                             {8, 0, 4, 4},           {24, kQ51GroupD + 32, 2, 1}, {26, kQ51GroupM + 32, 2, 1},
+                             {28, kQ51GroupQh + 64, 4, 1}, {32, 256, 4, 4}};
 constexpr Run kQ8Runs[] = {{0, kQ8GroupD, 2, 1}, {2, 0, 4, 8}, {34, kQ8GroupD + 32, 2, 1}, {36, 512, 4, 8}};
 
 std::span<const Run> runs(GgmlType type) {
@@ -70,6 +81,8 @@ std::span<const Run> runs(GgmlType type) {
     case GgmlType::kQ6_K: return kQ6KRuns;
     case GgmlType::kQ4_0: return kQ40Runs;
     case GgmlType::kQ4_1: return kQ41Runs;
+    case GgmlType::kQ5_0: return kQ50Runs;
+    case GgmlType::kQ5_1: return kQ51Runs;
     default: return kQ8Runs;
   }
 }
@@ -77,7 +90,10 @@ std::span<const Run> runs(GgmlType type) {
 }  // namespace
 
 bool quant_groups_supported(GgmlType type, int64_t cols) {
-  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1) return cols > 0 && cols % 64 == 0;
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 ||
+      type == GgmlType::kQ5_1) {
+    return cols > 0 && cols % 64 == 0;
+  }
   const bool k_quant = type == GgmlType::kQ2_K || type == GgmlType::kQ3_K || type == GgmlType::kQ4_K ||
                        type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
   return k_quant && cols > 0 && cols % 256 == 0;

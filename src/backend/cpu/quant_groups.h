@@ -1,9 +1,9 @@
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 and Q4_1 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
+// Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
 // and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
-// 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; Q8_0, Q4_0
-// and Q4_1: its pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
+// 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; the types
+// with blocks of 32: its pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
 // (row j's copy of a word at 4 j in a 64-byte line). Q2_K (84-byte blocks, 1,344 per group):
 //   [0, 1024)     qs:     word v (v = 0..15: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
 //   [1024, 1280)  scales: word w (0..3 of the 16 scale/min bytes) at 1024 + 64 w + 4 j
@@ -44,6 +44,10 @@
 // Q4_1 (20-byte blocks of 32, in pairs: 640 bytes per group and pair, 10 lines): Q4_0's, then the mins
 //   [576, 608)    m of the first block:  the f16 at 576 + 2 j
 //   [608, 640)    m of the second block: the f16 at 608 + 2 j
+// Q5_0 (22-byte blocks, in pairs: 704 bytes, 11 lines): Q4_0's, then the qh words
+//   [576, 640)    qh of the first block:  the word at 576 + 4 j
+//   [640, 704)    qh of the second block: the word at 640 + 4 j
+// Q5_1 (24-byte blocks, in pairs: 768 bytes, 12 lines): Q4_1's, then the qh words at [640, 704) and [704, 768)
 // Rows past the last of the matrix (the last group's padding) are zero: a zero scale, no
 // contribution, never stored.
 // Thread-safety: pure functions over caller memory.
@@ -72,9 +76,13 @@ constexpr uint64_t kQ40GroupPair = 16 * 2 * 18;  // two blocks of 32 of 16 rows
 constexpr uint64_t kQ40GroupD = 512;
 constexpr uint64_t kQ41GroupPair = 16 * 2 * 20;
 constexpr uint64_t kQ41GroupD = 512, kQ41GroupM = 576;
+constexpr uint64_t kQ50GroupPair = 16 * 2 * 22;
+constexpr uint64_t kQ50GroupD = 512, kQ50GroupQh = 576;
+constexpr uint64_t kQ51GroupPair = 16 * 2 * 24;
+constexpr uint64_t kQ51GroupD = 512, kQ51GroupM = 576, kQ51GroupQh = 640;
 
 // Whether a matrix of this type and shape can be copied into groups (a K-quant of whole
-// super-blocks, Q8_0, Q4_0 and Q4_1 of whole pairs of blocks).
+// super-blocks, the types with blocks of 32 of whole pairs of blocks).
 bool quant_groups_supported(GgmlType type, int64_t cols);
 
 // Bytes of the grouped copy of `host` (rows rounded up to whole groups).
