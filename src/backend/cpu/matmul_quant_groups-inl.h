@@ -686,31 +686,28 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
   }
 }
 
+// RunGroups with a tile for every token count up to F::kMaxRN.
+template <class F>
+void Run(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
+  RunGroups<F>(w, a, n, y, r0, r1, std::make_integer_sequence<int, F::kMaxRN>());
+}
+
 }  // namespace qg
 
 // y[t][r] for t < n, r0 <= r < r1 over a quantized matrix in groups (r0 a multiple of the group).
 HWY_NOINLINE void MatmulQuantGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0,
                                     int64_t r1) {
-  if (w.type == GgmlType::kQ2_K) {
-    qg::RunGroups<qg::Q2K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q2K::kMaxRN>());
-  } else if (w.type == GgmlType::kQ3_K) {
-    qg::RunGroups<qg::Q3K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q3K::kMaxRN>());
-  } else if (w.type == GgmlType::kQ4_K) {
-    qg::RunGroups<qg::Q4K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q4K::kMaxRN>());
-  } else if (w.type == GgmlType::kQ5_K) {
-    qg::RunGroups<qg::Q5K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q5K::kMaxRN>());
-  } else if (w.type == GgmlType::kQ6_K) {
-    qg::RunGroups<qg::Q6K>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q6K::kMaxRN>());
-  } else if (w.type == GgmlType::kQ4_0) {
-    qg::RunGroups<qg::Q40>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q40::kMaxRN>());
-  } else if (w.type == GgmlType::kQ4_1) {
-    qg::RunGroups<qg::Q41>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q41::kMaxRN>());
-  } else if (w.type == GgmlType::kQ5_0) {
-    qg::RunGroups<qg::Q50>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q50::kMaxRN>());
-  } else if (w.type == GgmlType::kQ5_1) {
-    qg::RunGroups<qg::Q51>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q51::kMaxRN>());
-  } else {
-    qg::RunGroups<qg::Q8>(w, a, n, y, r0, r1, std::make_integer_sequence<int, qg::Q8::kMaxRN>());
+  switch (w.type) {
+    case GgmlType::kQ2_K: return qg::Run<qg::Q2K>(w, a, n, y, r0, r1);
+    case GgmlType::kQ3_K: return qg::Run<qg::Q3K>(w, a, n, y, r0, r1);
+    case GgmlType::kQ4_K: return qg::Run<qg::Q4K>(w, a, n, y, r0, r1);
+    case GgmlType::kQ5_K: return qg::Run<qg::Q5K>(w, a, n, y, r0, r1);
+    case GgmlType::kQ6_K: return qg::Run<qg::Q6K>(w, a, n, y, r0, r1);
+    case GgmlType::kQ4_0: return qg::Run<qg::Q40>(w, a, n, y, r0, r1);
+    case GgmlType::kQ4_1: return qg::Run<qg::Q41>(w, a, n, y, r0, r1);
+    case GgmlType::kQ5_0: return qg::Run<qg::Q50>(w, a, n, y, r0, r1);
+    case GgmlType::kQ5_1: return qg::Run<qg::Q51>(w, a, n, y, r0, r1);
+    default: return qg::Run<qg::Q8>(w, a, n, y, r0, r1);  // Q8_0 (quant_groups_supported's last type)
   }
 }
 
