@@ -87,10 +87,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, bool model_required) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--mmap-weights", f.mmap_weights,
-                "CPU: multiply straight from the memory-mapped GGUF file instead of copying F32/F16/BF16/Q8_0 "
-                "and K-quant weights into huge pages at load (F16/BF16 in groups of 4 rows, Q4_K/Q6_K/Q8_0 in "
+                "CPU: multiply straight from the memory-mapped GGUF file instead of copying F32/F16/BF16 and "
+                "quantized weights into huge pages at load (F16/BF16 in groups of 4 rows, quantized types in "
                 "groups of 16 rows) (no copy, less memory while loading; decode is slower from the file's 4 KiB "
-                "pages and, for Q4_K and Q8_0, from the rows as stored)");
+                "pages and, for the quantized types, from the rows as stored)");
 }
 
 BackendOptions ModelFlags::backend_options() const {
