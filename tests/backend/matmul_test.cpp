@@ -186,7 +186,7 @@ TEST_P(Matmul, RowsInGroupsGiveTheBitsOfRowsAsStored) {
   }
 }
 
-// CpuBackend::upload_matrix copies Q4_K, Q5_K, Q6_K and Q8_0 matrices in groups of 16 rows
+// CpuBackend::upload_matrix copies every quantized type (kQuantTypes) in groups of 16 rows
 // (quant_groups.h), whose kernel keeps a row per vector lane: against the exact arithmetic on the quantized activations (as the
 // rows-as-stored kernels), the same bits with 1 or 3 threads, each token alone as in its batch,
 // the embedding gather equal to the rows as stored, nothing written past the rows asked (the last
@@ -196,7 +196,7 @@ TEST_P(Matmul, KQuantsInQuantGroupsMatchTheExactArithmetic) {
   ThreadPool pool1(1), pool3(3);
   CpuBackend backend(2);
   std::mt19937 rng(8);
-  for (GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1})
+  for (GgmlType type : kQuantTypes)
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 768}, {1, 512}, {33, 2048}, {64, 256}, {8, 1024}}) {
     SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " rows " << rows << " cols " << cols);
     const auto m = random_matrix(type, rows, cols, rng);
@@ -280,7 +280,7 @@ TEST(MatmulQuantGroups, X86TargetsGiveTheSameBits) {
   CpuBackend backend(2);
   KernelScratch scratch;
   std::mt19937 rng(9);
-  for (GgmlType type : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
+  for (GgmlType type : kQuantTypes) {
     const auto m = random_matrix(type, 45, 1024, rng);
     const WeightMatrix up = backend.upload_matrix(m.w);
     ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);

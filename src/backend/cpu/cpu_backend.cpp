@@ -147,9 +147,9 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   // (+16-45% decode on a 2-core EPYC) and Q8_0 (+8-23% there and on a Xeon); and the K-quants,
   // level with the mapping or a little ahead (Zen 3 one row at a time, four alternated runs: Q4_K
   // median +6%, Q6_K +1%; the Xeon in tiles: level), copied so that they are read from the pages
-  // their one-token order was measured on (choose_decode_order); Q4_0, Q4_1, Q5_0 and Q5_1, for their
-  // groups of 16 rows.
-  // The other types were not measured: they stay mapped.
+  // their one-token order was measured on (choose_decode_order); Q4_0, Q4_1, Q5_0 and Q5_1 for their
+  // groups of 16 rows (quant_grouped). Their rows without a whole pair of blocks were not measured:
+  // they stay mapped.
   const bool copies = host.type == GgmlType::kF32 || host.type == GgmlType::kF16 || host.type == GgmlType::kBF16 ||
                       host.type == GgmlType::kQ8_0 || cpu::quant_act_block(host.type) == 256 ||  // 256: the K-quants
                       quant_grouped;

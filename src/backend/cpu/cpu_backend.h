@@ -49,9 +49,10 @@ class CpuBackend final : public Backend {
   // token's matmul has both the single stream that hardware prefetchers follow and 4 FMA chains
   // in flight (docs/PERFORMANCE.md, issue 17); whether software prefetch helps that stream is
   // measured at the first such matrix of ≥ 512 columns per type (cpu::choose_group_prefetch).
-  // K-quant matrices (Q2_K .. Q6_K) of whole super-blocks and Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 of whole pairs of blocks are copied
-  // in groups of 16 rows (WeightMatrix::kQuantGroup, cpu/quant_groups.h): their kernels then keep a
-  // row in each vector lane and unpack the scales of 16 rows at once (docs/PERFORMANCE.md, issue 17). Their arithmetic per output differs from
+  // Quantized matrices (K-quants of whole super-blocks; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 of whole pairs
+  // of blocks) are copied in groups of 16 rows (WeightMatrix::kQuantGroup, cpu/quant_groups.h): their
+  // kernel then keeps a row in each vector lane and unpacks the scales of 16 rows at once
+  // (docs/PERFORMANCE.md, issue 17). Their arithmetic per output differs from
   // the rows-as-stored kernels' (within their error bound, not bit for bit), and is the same for
   // every batch, thread count and x86 target.
   // STRATA_CPU_ROW_GROUPS=0 keeps the rows as they are.
