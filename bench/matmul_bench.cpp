@@ -187,6 +187,11 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}}) b->Args({static_cast<int64_t>(t), rows, cols, 1});
   }
+  // One token over 0.3-1.1 MB of weights: with STRATA_BENCH_HOT=1 they stay in a core's L2 (one
+  // thread), so the kernel's arithmetic rate shows (what it could stream at most).
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    b->Args({static_cast<int64_t>(t), 512, 2048, 1});
+  }
 }
 void BM_Matmul(benchmark::State& state) { RunMatmul(state); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -152,24 +152,12 @@ HWY_INLINE int32_t Word(const int8_t* p) {
   return v;
 }
 
-// Sign-extended byte k of every 32-bit lane.
-template <int k>
-HWY_INLINE VI SignedByte(VU v) {
-  const DI di;
-  if constexpr (k == 3) {
-    return hn::ShiftRight<24>(hn::BitCast(di, v));
-  } else {
-    return hn::ShiftRight<24>(hn::ShiftLeft<24 - 8 * k>(hn::BitCast(di, v)));
-  }
-}
-
 // Word v of the 16 rows at byte offset `at` of a group super-block, rows lane0 .. lane0 + Lanes.
 HWY_INLINE VU Words(const uint8_t* HWY_RESTRICT blk, size_t at, size_t v, size_t lane0) {
   return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(blk + at + 64 * v) + lane0);
 }
-HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) {
-  if (pf != nullptr) __builtin_prefetch(pf + at, 0, 2);
-}
+// pf: never null (Tile), so the hot loops carry no branch per prefetch.
+HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) { __builtin_prefetch(pf + at, 0, 2); }
 
 // Bit `from` of every byte moved to bit `to` by one shift of the 32-bit lanes (the other bits:
 // anything; the caller masks).
@@ -300,9 +288,10 @@ struct Q4KOr5K {
 using Q4K = Q4KOr5K<false>;
 using Q5K = Q4KOr5K<true>;
 
-// Q6_K (quant_groups.h): weights q = (4 low bits of ql) | (2 bits of qh) << 4, value sc_s·(q − 32)
-// for sub-block s of 16. Per sub-block the exact integer i_s − 32·bsum_s (the dot of the unsigned q
-// minus the zero point through the activations' 16-sum), A = Σ_s float(that)·sc_s in the order
+// Q6_K (quant_groups.h, its recoded layout): weights q (0..63) in bits 0-5 of the words A, B, C
+// (runs 0, 1, 3) and in their bits 6-7 (run 2), value sc_s·(q − 32) for sub-block s of 16. Per
+// sub-block the exact integer i_s − 32·bsum_s (the dot of the unsigned q minus the zero point
+// through the activations' 16-sum), A = Σ_s float(that)·sc_s in the order
 // s = 8h + 2k + e for h, e, k (halves, then the first or second 16 of each 32-column run, then the
 // four runs), then acc += A·(d·dx).
 struct Q6K {
@@ -312,13 +301,15 @@ struct Q6K {
 
   // Half h, quads 4e .. 4e + 3 of each 32-column run k (columns 128h + 32k + 16e ..: sub-block
   // 8h + 2k + e) into A.
-  template <int e, int RN>
-  static HWY_INLINE void Quarter(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, int h,
-                                 const int8_t* const* xq, const int16_t* const* xs, VU sw0, VU sw1, VF* A) {
+  // (h a template parameter: every offset is a constant, where a runtime h left them in stack slots.)
+  template <int h, int e, int RN>
+  static HWY_INLINE void Quarter(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
+                                 const int8_t* const* xq, const int16_t* const* xs, VF* A) {
     const DI di;
     const DU du;
     const DF df;
-    const VU m4 = hn::Set(du, 0x0F0F0F0Fu), m30 = hn::Set(du, 0x30303030u);
+    const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m03 = hn::Set(du, 0x03030303u), m0c = hn::Set(du, 0x0C0C0C0Cu),
+             m30 = hn::Set(du, 0x30303030u);
     VI is[4][RN];
     ZeroRunSums(is);
     HWY_UNROLL(4)
@@ -326,28 +317,33 @@ struct Q6K {
       PrefetchLine(pf, 64 * (16 * h + q));
       PrefetchLine(pf, 64 * (16 * h + 8 + q));
       PrefetchLine(pf, kQ6KGroupQh + 64 * (8 * h + q));
-      if (h == 0 && e == 0) PrefetchLine(pf, kQ6KGroupScales + 64 * q);  // the scales' 4 lines
+      if (h == 0 && e == 0) PrefetchLine(pf, kQ6KGroupScales + 64 * q);  // the scales' 4 lines (q < 4)
       if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD);        // and d's
-      const VU l0 = Words(blk, 0, 16 * h + q, lane0), l1 = Words(blk, 0, 16 * h + 8 + q, lane0);
-      const VU hb = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
-      const VU w[4] = {hn::OrAnd(hn::And(l0, m4), hn::ShiftLeft<4>(hb), m30),
-                       hn::OrAnd(hn::And(l1, m4), hn::ShiftLeft<2>(hb), m30),
-                       hn::OrAnd(hn::And(hn::ShiftRight<4>(l0), m4), hb, m30),
-                       hn::OrAnd(hn::And(hn::ShiftRight<4>(l1), m4), hn::ShiftRight<2>(hb), m30)};
+      const VU a = Words(blk, 0, 16 * h + q, lane0), b = Words(blk, 0, 16 * h + 8 + q, lane0);
+      const VU c = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
+      // Run 2's weight: bits 6-7 of a, b and c as its bits 0-1, 2-3 and 4-5.
+      const VU w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<6>(a), m03), hn::ShiftRight<4>(b), m0c),
+                              hn::ShiftRight<2>(c), m30);
+      const VU w[4] = {hn::And(a, m6), hn::And(b, m6), w2, hn::And(c, m6)};
       for (int u = 0; u < RN; ++u) {
         const int8_t* x = xq[u] + 128 * h + 4 * q;
         for (int k = 0; k < 4; ++k) is[k][u] = DotQuads(is[k][u], w[k], hn::Set(di, Word(x + 32 * k)));
       }
     }
-    // Run k's sub-block s = 8h + 2k + e: scale byte 2 (k % 2) + e of word k / 2 of the half.
-    const VF sc[4] = {hn::ConvertTo(df, SignedByte<e>(sw0)), hn::ConvertTo(df, SignedByte<2 + e>(sw0)),
-                      hn::ConvertTo(df, SignedByte<e>(sw1)), hn::ConvertTo(df, SignedByte<2 + e>(sw1))};
+    // Run k's sub-block s = 8h + 2k + e: the 16 rows' int8 scales s side by side.
     for (int k = 0; k < 4; ++k) {
+      const VF sc = hn::ConvertTo(df, Scale(blk, 8 * h + 2 * k + e, lane0));
       for (int u = 0; u < RN; ++u) {
         const int32_t zero = 32 * xs[u][8 * h + 2 * k + e];
-        A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(is[k][u], hn::Set(di, zero))), sc[k], A[u]);
+        A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(is[k][u], hn::Set(di, zero))), sc, A[u]);
       }
     }
+  }
+
+  // Scale s of the rows lane0 .. lane0 + Lanes, sign-extended.
+  static HWY_INLINE VI Scale(const uint8_t* HWY_RESTRICT blk, int s, size_t lane0) {
+    const hn::Rebind<int8_t, DI> d8;
+    return hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + kQ6KGroupScales + 16 * s) + lane0));
   }
 
   template <int RN>
@@ -357,12 +353,10 @@ struct Q6K {
     const DH dh;
     VF A[RN];
     for (int u = 0; u < RN; ++u) A[u] = hn::Zero(df);
-    for (int h = 0; h < 2; ++h) {
-      // Scales of sub-blocks 8h .. 8h + 7: the bytes of words 2h, 2h + 1.
-      const VU sw0 = Words(blk, kQ6KGroupScales, 2 * h, lane0), sw1 = Words(blk, kQ6KGroupScales, 2 * h + 1, lane0);
-      Quarter<0, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
-      Quarter<1, RN>(blk, pf, lane0, h, xq, xs, sw0, sw1, A);
-    }
+    Quarter<0, 0, RN>(blk, pf, lane0, xq, xs, A);
+    Quarter<0, 1, RN>(blk, pf, lane0, xq, xs, A);
+    Quarter<1, 0, RN>(blk, pf, lane0, xq, xs, A);
+    Quarter<1, 1, RN>(blk, pf, lane0, xq, xs, A);
     const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ6KGroupD) + lane0));
     for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u][0])), acc[u]);
   }
@@ -618,9 +612,13 @@ using Q51 = BlockPairs<Q5Dots<true>>;
 // Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
 // t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
 template <class F, int RN>
-HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const QuantActs& a, int64_t t, size_t lane0,
+HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const QuantActs& a, int64_t t, size_t lane_block,
                        float* HWY_RESTRICT y, size_t ys, size_t rows_out) {
   const DF df;
+  // A vector of 16 lanes holds the whole group: lane0 is 0, a constant, so that every load's address
+  // is the unit's start plus a constant (with lane0 unknown, GCC kept per-line bases in spare
+  // vector registers and moved them back for each load: ~50 more uops per Q6_K super-block).
+  const size_t lane0 = hn::MaxLanes(df) >= static_cast<size_t>(kQuantGroupRows) ? 0 : lane_block;
   const int64_t K = a.cols;
   VF acc[RN];
   for (int u = 0; u < RN; ++u) acc[u] = hn::Zero(df);
@@ -635,10 +633,10 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
     // all of a super-block's at once, which filled the core's miss buffers and kept the arithmetic
     // from overlapping the stream (llama-1b Q4_K on the Xeon VM: 37-39 tok/s in bursts, 47 spread;
     // into L1 29).
-    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : nullptr;
-    if (pf != nullptr) {
-      for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
-    }
+    // The other lane blocks (8 or fewer lanes a vector) prefetch their own unit, already in cache: a
+    // few wasted hints, but no branch per prefetch in the loops.
+    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : blk;
+    for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
     for (int u = 0; u < RN; ++u) {
       xq[u] = a.qs + (t + u) * K + C * s;
       xs[u] = a.sums + (t + u) * (K / 16) + C / 16 * s;

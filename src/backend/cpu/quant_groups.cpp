@@ -61,7 +61,7 @@ constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1},
                             {4, kQ5KGroupScales, 4, 3},
                             {16, kQ5KGroupQh, 4, 8},
                             {48, 0, 4, 32}};
-constexpr Run kQ6KRuns[] = {{0, 0, 4, 32}, {128, kQ6KGroupQh, 4, 16}, {192, kQ6KGroupScales, 4, 4}, {208, kQ6KGroupD, 2, 1}};
+constexpr Run kQ6KRuns[] = {{208, kQ6KGroupD, 2, 1}};  // d only: the rest is recoded (write_q6k / read_q6k)
 constexpr Run kQ40Runs[] = {{0, kQ40GroupD, 2, 1}, {2, 0, 4, 4}, {18, kQ40GroupD + 32, 2, 1}, {20, 256, 4, 4}};
 constexpr Run kQ41Runs[] = {{0, kQ41GroupD, 2, 1},      {2, kQ41GroupM, 2, 1},      {4, 0, 4, 4},
                              {20, kQ41GroupD + 32, 2, 1}, {22, kQ41GroupM + 32, 2, 1}, {24, 256, 4, 4}};
@@ -85,6 +85,53 @@ std::span<const Run> runs(GgmlType type) {
     case GgmlType::kQ5_1: return kQ51Runs;
     default: return kQ8Runs;
   }
+}
+
+// Q6_K's quants of row j of one super-block (`blk`: the GGUF block, null: zeros) into the group's
+// unit: per half h and word q, the three words A (where ql word 16h + q was), B (ql word 16h + 8 + q)
+// and C (qh word 8h + q); per byte of them, from the GGUF bytes L0 = ql[64h + 4q + i],
+// L1 = ql[64h + 32 + 4q + i], H = qh[32h + 4q + i] (the weights w0..w3 of columns 128h + 4q + i
+// + 32k, k = 0..3: w0 = L0 & 15 | (H & 3) << 4, w1 = L1 & 15 | (H >> 2 & 3) << 4,
+// w2 = L0 >> 4 | (H >> 4 & 3) << 4, w3 = L1 >> 4 | (H >> 6) << 4): A = w0 | (w2 & 3) << 6,
+// B = w1 | (w2 >> 2 & 3) << 6, C = w3 | (w2 >> 4) << 6; then the scales transposed (scale s at
+// kQ6KGroupScales + 16 s + j).
+void write_q6k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
+  for (int h = 0; h < 2; ++h) {
+    for (int q = 0; q < 8; ++q) {
+      uint8_t a[4], b[4], c[4];
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t l0 = blk != nullptr ? blk[64 * h + 4 * q + i] : 0;
+        const uint32_t l1 = blk != nullptr ? blk[64 * h + 32 + 4 * q + i] : 0;
+        const uint32_t hb = blk != nullptr ? blk[128 + 32 * h + 4 * q + i] : 0;
+        const uint32_t w0 = (l0 & 15u) | (hb & 3u) << 4, w1 = (l1 & 15u) | (hb >> 2 & 3u) << 4;
+        const uint32_t w2 = (l0 >> 4) | (hb >> 4 & 3u) << 4, w3 = (l1 >> 4) | (hb >> 6) << 4;
+        a[i] = static_cast<uint8_t>(w0 | (w2 & 3u) << 6);
+        b[i] = static_cast<uint8_t>(w1 | (w2 >> 2 & 3u) << 6);
+        c[i] = static_cast<uint8_t>(w3 | (w2 >> 4) << 6);
+      }
+      std::memcpy(unit + 64 * (16 * h + q) + 4 * j, a, 4);
+      std::memcpy(unit + 64 * (16 * h + 8 + q) + 4 * j, b, 4);
+      std::memcpy(unit + kQ6KGroupQh + 64 * (8 * h + q) + 4 * j, c, 4);
+    }
+  }
+  for (int sb = 0; sb < 16; ++sb) unit[kQ6KGroupScales + 16 * sb + j] = blk != nullptr ? blk[192 + sb] : 0;
+}
+
+// The inverse of write_q6k: row j's ql, qh and scales of the unit into blk.
+void read_q6k(const uint8_t* unit, uint64_t j, uint8_t* blk) {
+  for (int h = 0; h < 2; ++h) {
+    for (int q = 0; q < 8; ++q) {
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t a = unit[64 * (16 * h + q) + 4 * j + i], b = unit[64 * (16 * h + 8 + q) + 4 * j + i];
+        const uint32_t c = unit[kQ6KGroupQh + 64 * (8 * h + q) + 4 * j + i];
+        const uint32_t w0 = a & 63u, w1 = b & 63u, w3 = c & 63u, w2 = (a >> 6) | (b >> 6) << 2 | (c >> 6) << 4;
+        blk[64 * h + 4 * q + i] = static_cast<uint8_t>((w0 & 15u) | (w2 & 15u) << 4);
+        blk[64 * h + 32 + 4 * q + i] = static_cast<uint8_t>((w1 & 15u) | (w3 & 15u) << 4);
+        blk[128 + 32 * h + 4 * q + i] = static_cast<uint8_t>((w0 >> 4) | (w1 >> 4) << 2 | (w2 >> 4) << 4 | (w3 >> 4) << 6);
+      }
+    }
+  }
+  for (int sb = 0; sb < 16; ++sb) blk[192 + sb] = unit[kQ6KGroupScales + 16 * sb + j];
 }
 
 }  // namespace
@@ -118,6 +165,7 @@ void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uin
       for (uint64_t j = 0; j < G; ++j) {
         const uint64_t r = g * G + j;
         const uint8_t* blk = r < rows ? host.data + r * host.row_bytes + s * bb : nullptr;
+        if (host.type == GgmlType::kQ6_K) write_q6k(blk, out, j);
         for (const Run& run : rs) {
           uint8_t* o = out + run.dst + run.size * j;
           const uint8_t* in = blk != nullptr ? blk + run.src : nullptr;
@@ -138,6 +186,7 @@ void read_quant_group_row(const WeightMatrix& w, int64_t r, uint8_t* out) {
   const uint8_t* group = w.data + g * G * w.row_bytes;
   const uint64_t bb = block_bytes(w.type), nsb = w.row_bytes / bb;
   for (uint64_t s = 0; s < nsb; ++s) {
+    if (w.type == GgmlType::kQ6_K) read_q6k(group + s * G * bb, j, out + s * bb);
     for (const Run& run : runs(w.type)) {
       for (uint32_t e = 0; e < run.count; ++e) {
         std::memcpy(out + s * bb + run.src + run.size * e, group + s * G * bb + run.dst + 64 * e + run.size * j, run.size);

@@ -1,7 +1,7 @@
 // Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
-// and summing its lanes. The same bytes as the GGUF blocks, only reordered: group g (rows 16g ..
+// and summing its lanes. The same bytes as the GGUF blocks, only reordered (Q6_K: its quants recoded, below): group g (rows 16g ..
 // 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; the types
 // with blocks of 32: its pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
 // (row j's copy of a word at 4 j in a 64-byte line). Q2_K (84-byte blocks, 1,344 per group):
@@ -25,11 +25,16 @@
 //   [2560, 2752)  scales: word w (0..2) at 2560 + 64 w + 4 j
 //   [2752, 2784)  d:      the f16 at 2752 + 2 j
 //   [2784, 2816)  dmin:   the f16 at 2784 + 2 j
-// Q6_K (210-byte blocks, 3,360 per group):
-//   [0, 2048)     ql:     word v (0..31) at 64 v + 4 j
-//   [2048, 3072)  qh:     word v (0..15) at 2048 + 64 v + 4 j
-//   [3072, 3328)  scales: word w (0..3 of the 16 int8 scales) at 3072 + 64 w + 4 j
+// Q6_K (210-byte blocks, 3,360 per group): the bits of ql and qh recoded so that the kernel
+// unpacks each 6-bit weight with fewer operations (3 masks and 3 shifts a word of 4 runs instead of
+// 4 masks, 4 selects and 5 shifts); per half h (0, 1) and word q (0..7) of the half's runs:
+//   [0, 2048)     A: weights w0 (bits 0-5) and bits 0-1 of w2 (bits 6-7) at 64 (16 h + q) + 4 j;
+//                 B: w1 and bits 2-3 of w2 at 64 (16 h + 8 + q) + 4 j
+//   [2048, 3072)  C: w3 and bits 4-5 of w2 at 2048 + 64 (8 h + q) + 4 j
+//   [3072, 3328)  scales: int8 scale s (0..15) at 3072 + 16 s + j (16 rows side by side)
 //   [3328, 3360)  d:      the f16 at 3328 + 2 j
+//   where byte i of the words holds the weights (0..63) of columns 128 h + 4 q + i + 32 k of run k,
+//   w_k (GGUF's ql/qh bits, quant_groups.cpp's write_q6k; the only type whose bits are recoded).
 // Q8_0 (34-byte blocks of 32, in pairs: 1,088 bytes per group and pair of blocks, so that the
 // quants' lines stay 64-byte aligned; rows of an even number of blocks):
 //   [0, 512)      qs of the pair's first block:  word v (0..7) at 64 v + 4 j
@@ -49,7 +54,7 @@
 //   [640, 704)    qh of the second block: the word at 640 + 4 j
 // Q5_1 (24-byte blocks, in pairs: 768 bytes, 12 lines): Q4_1's, then the qh words at [640, 704) and [704, 768)
 // Rows past the last of the matrix (the last group's padding) are zero: a zero scale, no
-// contribution, never stored.
+// contribution, never stored. read_quant_group_row gives back the GGUF bytes of every type.
 // Thread-safety: pure functions over caller memory.
 #pragma once
 
