@@ -117,6 +117,11 @@ constexpr bool kBiasedSigned = true;
 #else
 constexpr bool kBiasedSigned = false;
 #endif
+// With a byte dot that cannot saturate (vpdpbusd), weights may be dotted times a power of two (up
+// to 255, the bits left where they lie: one shift fewer) and the factor divided out of their
+// float scale, exactly: fma(float(2^k·i), sc / 2^k, A) is fma(float(i), sc, A) (the same real
+// product; 2^k·i stays below 2^24). maddubs's int16 pair sums would saturate.
+constexpr bool kScaledDots = HWY_TARGET == HWY_AVX3_DL;
 HWY_INLINE VI SignedDot(VI acc, VU w, VI x) {
 #if HWY_TARGET == HWY_AVX3_DL
   return VI{_mm512_dpbusd_epi32(acc.raw, _mm512_xor_si512(w.raw, _mm512_set1_epi8(static_cast<char>(0x80))), x.raw)};
@@ -203,6 +208,7 @@ struct Q4KOr5K {
   static constexpr uint64_t kD = kFifth ? kQ5KGroupD : kQ4KGroupD, kDmin = kFifth ? kQ5KGroupDmin : kQ4KGroupDmin;
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
+  static constexpr bool kScaledHigh = kScaledDots && !kFifth;
 
   // Sub-block pair c (2c: low nibbles, 2c + 1: high nibbles of qs words 8c .. 8c + 7).
   template <int c, int RN>
@@ -224,7 +230,9 @@ struct Q4KOr5K {
       if (kFifth && c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q);
       if (c == (kFifth ? 1 : 0) && q < 4) PrefetchLine(pf, kScales + 64 * q);
       const VU v = Words(blk, 0, 8 * c + q, lane0);
-      VU vl = hn::And(v, low4), vh = hn::And(hn::ShiftRight<4>(v), low4);
+      // kScaledDots (Q4_K): the high nibbles in place, 16 times their value (the tail divides it out).
+      VU vl = hn::And(v, low4),
+         vh = kScaledHigh ? hn::And(v, hn::Set(du, 0xF0F0F0F0u)) : hn::And(hn::ShiftRight<4>(v), low4);
       if constexpr (kFifth) {
         const VU hb = Words(blk, kQ5KGroupQh, q, lane0);
         vl = hn::OrAnd(vl, MoveBit<2 * c, 4>(hb), fifth);
@@ -244,7 +252,9 @@ struct Q4KOr5K {
     }
     // Sub-block 2c's scale and min are byte (2c) % 4 of sc / mn, 2c + 1's the next byte.
     constexpr int k = (2 * c) % 4;
-    const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc))), sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
+    const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc)));
+    VF sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
+    if constexpr (kScaledHigh) sh = hn::Mul(sh, hn::Set(df, 1.0f / 16));
     const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
     for (int t = 0; t < RN; ++t) {
       A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
@@ -310,6 +320,7 @@ struct Q6K {
     const DF df;
     const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m03 = hn::Set(du, 0x03030303u), m0c = hn::Set(du, 0x0C0C0C0Cu),
              m30 = hn::Set(du, 0x30303030u);
+    (void)m03;
     VI is[4][RN];
     ZeroRunSums(is);
     HWY_UNROLL(4)
@@ -321,9 +332,16 @@ struct Q6K {
       if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD);        // and d's
       const VU a = Words(blk, 0, 16 * h + q, lane0), b = Words(blk, 0, 16 * h + 8 + q, lane0);
       const VU c = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
-      // Run 2's weight: bits 6-7 of a, b and c as its bits 0-1, 2-3 and 4-5.
-      const VU w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<6>(a), m03), hn::ShiftRight<4>(b), m0c),
-                              hn::ShiftRight<2>(c), m30);
+      // Run 2's weight: bits 6-7 of a, b and c as its bits 0-1, 2-3 and 4-5 (kScaledDots: as bits
+      // 2-3, 4-5 and 6-7, 4 times its value, c's bits where they lie).
+      VU w2;
+      if constexpr (kScaledDots) {
+        w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<4>(a), m0c), hn::ShiftRight<2>(b), m30), c,
+                       hn::Set(du, 0xC0C0C0C0u));
+      } else {
+        w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<6>(a), m03), hn::ShiftRight<4>(b), m0c), hn::ShiftRight<2>(c),
+                       m30);
+      }
       const VU w[4] = {hn::And(a, m6), hn::And(b, m6), w2, hn::And(c, m6)};
       for (int u = 0; u < RN; ++u) {
         const int8_t* x = xq[u] + 128 * h + 4 * q;
@@ -332,9 +350,11 @@ struct Q6K {
     }
     // Run k's sub-block s = 8h + 2k + e: the 16 rows' int8 scales s side by side.
     for (int k = 0; k < 4; ++k) {
-      const VF sc = hn::ConvertTo(df, Scale(blk, 8 * h + 2 * k + e, lane0));
+      const int times = kScaledDots && k == 2 ? 4 : 1;  // run 2's dots: 4 times the value
+      VF sc = hn::ConvertTo(df, Scale(blk, 8 * h + 2 * k + e, lane0));
+      if (times != 1) sc = hn::Mul(sc, hn::Set(df, 0.25f));
       for (int u = 0; u < RN; ++u) {
-        const int32_t zero = 32 * xs[u][8 * h + 2 * k + e];
+        const int32_t zero = 32 * times * xs[u][8 * h + 2 * k + e];
         A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(is[k][u], hn::Set(di, zero))), sc, A[u]);
       }
     }
