@@ -161,8 +161,22 @@ HWY_INLINE int32_t Word(const int8_t* p) {
 HWY_INLINE VU Words(const uint8_t* HWY_RESTRICT blk, size_t at, size_t v, size_t lane0) {
   return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(blk + at + 64 * v) + lane0);
 }
-// pf: never null (Tile), so the hot loops carry no branch per prefetch.
-HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at) { __builtin_prefetch(pf + at, 0, 2); }
+// An L2 prefetch of pf + at, kept by the compiler right where it stands: after the load that gave
+// v and before v's first use (on x86 an asm that "updates" v: no instruction besides the prefetch).
+// Left to itself GCC gathered a unit's prefetches into bursts, and llama-1b decode from memory lost
+// 10-20% (Q4_K 46 -> 37-39 tok/s on the Xeon VM); spread between the loads, the stream overlaps the
+// arithmetic (Tile).
+template <class V>
+HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at, V& v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  asm volatile("prefetcht1 %1" : "+v"(v.raw) : "m"(*(pf + at)));
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  asm volatile("prefetcht1 %1" : "+x"(v.raw) : "m"(*(pf + at)));
+#else
+  (void)v;
+  __builtin_prefetch(pf + at, 0, 2);
+#endif
+}
 
 // Bit `from` of every byte moved to bit `to` by one shift of the 32-bit lanes (the other bits:
 // anything; the caller masks).
@@ -226,10 +240,10 @@ struct Q4KOr5K {
     HWY_UNROLL(8)
     for (int q = 0; q < 8; ++q) {
       // One line each between the loads: qs; the scale and d lines (Q5_K: the qh lines first).
-      PrefetchLine(pf, 64 * (8 * c + q));
-      if (kFifth && c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q);
-      if (c == (kFifth ? 1 : 0) && q < 4) PrefetchLine(pf, kScales + 64 * q);
-      const VU v = Words(blk, 0, 8 * c + q, lane0);
+      VU v = Words(blk, 0, 8 * c + q, lane0);
+      PrefetchLine(pf, 64 * (8 * c + q), v);
+      if (kFifth && c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q, v);
+      if (c == (kFifth ? 1 : 0) && q < 4) PrefetchLine(pf, kScales + 64 * q, v);
       // kScaledDots (Q4_K): the high nibbles in place, 16 times their value (the tail divides it out).
       VU vl = hn::And(v, low4),
          vh = kScaledHigh ? hn::And(v, hn::Set(du, 0xF0F0F0F0u)) : hn::And(hn::ShiftRight<4>(v), low4);
@@ -325,13 +339,13 @@ struct Q6K {
     ZeroRunSums(is);
     HWY_UNROLL(4)
     for (int q = 4 * e; q < 4 * e + 4; ++q) {
-      PrefetchLine(pf, 64 * (16 * h + q));
-      PrefetchLine(pf, 64 * (16 * h + 8 + q));
-      PrefetchLine(pf, kQ6KGroupQh + 64 * (8 * h + q));
-      if (h == 0 && e == 0) PrefetchLine(pf, kQ6KGroupScales + 64 * q);  // the scales' 4 lines (q < 4)
-      if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD);        // and d's
-      const VU a = Words(blk, 0, 16 * h + q, lane0), b = Words(blk, 0, 16 * h + 8 + q, lane0);
-      const VU c = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
+      VU a = Words(blk, 0, 16 * h + q, lane0), b = Words(blk, 0, 16 * h + 8 + q, lane0);
+      VU c = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
+      PrefetchLine(pf, 64 * (16 * h + q), a);
+      PrefetchLine(pf, 64 * (16 * h + 8 + q), b);
+      PrefetchLine(pf, kQ6KGroupQh + 64 * (8 * h + q), c);
+      if (h == 0 && e == 0) PrefetchLine(pf, kQ6KGroupScales + 64 * q, c);  // the scales' 4 lines (q < 4)
+      if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD, c);        // and d's
       // Run 2's weight: bits 6-7 of a, b and c as its bits 0-1, 2-3 and 4-5 (kScaledDots: as bits
       // 2-3, 4-5 and 6-7, 4 times its value, c's bits where they lie).
       VU w2;
@@ -426,17 +440,17 @@ struct Q2KOr3K {
     ZeroRunSums(is);
     HWY_UNROLL(4)
     for (int q = 4 * e; q < 4 * e + 4; ++q) {
-      PrefetchLine(pf, 64 * (8 * h + q));
+      VU qw = Words(blk, 0, 8 * h + q, lane0);
+      VU hw = kThird ? Words(blk, kQ3KGroupHmask, q, lane0) : qw;
+      PrefetchLine(pf, 64 * (8 * h + q), qw);
       if constexpr (kThird) {
-        if (h == 0) PrefetchLine(pf, kQ3KGroupHmask + 64 * q);
-        if (h == 1 && e == 0 && q < 3) PrefetchLine(pf, kScales + 64 * q);  // the scales' 3 lines
-        if (h == 1 && e == 0 && q == 3) PrefetchLine(pf, kD);                // and d's
+        if (h == 0) PrefetchLine(pf, kQ3KGroupHmask + 64 * q, hw);
+        if (h == 1 && e == 0 && q < 3) PrefetchLine(pf, kScales + 64 * q, qw);  // the scales' 3 lines
+        if (h == 1 && e == 0 && q == 3) PrefetchLine(pf, kD, qw);                // and d's
       } else {
-        if (h == 0 && e == 0) PrefetchLine(pf, kScales + 64 * q);  // the scales' 4 lines
-        if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kD);      // and d's and dmin's
+        if (h == 0 && e == 0) PrefetchLine(pf, kScales + 64 * q, qw);  // the scales' 4 lines
+        if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kD, qw);      // and d's and dmin's
       }
-      const VU qw = Words(blk, 0, 8 * h + q, lane0);
-      const VU hw = kThird ? Words(blk, kQ3KGroupHmask, q, lane0) : qw;
       const VU w[4] = {Run<h, 0>(qw, hw), Run<h, 1>(qw, hw), Run<h, 2>(qw, hw), Run<h, 3>(qw, hw)};
       for (int u = 0; u < RN; ++u) {
         const int8_t* x = xq[u] + 128 * h + 4 * q;
@@ -523,8 +537,8 @@ struct Q8Dots {
     const DI di;
     HWY_UNROLL(8)
     for (int v = 0; v < 8; ++v) {
-      PrefetchLine(pf, kQs * k + 64 * v);
-      const VU w = Words(blk, kQs * k, v, lane0);
+      VU w = Words(blk, kQs * k, v, lane0);
+      PrefetchLine(pf, kQs * k + 64 * v, w);
       for (int u = 0; u < RN; ++u) is[u] = SignedDot(is[u], w, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
     }
   }
@@ -542,8 +556,8 @@ struct Q4Dots {
     const VU low4 = hn::Set(DU(), 0x0F0F0F0Fu);
     HWY_UNROLL(4)
     for (int v = 0; v < 4; ++v) {
-      PrefetchLine(pf, kQs * k + 64 * v);
-      const VU w = Words(blk, kQs * k, v, lane0);
+      VU w = Words(blk, kQs * k, v, lane0);
+      PrefetchLine(pf, kQs * k + 64 * v, w);
       const VU lo = hn::And(w, low4), hi = hn::And(hn::ShiftRight<4>(w), low4);
       for (int u = 0; u < RN; ++u) {
         is[u] = QuadPart(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
@@ -611,8 +625,8 @@ struct Q5Dots {
     const VU qh = Words(blk, kQh + 64 * static_cast<uint64_t>(k), 0, lane0);
     HWY_UNROLL(4)
     for (int v = 0; v < 4; ++v) {
-      PrefetchLine(pf, kQs * k + 64 * v);
-      const VU w = Words(blk, kQs * k, v, lane0);
+      VU w = Words(blk, kQs * k, v, lane0);
+      PrefetchLine(pf, kQs * k + 64 * v, w);
       const VU lo = hn::OrAnd(Spread(hn::ShiftRightSame(qh, 4 * v)), w, low4);
       const VU hi = hn::OrAnd(Spread(hn::ShiftRightSame(qh, 16 + 4 * v)), hn::ShiftRight<4>(w), low4);
       for (int u = 0; u < RN; ++u) {
@@ -653,8 +667,8 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
     // all of a super-block's at once, which filled the core's miss buffers and kept the arithmetic
     // from overlapping the stream (llama-1b Q4_K on the Xeon VM: 37-39 tok/s in bursts, 47 spread;
     // into L1 29).
-    // The other lane blocks (8 or fewer lanes a vector) prefetch their own unit, already in cache: a
-    // few wasted hints, but no branch per prefetch in the loops.
+    // The other lane blocks (8 or fewer lanes a vector) prefetch their own unit, already in cache (a
+    // wasted hint per line, no branch).
     const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : blk;
     for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
     for (int u = 0; u < RN; ++u) {
