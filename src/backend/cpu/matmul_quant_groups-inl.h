@@ -412,12 +412,20 @@ struct Q2KOr3K {
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 3 : 2;
 
-  // Run j's weights of qs word qw: its 2 bits (shifted down by 2j), Q3_K with its hmask bit 4h + j
-  // of hw moved to bit 2 (one shift, one OrAnd).
+  // Q2_K with kScaledDots: run j's 2 bits where they lie, 4^j times the weight (no shift; the tail
+  // divides 4^j out of the scale).
+  static constexpr bool kScaledRuns = kScaledDots && !kThird;
+
+  // Run j's weights of qs word qw: its 2 bits (shifted down by 2j; kScaledRuns: in place), Q3_K
+  // with its hmask bit 4h + j of hw moved to bit 2 (one shift, one OrAnd).
   template <int h, int j>
   static HWY_INLINE VU Run(VU qw, VU hw) {
     const DU du;
     const VU m2 = hn::Set(du, 0x03030303u);
+    if constexpr (kScaledRuns) {
+      (void)hw;
+      return hn::And(qw, hn::Set(du, 0x03030303u << (2 * j)));
+    }
     const VU lo = j == 0 ? qw : hn::ShiftRight<2 * j>(qw);
     if constexpr (kThird) {
       return hn::OrAnd(hn::And(MoveBit<4 * h + j, 2>(hw), hn::Set(du, 0x04040404u)), lo, m2);
@@ -467,7 +475,8 @@ struct Q2KOr3K {
           A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(QuadSum(is[j][u]), hn::Set(di, zero))), sc, A[u]);
         }
       } else {
-        const VF sc = hn::ConvertTo(df, hn::BitCast(di, hn::And(b[j], hn::Set(du, 0x0Fu))));
+        VF sc = hn::ConvertTo(df, hn::BitCast(di, hn::And(b[j], hn::Set(du, 0x0Fu))));
+        if (kScaledRuns && j > 0) sc = hn::Mul(sc, hn::Set(df, 1.0f / static_cast<float>(1 << (2 * j))));
         const VF mn = hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<4>(b[j])));
         for (int u = 0; u < RN; ++u) {
           A[u] = hn::MulAdd(hn::ConvertTo(df, QuadSum(is[j][u])), sc, A[u]);
