@@ -138,6 +138,20 @@ template <typename T>
 HWY_INLINE void PrefetchL2(const T* p) {
   __builtin_prefetch(p, 0, 2);
 }
+// The same, kept by the compiler between the load that gave v and v's first use (on x86 an asm
+// that "updates" v; no instruction besides the prefetch), so a tile's hints stay spread between its
+// loads instead of being issued in a burst.
+template <typename T, class V>
+HWY_INLINE void PrefetchL2Tied(const T* p, V& v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  asm volatile("prefetcht1 %1" : "+v"(v.raw) : "m"(*reinterpret_cast<const char*>(p)));
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  asm volatile("prefetcht1 %1" : "+x"(v.raw) : "m"(*reinterpret_cast<const char*>(p)));
+#else
+  (void)v;
+  __builtin_prefetch(p, 0, 2);
+#endif
+}
 
 // Rows in groups (WeightMatrix::row_group): a group's rows interleaved one cache line at a time.
 constexpr size_t kGroupRows = WeightMatrix::kRowGroup;
@@ -180,10 +194,8 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
   for (; k + C <= K; k += C, wc += cs) {
     if constexpr (kPrefetch) {
       if constexpr (kGrouped) {
-        // GroupsAhead groups ahead, the line of each of the group's rows (a tile of fewer rows,
-        // at a matrix's last group, fetches the lines after its own too: harmless hints).
-#pragma GCC unroll 8
-        for (size_t q = 0; q < kGroupRows; ++q) PrefetchL2(wc + q * C + ahead_groups * kGroupRows * ws);
+        // GroupsAhead groups ahead, the line of each of the group's rows: each right after the
+        // first load of its row's line (line(), below).
       } else {
         // kPrefetchTiles tiles of RM rows ahead.
 #pragma GCC unroll 8
@@ -199,7 +211,17 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
         for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
 #pragma GCC unroll 8
         for (int r = 0; r < RM; ++r) {
-          const VF wv = load_w(r, kk);
+          VF wv = load_w(r, kk);
+          if constexpr (kPrefetch && kGrouped) {
+            // Row r's line GroupsAhead groups ahead; a tile of fewer rows than the group's also
+            // fetches the lines of the rows after its own (harmless hints).
+            if (kk == 0) {
+              PrefetchL2Tied(wc + r * C + ahead_groups * kGroupRows * ws, wv);
+              if (r + 1 == RM) {
+                for (size_t q = RM; q < kGroupRows; ++q) PrefetchL2(wc + q * C + ahead_groups * kGroupRows * ws);
+              }
+            }
+          }
 #pragma GCC unroll 8
           for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
         }
