@@ -161,13 +161,15 @@ HWY_INLINE int32_t Word(const int8_t* p) {
 HWY_INLINE VU Words(const uint8_t* HWY_RESTRICT blk, size_t at, size_t v, size_t lane0) {
   return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(blk + at + 64 * v) + lane0);
 }
-// An L2 prefetch of pf + at, kept by the compiler right where it stands: after the load that gave
-// v and before v's first use (on x86 an asm that "updates" v: no instruction besides the prefetch).
+// An L2 prefetch of pf + at (none where pf is null: the lane blocks after the first, which find the
+// unit in cache), kept by the compiler right where it stands: after the load that gave v and before
+// v's first use (on x86 an asm that "updates" v: no instruction besides the prefetch).
 // Left to itself GCC gathered a unit's prefetches into bursts, and llama-1b decode from memory lost
 // 10-20% (Q4_K 46 -> 37-39 tok/s on the Xeon VM); spread between the loads, the stream overlaps the
 // arithmetic (Tile).
 template <class V>
 HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at, V& v) {
+  if (pf == nullptr) return;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   asm volatile("prefetcht1 %1" : "+v"(v.raw) : "m"(*(pf + at)));
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
@@ -676,10 +678,11 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
     // all of a super-block's at once, which filled the core's miss buffers and kept the arithmetic
     // from overlapping the stream (llama-1b Q4_K on the Xeon VM: 37-39 tok/s in bursts, 47 spread;
     // into L1 29).
-    // The other lane blocks (8 or fewer lanes a vector) prefetch their own unit, already in cache (a
-    // wasted hint per line, no branch).
-    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : blk;
-    for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
+    // (On 16-lane targets lane0 is the constant 0, and the null checks compile away.)
+    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : nullptr;
+    if (pf != nullptr) {
+      for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
+    }
     for (int u = 0; u < RN; ++u) {
       xq[u] = a.qs + (t + u) * K + C * s;
       xs[u] = a.sums + (t + u) * (K / 16) + C / 16 * s;
