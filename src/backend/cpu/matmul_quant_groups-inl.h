@@ -214,9 +214,9 @@ constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 
 // Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
-// Q5_K (kFifth): the same on 5-bit weights, the nibble plus 16 times its bit of qh (sub-block 2c:
-// bit 2c of qh byte l, 2c + 1: bit 2c + 1, for byte l of the 32 of the pair's qs); weights up to 31
-// take DotQuads (int32), not the int16 partial sums of QuadPart.
+// Q5_K (kFifth): the same on 5-bit weights, from its recoded words (quant_groups.h: the low
+// sub-block's weight in bits 0-4 of the X word, the high one's in bits 5-7 of X and two bits of the
+// y word); weights up to 31 take DotQuads (int32), not the int16 partial sums of QuadPart.
 template <bool kFifth>
 struct Q4KOr5K {
   static constexpr uint64_t kBlock = kFifth ? kQ5KGroupBlock : kQ4KGroupBlock, kTail = kBlock;
@@ -224,7 +224,10 @@ struct Q4KOr5K {
   static constexpr uint64_t kD = kFifth ? kQ5KGroupD : kQ4KGroupD, kDmin = kFifth ? kQ5KGroupDmin : kQ4KGroupDmin;
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
-  static constexpr bool kScaledHigh = kScaledDots && !kFifth;
+  // kScaledDots: the high sub-block's weights dotted times 16 (Q4_K: the nibbles in place) or 8
+  // (Q5_K: its recoded bits 5-7 in place); the tail divides the factor out of its scale.
+  static constexpr bool kScaledHigh = kScaledDots;
+  static constexpr float kHighFactor = kFifth ? 8.0f : 16.0f;
 
   // Sub-block pair c (2c: low nibbles, 2c + 1: high nibbles of qs words 8c .. 8c + 7).
   template <int c, int RN>
@@ -233,7 +236,7 @@ struct Q4KOr5K {
     const DI di;
     const DU du;
     const DF df;
-    const VU low4 = hn::Set(du, 0x0F0F0F0Fu), fifth = hn::Set(du, 0x10101010u);
+    const VU low4 = hn::Set(du, 0x0F0F0F0Fu);
     VI lo[RN], hi[RN];
     for (int t = 0; t < RN; ++t) {
       lo[t] = hn::Zero(di);
@@ -246,13 +249,21 @@ struct Q4KOr5K {
       PrefetchLine(pf, 64 * (8 * c + q), v);
       if (kFifth && c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q, v);
       if (c == (kFifth ? 1 : 0) && q < 4) PrefetchLine(pf, kScales + 64 * q, v);
-      // kScaledDots (Q4_K): the high nibbles in place, 16 times their value (the tail divides it out).
-      VU vl = hn::And(v, low4),
-         vh = kScaledHigh ? hn::And(v, hn::Set(du, 0xF0F0F0F0u)) : hn::And(hn::ShiftRight<4>(v), low4);
+      VU vl, vh;
       if constexpr (kFifth) {
-        const VU hb = Words(blk, kQ5KGroupQh, q, lane0);
-        vl = hn::OrAnd(vl, MoveBit<2 * c, 4>(hb), fifth);
-        vh = hn::OrAnd(vh, MoveBit<2 * c + 1, 4>(hb), fifth);
+        // Q5_K's recoded words (quant_groups.h): the low sub-block's 5-bit weight in bits 0-4 of v,
+        // the high one's bits 2-4 in bits 5-7 and its bits 0-1 in bits 2c, 2c + 1 of the y word.
+        const VU y = Words(blk, kQ5KGroupQh, q, lane0);
+        vl = hn::And(v, hn::Set(du, 0x1F1F1F1Fu));
+        if constexpr (kScaledHigh) {  // 8 times the weight: bits 5-7 where they lie, y's two at 3-4
+          vh = hn::OrAnd(hn::And(v, hn::Set(du, 0xE0E0E0E0u)), MoveBit<2 * c, 3>(y), hn::Set(du, 0x18181818u));
+        } else {
+          vh = hn::OrAnd(hn::And(hn::ShiftRight<3>(v), hn::Set(du, 0x1C1C1C1Cu)), MoveBit<2 * c, 0>(y),
+                         hn::Set(du, 0x03030303u));
+        }
+      } else {  // kScaledHigh (Q4_K): the high nibbles in place, 16 times their value
+        vl = hn::And(v, low4);
+        vh = kScaledHigh ? hn::And(v, hn::Set(du, 0xF0F0F0F0u)) : hn::And(hn::ShiftRight<4>(v), low4);
       }
       for (int t = 0; t < RN; ++t) {
         const VI xl = hn::Set(di, Word(xq[t] + 64 * c + 4 * q)), xh = hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q));
@@ -270,7 +281,7 @@ struct Q4KOr5K {
     constexpr int k = (2 * c) % 4;
     const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc)));
     VF sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
-    if constexpr (kScaledHigh) sh = hn::Mul(sh, hn::Set(df, 1.0f / 16));
+    if constexpr (kScaledHigh) sh = hn::Mul(sh, hn::Set(df, 1.0f / kHighFactor));
     const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
     for (int t = 0; t < RN; ++t) {
       A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);

@@ -56,11 +56,8 @@ struct Run {
 constexpr Run kQ2KRuns[] = {{0, kQ2KGroupScales, 4, 4}, {16, 0, 4, 16}, {80, kQ2KGroupD, 2, 1}, {82, kQ2KGroupDmin, 2, 1}};
 constexpr Run kQ3KRuns[] = {{0, kQ3KGroupHmask, 4, 8}, {32, 0, 4, 16}, {96, kQ3KGroupScales, 4, 3}, {108, kQ3KGroupD, 2, 1}};
 constexpr Run kQ4KRuns[] = {{0, kQ4KGroupD, 2, 1}, {2, kQ4KGroupDmin, 2, 1}, {4, kQ4KGroupScales, 4, 3}, {16, 0, 4, 32}};
-constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1},
-                            {2, kQ5KGroupDmin, 2, 1},
-                            {4, kQ5KGroupScales, 4, 3},
-                            {16, kQ5KGroupQh, 4, 8},
-                            {48, 0, 4, 32}};
+// (Q5_K's qh and qs: recoded by write_q5k / read_q5k.)
+constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1}, {2, kQ5KGroupDmin, 2, 1}, {4, kQ5KGroupScales, 4, 3}};
 constexpr Run kQ6KRuns[] = {{208, kQ6KGroupD, 2, 1}};  // d only: the rest is recoded (write_q6k / read_q6k)
 constexpr Run kQ40Runs[] = {{0, kQ40GroupD, 2, 1}, {2, 0, 4, 4}, {18, kQ40GroupD + 32, 2, 1}, {20, 256, 4, 4}};
 constexpr Run kQ41Runs[] = {{0, kQ41GroupD, 2, 1},      {2, kQ41GroupM, 2, 1},      {4, 0, 4, 4},
@@ -117,6 +114,46 @@ void write_q6k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
   for (int sb = 0; sb < 16; ++sb) unit[kQ6KGroupScales + 16 * sb + j] = blk != nullptr ? blk[192 + sb] : 0;
 }
 
+// Q5_K's quants of row j of one super-block (`blk`: the GGUF block, null: zeros) into the group's
+// unit. Per pair c (columns 64c ..) and byte l = 4q + i of its 32: the low sub-block's weight
+// lo = qs[32c + l] & 15 | (qh[l] >> 2c & 1) << 4 and the high one's hi = qs[32c + l] >> 4 |
+// (qh[l] >> (2c + 1) & 1) << 4 (GGUF's bits); X = lo | (hi >> 2) << 5 at 64 (8c + q) + 4j + i, and
+// y = Σ_c (hi_c & 3) << 2c at kQ5KGroupQh + 64 q + 4j + i.
+void write_q5k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
+  for (int q = 0; q < 8; ++q) {
+    for (int i = 0; i < 4; ++i) {
+      const int l = 4 * q + i;
+      const uint32_t qh = blk != nullptr ? blk[16 + l] : 0;
+      uint32_t y = 0;
+      for (int c = 0; c < 4; ++c) {
+        const uint32_t qs = blk != nullptr ? blk[48 + 32 * c + l] : 0;
+        const uint32_t lo = (qs & 15u) | (qh >> (2 * c) & 1u) << 4, hi = (qs >> 4) | (qh >> (2 * c + 1) & 1u) << 4;
+        unit[64 * (8 * c + q) + 4 * j + static_cast<uint64_t>(i)] = static_cast<uint8_t>(lo | (hi >> 2) << 5);
+        y |= (hi & 3u) << (2 * c);
+      }
+      unit[kQ5KGroupQh + 64 * q + 4 * j + static_cast<uint64_t>(i)] = static_cast<uint8_t>(y);
+    }
+  }
+}
+
+// The inverse of write_q5k: row j's qh and qs of the unit into blk.
+void read_q5k(const uint8_t* unit, uint64_t j, uint8_t* blk) {
+  for (int q = 0; q < 8; ++q) {
+    for (int i = 0; i < 4; ++i) {
+      const int l = 4 * q + i;
+      const uint32_t y = unit[kQ5KGroupQh + 64 * q + 4 * j + static_cast<uint64_t>(i)];
+      uint32_t qh = 0;
+      for (int c = 0; c < 4; ++c) {
+        const uint32_t x = unit[64 * (8 * c + q) + 4 * j + static_cast<uint64_t>(i)];
+        const uint32_t lo = x & 31u, hi = (x >> 5) << 2 | (y >> (2 * c) & 3u);
+        blk[48 + 32 * c + l] = static_cast<uint8_t>((lo & 15u) | (hi & 15u) << 4);
+        qh |= (lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1);
+      }
+      blk[16 + l] = static_cast<uint8_t>(qh);
+    }
+  }
+}
+
 // The inverse of write_q6k: row j's ql, qh and scales of the unit into blk.
 void read_q6k(const uint8_t* unit, uint64_t j, uint8_t* blk) {
   for (int h = 0; h < 2; ++h) {
@@ -166,6 +203,7 @@ void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uin
         const uint64_t r = g * G + j;
         const uint8_t* blk = r < rows ? host.data + r * host.row_bytes + s * bb : nullptr;
         if (host.type == GgmlType::kQ6_K) write_q6k(blk, out, j);
+        if (host.type == GgmlType::kQ5_K) write_q5k(blk, out, j);
         for (const Run& run : rs) {
           uint8_t* o = out + run.dst + run.size * j;
           const uint8_t* in = blk != nullptr ? blk + run.src : nullptr;
@@ -187,6 +225,7 @@ void read_quant_group_row(const WeightMatrix& w, int64_t r, uint8_t* out) {
   const uint64_t bb = block_bytes(w.type), nsb = w.row_bytes / bb;
   for (uint64_t s = 0; s < nsb; ++s) {
     if (w.type == GgmlType::kQ6_K) read_q6k(group + s * G * bb, j, out + s * bb);
+    if (w.type == GgmlType::kQ5_K) read_q5k(group + s * G * bb, j, out + s * bb);
     for (const Run& run : runs(w.type)) {
       for (uint32_t e = 0; e < run.count; ++e) {
         std::memcpy(out + s * bb + run.src + run.size * e, group + s * G * bb + run.dst + 64 * e + run.size * j, run.size);

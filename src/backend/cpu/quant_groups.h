@@ -1,7 +1,7 @@
 // Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
-// and summing its lanes. The same bytes as the GGUF blocks, only reordered (Q6_K: its quants recoded, below): group g (rows 16g ..
+// and summing its lanes. The same bytes as the GGUF blocks, only reordered (Q5_K, Q6_K: their quants recoded, below): group g (rows 16g ..
 // 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; the types
 // with blocks of 32: its pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
 // (row j's copy of a word at 4 j in a 64-byte line). Q2_K (84-byte blocks, 1,344 per group):
@@ -19,9 +19,13 @@
 //   [2048, 2240)  scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 2048 + 64 w + 4 j
 //   [2240, 2272)  d:      the f16 at 2240 + 2 j
 //   [2272, 2304)  dmin:   the f16 at 2272 + 2 j
-// Q5_K (176-byte blocks, 2,816 per group): Q4_K's with the fifth bits after the qs
-//   [0, 2048)     qs:     word v (0..31) at 64 v + 4 j
-//   [2048, 2560)  qh:     word v (0..7: bytes 4v .. 4v + 3 of qh) at 2048 + 64 v + 4 j
+// Q5_K (176-byte blocks, 2,816 per group): Q4_K's layout with qs and qh recoded so that no weight
+// needs more than one shift (quant_groups.cpp's write_q5k); per pair c of sub-blocks (columns
+// 64 c ..) and word q (0..7) of its 32 bytes l = 4 q + i:
+//   [0, 2048)     X: byte i = the low sub-block's 5-bit weight (bits 0-4) and bits 2-4 of the high
+//                 one's (bits 5-7), at 64 (8 c + q) + 4 j
+//   [2048, 2560)  y: byte i = bits 0-1 of the high sub-block's weight of pair c at bits 2c, 2c + 1,
+//                 word q at 2048 + 64 q + 4 j
 //   [2560, 2752)  scales: word w (0..2) at 2560 + 64 w + 4 j
 //   [2752, 2784)  d:      the f16 at 2752 + 2 j
 //   [2784, 2816)  dmin:   the f16 at 2784 + 2 j
@@ -34,7 +38,7 @@
 //   [3072, 3328)  scales: int8 scale s (0..15) at 3072 + 16 s + j (16 rows side by side)
 //   [3328, 3360)  d:      the f16 at 3328 + 2 j
 //   where byte i of the words holds the weights (0..63) of columns 128 h + 4 q + i + 32 k of run k,
-//   w_k (GGUF's ql/qh bits, quant_groups.cpp's write_q6k; the only type whose bits are recoded).
+//   w_k (GGUF's ql/qh bits, quant_groups.cpp's write_q6k; Q5_K and Q6_K are the types whose bits are recoded).
 // Q8_0 (34-byte blocks of 32, in pairs: 1,088 bytes per group and pair of blocks, so that the
 // quants' lines stay 64-byte aligned; rows of an even number of blocks):
 //   [0, 512)      qs of the pair's first block:  word v (0..7) at 64 v + 4 j
