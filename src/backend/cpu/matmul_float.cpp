@@ -192,15 +192,12 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
   [[maybe_unused]] const bool even_odd = std::is_same_v<WT, BF16Bits> && EvenOdd(GgmlType::kBF16, K);
   const size_t ahead_groups = GroupsAhead(kGroupRows * ws * sizeof(WT));
   for (; k + C <= K; k += C, wc += cs) {
-    if constexpr (kPrefetch) {
-      if constexpr (kGrouped) {
-        // GroupsAhead groups ahead, the line of each of the group's rows: each right after the
-        // first load of its row's line (line(), below).
-      } else {
-        // kPrefetchTiles tiles of RM rows ahead.
+    // Rows as stored: kPrefetchTiles tiles of RM rows ahead, here. Rows in groups: GroupsAhead
+    // groups ahead, the line of each of the group's rows right after the first load of its row's
+    // line (line(), below).
+    if constexpr (kPrefetch && !kGrouped) {
 #pragma GCC unroll 8
-        for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
-      }
+      for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
     }
     // The line's vector steps, the weights of row r at step kk from load_w(r, kk).
     const auto line = [&](auto&& load_w) HWY_ATTR {
