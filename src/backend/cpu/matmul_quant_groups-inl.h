@@ -625,32 +625,29 @@ struct BlockPairs {
   }
 };
 using Q8 = BlockPairs<Q8Dots>;
-// Q5_0 and Q5_1: Q4_0's and Q4_1's with a fifth bit per weight from the block's qh word (bit e for
-// column e: bits 4v .. 4v + 3 for the low nibbles of qs word v, 16 + 4v .. for its high nibbles),
-// spread to bit 4 of the 4 bytes by one multiply; weights up to 31 take DotQuads (int32).
+// Q5_0 and Q5_1: Q4_0's and Q4_1's on 5-bit weights, recoded at load as Q5_K's (quant_groups.h):
+// byte i of qs word v holds column 4v + i's weight in bits 0-4 and bits 2-4 of column 16 + 4v + i's
+// in bits 5-7; byte i of the y word (where qh was) that weight's bits 0-1 in bits 2v, 2v + 1.
+// Weights up to 31 take DotQuads (int32).
 template <bool kMin>
 struct Q5Dots {
   static constexpr uint64_t kPair = kMin ? kQ51GroupPair : kQ50GroupPair, kD = kMin ? kQ51GroupD : kQ50GroupD, kQs = 256;
   static constexpr uint64_t kQh = kMin ? kQ51GroupQh : kQ50GroupQh;
   static constexpr int32_t kZero = kMin ? 0 : 16;
   static constexpr uint64_t kMins = kMin ? kQ51GroupM : 0;
-  // Bits 0..3 of t to bit 4 of bytes 0..3 (bit b times 2^(7b + 4), the other products masked away).
-  static HWY_INLINE VU Spread(VU t) {
-    const DU du;
-    return hn::And(hn::Mul(hn::And(t, hn::Set(du, 0xFu)), hn::Set(du, 0x02040810u)), hn::Set(du, 0x10101010u));
-  }
   template <int RN>
   static HWY_INLINE void Dots(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0, const int8_t* const* xq,
                               int k, VI* is) {
     const DI di;
-    const VU low4 = hn::Set(DU(), 0x0F0F0F0Fu);
-    const VU qh = Words(blk, kQh + 64 * static_cast<uint64_t>(k), 0, lane0);
+    const DU du;
+    const VU y = Words(blk, kQh + 64 * static_cast<uint64_t>(k), 0, lane0);
     HWY_UNROLL(4)
     for (int v = 0; v < 4; ++v) {
       VU w = Words(blk, kQs * k, v, lane0);
       PrefetchLine(pf, kQs * k + 64 * v, w);
-      const VU lo = hn::OrAnd(Spread(hn::ShiftRightSame(qh, 4 * v)), w, low4);
-      const VU hi = hn::OrAnd(Spread(hn::ShiftRightSame(qh, 16 + 4 * v)), hn::ShiftRight<4>(w), low4);
+      const VU lo = hn::And(w, hn::Set(du, 0x1F1F1F1Fu));
+      const VU hi = hn::OrAnd(hn::And(hn::ShiftRight<3>(w), hn::Set(du, 0x1C1C1C1Cu)),
+                              hn::ShiftRightSame(y, 2 * v), hn::Set(du, 0x03030303u));
       for (int u = 0; u < RN; ++u) {
         is[u] = DotQuads(is[u], lo, hn::Set(di, Word(xq[u] + 32 * k + 4 * v)));
         is[u] = DotQuads(is[u], hi, hn::Set(di, Word(xq[u] + 32 * k + 16 + 4 * v)));

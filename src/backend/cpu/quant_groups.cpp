@@ -136,6 +136,52 @@ void write_q5k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
   }
 }
 
+// Q5_0/Q5_1 blocks recoded in place, as Q5_K's pairs (write_q5k): from a block's qs (16 bytes, the
+// 4 words v at qs + vs·v) and its qh word, per word v and byte i (column e = 4v + i and e + 16,
+// weights lo = qs & 15 | (qh >> e & 1) << 4, hi = qs >> 4 | (qh >> (e + 16) & 1) << 4):
+// X = lo | (hi >> 2) << 5 in place of the qs byte, and y byte i's bits 2v, 2v + 1 = hi & 3 in
+// place of the qh word.
+void encode_q5_block(uint8_t* qs, uint64_t vs, uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  uint8_t y[4] = {};
+  for (int v = 0; v < 4; ++v) {
+    for (int i = 0; i < 4; ++i) {
+      const int e = 4 * v + i;
+      uint8_t& b = qs[vs * static_cast<uint64_t>(v) + static_cast<uint64_t>(i)];
+      const uint32_t lo = (b & 15u) | (h >> e & 1u) << 4, hi = (b >> 4u) | (h >> (e + 16) & 1u) << 4;
+      b = static_cast<uint8_t>(lo | (hi >> 2) << 5);
+      y[i] = static_cast<uint8_t>(y[i] | (hi & 3u) << (2 * v));
+    }
+  }
+  std::memcpy(qh, y, 4);
+}
+
+// The inverse of encode_q5_block.
+void decode_q5_block(uint8_t* qs, uint64_t vs, uint8_t* qh) {
+  uint8_t y[4];
+  std::memcpy(y, qh, 4);
+  uint32_t h = 0;
+  for (int v = 0; v < 4; ++v) {
+    for (int i = 0; i < 4; ++i) {
+      const int e = 4 * v + i;
+      uint8_t& b = qs[vs * static_cast<uint64_t>(v) + static_cast<uint64_t>(i)];
+      const uint32_t lo = b & 31u, hi = (b >> 5u) << 2 | (y[i] >> (2 * v) & 3u);
+      b = static_cast<uint8_t>((lo & 15u) | (hi & 15u) << 4);
+      h |= (lo >> 4) << e | (hi >> 4) << (e + 16);
+    }
+  }
+  std::memcpy(qh, &h, 4);
+}
+
+// Where Q5_0's / Q5_1's pair keeps its blocks' qs and qh: in the group's unit (row j) and in the
+// GGUF bytes of the pair (two blocks of bb / 2 bytes).
+struct Q5Places {
+  uint64_t qh, qs;  // offset of block 0's qh and qs in a GGUF block
+};
+Q5Places q5_places(GgmlType type) { return type == GgmlType::kQ5_0 ? Q5Places{2, 6} : Q5Places{4, 8}; }
+uint64_t q5_group_qh(GgmlType type) { return type == GgmlType::kQ5_0 ? kQ50GroupQh : kQ51GroupQh; }
+
 // The inverse of write_q5k: row j's qh and qs of the unit into blk.
 void read_q5k(const uint8_t* unit, uint64_t j, uint8_t* blk) {
   for (int q = 0; q < 8; ++q) {
@@ -213,6 +259,10 @@ void write_quant_groups(const WeightMatrix& host, uint8_t* dst, uint64_t g0, uin
             for (uint32_t e = 0; e < run.count; ++e) std::memcpy(o + 64 * e, in != nullptr ? in + 2 * e : kZero, 2);
           }
         }
+        if (host.type == GgmlType::kQ5_0 || host.type == GgmlType::kQ5_1) {  // recoded in place
+          const uint64_t qh = q5_group_qh(host.type);
+          for (uint64_t k = 0; k < 2; ++k) encode_q5_block(out + 256 * k + 4 * j, 64, out + qh + 64 * k + 4 * j);
+        }
       }
     }
   }
@@ -229,6 +279,13 @@ void read_quant_group_row(const WeightMatrix& w, int64_t r, uint8_t* out) {
     for (const Run& run : runs(w.type)) {
       for (uint32_t e = 0; e < run.count; ++e) {
         std::memcpy(out + s * bb + run.src + run.size * e, group + s * G * bb + run.dst + 64 * e + run.size * j, run.size);
+      }
+    }
+    if (w.type == GgmlType::kQ5_0 || w.type == GgmlType::kQ5_1) {  // back from the recoding
+      const Q5Places p = q5_places(w.type);
+      for (uint64_t k = 0; k < 2; ++k) {
+        uint8_t* blk = out + s * bb + k * (bb / 2);
+        decode_q5_block(blk + p.qs, 4, blk + p.qh);
       }
     }
   }

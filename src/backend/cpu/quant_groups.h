@@ -1,7 +1,7 @@
 // Q2_K .. Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 rows in groups of 16 (WeightMatrix::kQuantGroup, internal to backend/cpu): the
 // layout that CpuBackend::upload_matrix copies such matrices into, so that the kernels hold 16 rows
 // in the lanes of their vectors (matmul_quant_groups-inl.h) instead of unpacking each row's scales
-// and summing its lanes. The same bytes as the GGUF blocks, only reordered (Q5_K, Q6_K: their quants recoded, below): group g (rows 16g ..
+// and summing its lanes. The same bytes as the GGUF blocks, only reordered (Q5_0, Q5_1, Q5_K, Q6_K: their quants recoded, below): group g (rows 16g ..
 // 16g + 15) starts at data + 16 g · row_bytes, and its super-block s (columns 256 s ..; the types
 // with blocks of 32: its pair of blocks s, columns 64 s ..) is 16 × (unit bytes) at offset s times that, with the same 32-bit word of the 16 rows side by side
 // (row j's copy of a word at 4 j in a 64-byte line). Q2_K (84-byte blocks, 1,344 per group):
@@ -57,6 +57,9 @@
 //   [576, 640)    qh of the first block:  the word at 576 + 4 j
 //   [640, 704)    qh of the second block: the word at 640 + 4 j
 // Q5_1 (24-byte blocks, in pairs: 768 bytes, 12 lines): Q4_1's, then the qh words at [640, 704) and [704, 768)
+// Q5_0's and Q5_1's qs and qh are recoded in place (quant_groups.cpp's encode_q5_block), as Q5_K's:
+// byte i of qs word v = column 4v + i's 5-bit weight (bits 0-4) and bits 2-4 of column 16 + 4v + i's
+// (bits 5-7); byte i of the qh word = that weight's bits 0-1 at bits 2v, 2v + 1 (v = 0..3).
 // Rows past the last of the matrix (the last group's padding) are zero: a zero scale, no
 // contribution, never stored. read_quant_group_row gives back the GGUF bytes of every type.
 // Thread-safety: pure functions over caller memory.
