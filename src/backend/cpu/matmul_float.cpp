@@ -35,6 +35,7 @@
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul_float.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "backend/cpu/prefetch-inl.h"
 #include "backend/cpu/simd_reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -137,20 +138,6 @@ HWY_INLINE size_t GroupsAhead(size_t group_bytes) {
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* p) {
   __builtin_prefetch(p, 0, 2);
-}
-// The same, kept by the compiler between the load that gave v and v's first use (on x86 an asm
-// that "updates" v; no instruction besides the prefetch), so a tile's hints stay spread between its
-// loads instead of being issued in a burst.
-template <typename T, class V>
-HWY_INLINE void PrefetchL2Tied(const T* p, V& v) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  asm volatile("prefetcht1 %1" : "+v"(v.raw) : "m"(*reinterpret_cast<const char*>(p)));
-#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  asm volatile("prefetcht1 %1" : "+x"(v.raw) : "m"(*reinterpret_cast<const char*>(p)));
-#else
-  (void)v;
-  __builtin_prefetch(p, 0, 2);
-#endif
 }
 
 // Rows in groups (WeightMatrix::row_group): a group's rows interleaved one cache line at a time.

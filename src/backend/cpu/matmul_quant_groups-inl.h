@@ -37,6 +37,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul_quant.h"
+#include "backend/cpu/prefetch-inl.h"
 #include "backend/cpu/quant_groups.h"
 #include "hwy/highway.h"
 
@@ -161,23 +162,10 @@ HWY_INLINE int32_t Word(const int8_t* p) {
 HWY_INLINE VU Words(const uint8_t* HWY_RESTRICT blk, size_t at, size_t v, size_t lane0) {
   return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(blk + at + 64 * v) + lane0);
 }
-// An L2 prefetch of pf + at (none where pf is null: the lane blocks after the first, which find the
-// unit in cache), kept by the compiler right where it stands: after the load that gave v and before
-// v's first use (on x86 an asm that "updates" v: no instruction besides the prefetch).
-// Left to itself GCC gathered a unit's prefetches into bursts, and llama-1b decode from memory lost
-// 10-20% (Q4_K 46 -> 37-39 tok/s on the Xeon VM); spread between the loads, the stream overlaps the
-// arithmetic (Tile).
-template <class V>
-HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at, V& v) {
-  if (pf == nullptr) return;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  asm volatile("prefetcht1 %1" : "+v"(v.raw) : "m"(*(pf + at)));
-#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  asm volatile("prefetcht1 %1" : "+x"(v.raw) : "m"(*(pf + at)));
-#else
-  (void)v;
-  __builtin_prefetch(pf + at, 0, 2);
-#endif
+// An L2 prefetch of pf + at tied to the load of v (prefetch-inl.h), none where pf is null (the lane
+// blocks after the first, which find the unit in cache).
+HWY_INLINE void PrefetchLine(const uint8_t* pf, size_t at, VU& v) {
+  if (pf != nullptr) PrefetchL2Tied(pf + at, v);
 }
 
 // Bit `from` of every byte moved to bit `to` by one shift of the 32-bit lanes (the other bits:
@@ -226,7 +214,6 @@ struct Q4KOr5K {
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
   // kScaledDots: the high sub-block's weights dotted times 16 (Q4_K: the nibbles in place) or 8
   // (Q5_K: its recoded bits 5-7 in place); the tail divides the factor out of its scale.
-  static constexpr bool kScaledHigh = kScaledDots;
   static constexpr float kHighFactor = kFifth ? 8.0f : 16.0f;
 
   // Sub-block pair c (2c: low nibbles, 2c + 1: high nibbles of qs words 8c .. 8c + 7).
@@ -255,15 +242,15 @@ struct Q4KOr5K {
         // the high one's bits 2-4 in bits 5-7 and its bits 0-1 in bits 2c, 2c + 1 of the y word.
         const VU y = Words(blk, kQ5KGroupQh, q, lane0);
         vl = hn::And(v, hn::Set(du, 0x1F1F1F1Fu));
-        if constexpr (kScaledHigh) {  // 8 times the weight: bits 5-7 where they lie, y's two at 3-4
+        if constexpr (kScaledDots) {  // 8 times the weight: bits 5-7 where they lie, y's two at 3-4
           vh = hn::OrAnd(hn::And(v, hn::Set(du, 0xE0E0E0E0u)), MoveBit<2 * c, 3>(y), hn::Set(du, 0x18181818u));
         } else {
           vh = hn::OrAnd(hn::And(hn::ShiftRight<3>(v), hn::Set(du, 0x1C1C1C1Cu)), MoveBit<2 * c, 0>(y),
                          hn::Set(du, 0x03030303u));
         }
-      } else {  // kScaledHigh (Q4_K): the high nibbles in place, 16 times their value
+      } else {  // kScaledDots (Q4_K): the high nibbles in place, 16 times their value
         vl = hn::And(v, low4);
-        vh = kScaledHigh ? hn::And(v, hn::Set(du, 0xF0F0F0F0u)) : hn::And(hn::ShiftRight<4>(v), low4);
+        vh = kScaledDots ? hn::And(v, hn::Set(du, 0xF0F0F0F0u)) : hn::And(hn::ShiftRight<4>(v), low4);
       }
       for (int t = 0; t < RN; ++t) {
         const VI xl = hn::Set(di, Word(xq[t] + 64 * c + 4 * q)), xh = hn::Set(di, Word(xq[t] + 64 * c + 32 + 4 * q));
@@ -281,7 +268,7 @@ struct Q4KOr5K {
     constexpr int k = (2 * c) % 4;
     const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc)));
     VF sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
-    if constexpr (kScaledHigh) sh = hn::Mul(sh, hn::Set(df, 1.0f / kHighFactor));
+    if constexpr (kScaledDots) sh = hn::Mul(sh, hn::Set(df, 1.0f / kHighFactor));
     const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
     for (int t = 0; t < RN; ++t) {
       A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
@@ -345,9 +332,7 @@ struct Q6K {
     const DI di;
     const DU du;
     const DF df;
-    const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m03 = hn::Set(du, 0x03030303u), m0c = hn::Set(du, 0x0C0C0C0Cu),
-             m30 = hn::Set(du, 0x30303030u);
-    (void)m03;
+    const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m0c = hn::Set(du, 0x0C0C0C0Cu), m30 = hn::Set(du, 0x30303030u);
     VI is[4][RN];
     ZeroRunSums(is);
     HWY_UNROLL(4)
@@ -366,8 +351,8 @@ struct Q6K {
         w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<4>(a), m0c), hn::ShiftRight<2>(b), m30), c,
                        hn::Set(du, 0xC0C0C0C0u));
       } else {
-        w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<6>(a), m03), hn::ShiftRight<4>(b), m0c), hn::ShiftRight<2>(c),
-                       m30);
+        w2 = hn::OrAnd(hn::OrAnd(hn::And(hn::ShiftRight<6>(a), hn::Set(du, 0x03030303u)), hn::ShiftRight<4>(b), m0c),
+                       hn::ShiftRight<2>(c), m30);
       }
       const VU w[4] = {hn::And(a, m6), hn::And(b, m6), w2, hn::And(c, m6)};
       for (int u = 0; u < RN; ++u) {

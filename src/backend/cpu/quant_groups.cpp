@@ -114,6 +114,14 @@ void write_q6k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
   for (int sb = 0; sb < 16; ++sb) unit[kQ6KGroupScales + 16 * sb + j] = blk != nullptr ? blk[192 + sb] : 0;
 }
 
+// Two 5-bit weights in the recoded byte of Q5_0/Q5_1/Q5_K (quant_groups.h): lo in bits 0-4, bits
+// 2-4 of hi in bits 5-7 (hi's bits 0-1 go to the y word); and back, from the byte and those 2 bits.
+uint8_t pack5(uint32_t lo, uint32_t hi) { return static_cast<uint8_t>(lo | (hi >> 2) << 5); }
+void unpack5(uint32_t x, uint32_t hi_low2, uint32_t* lo, uint32_t* hi) {
+  *lo = x & 31u;
+  *hi = (x >> 5) << 2 | hi_low2;
+}
+
 // Q5_K's quants of row j of one super-block (`blk`: the GGUF block, null: zeros) into the group's
 // unit. Per pair c (columns 64c ..) and byte l = 4q + i of its 32: the low sub-block's weight
 // lo = qs[32c + l] & 15 | (qh[l] >> 2c & 1) << 4 and the high one's hi = qs[32c + l] >> 4 |
@@ -128,7 +136,7 @@ void write_q5k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
       for (int c = 0; c < 4; ++c) {
         const uint32_t qs = blk != nullptr ? blk[48 + 32 * c + l] : 0;
         const uint32_t lo = (qs & 15u) | (qh >> (2 * c) & 1u) << 4, hi = (qs >> 4) | (qh >> (2 * c + 1) & 1u) << 4;
-        unit[64 * (8 * c + q) + 4 * j + static_cast<uint64_t>(i)] = static_cast<uint8_t>(lo | (hi >> 2) << 5);
+        unit[64 * (8 * c + q) + 4 * j + static_cast<uint64_t>(i)] = pack5(lo, hi);
         y |= (hi & 3u) << (2 * c);
       }
       unit[kQ5KGroupQh + 64 * q + 4 * j + static_cast<uint64_t>(i)] = static_cast<uint8_t>(y);
@@ -150,7 +158,7 @@ void encode_q5_block(uint8_t* qs, uint64_t vs, uint8_t* qh) {
       const int e = 4 * v + i;
       uint8_t& b = qs[vs * static_cast<uint64_t>(v) + static_cast<uint64_t>(i)];
       const uint32_t lo = (b & 15u) | (h >> e & 1u) << 4, hi = (b >> 4u) | (h >> (e + 16) & 1u) << 4;
-      b = static_cast<uint8_t>(lo | (hi >> 2) << 5);
+      b = pack5(lo, hi);
       y[i] = static_cast<uint8_t>(y[i] | (hi & 3u) << (2 * v));
     }
   }
@@ -166,7 +174,8 @@ void decode_q5_block(uint8_t* qs, uint64_t vs, uint8_t* qh) {
     for (int i = 0; i < 4; ++i) {
       const int e = 4 * v + i;
       uint8_t& b = qs[vs * static_cast<uint64_t>(v) + static_cast<uint64_t>(i)];
-      const uint32_t lo = b & 31u, hi = (b >> 5u) << 2 | (y[i] >> (2 * v) & 3u);
+      uint32_t lo, hi;
+      unpack5(b, y[i] >> (2 * v) & 3u, &lo, &hi);
       b = static_cast<uint8_t>((lo & 15u) | (hi & 15u) << 4);
       h |= (lo >> 4) << e | (hi >> 4) << (e + 16);
     }
@@ -190,8 +199,8 @@ void read_q5k(const uint8_t* unit, uint64_t j, uint8_t* blk) {
       const uint32_t y = unit[kQ5KGroupQh + 64 * q + 4 * j + static_cast<uint64_t>(i)];
       uint32_t qh = 0;
       for (int c = 0; c < 4; ++c) {
-        const uint32_t x = unit[64 * (8 * c + q) + 4 * j + static_cast<uint64_t>(i)];
-        const uint32_t lo = x & 31u, hi = (x >> 5) << 2 | (y >> (2 * c) & 3u);
+        uint32_t lo, hi;
+        unpack5(unit[64 * (8 * c + q) + 4 * j + static_cast<uint64_t>(i)], y >> (2 * c) & 3u, &lo, &hi);
         blk[48 + 32 * c + l] = static_cast<uint8_t>((lo & 15u) | (hi & 15u) << 4);
         qh |= (lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1);
       }
