@@ -161,7 +161,7 @@ TEST_P(Matmul, RowsInGroupsGiveTheBitsOfRowsAsStored) {
         const auto x = random_floats(static_cast<size_t>(n * cols), rng);
         std::vector<float> plain(static_cast<size_t>(n * rows)), grouped1(plain.size()), grouped3(plain.size());
         matmul(m.w, x.data(), n, plain.data(), pool1, scratch);
-        for (GroupPrefetch p : {GroupPrefetch::kSoftware, GroupPrefetch::kHardware}) {
+        for (GroupPrefetch p : kGroupPrefetches) {
           SCOPED_TRACE(group_prefetch_name(p));
           set_group_prefetch(type, p);
           matmul(up, x.data(), n, grouped1.data(), pool1, scratch);
@@ -317,12 +317,18 @@ TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
   EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kF16, 768), GroupPrefetch::kHardware);
   setenv("STRATA_CPU_GROUP_PREFETCH", "software", 1);
   EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kBF16, 768), GroupPrefetch::kSoftware);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "software-16k", 1);
+  EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kBF16, 768), GroupPrefetch::kSoftware16K);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "software-4k", 1);
+  EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kF16, 768), GroupPrefetch::kSoftware4K);
+  for (const GroupPrefetch p : kGroupPrefetches) EXPECT_EQ(parse_group_prefetch(group_prefetch_name(p)), p);
+  EXPECT_EQ(parse_group_prefetch("software-8k"), std::nullopt);
   expect_env_rejected<std::invalid_argument>("STRATA_CPU_GROUP_PREFETCH", "none",
                                              [&] { (void)choose_group_prefetch(pool, GgmlType::kF16, 768); });
   setenv("STRATA_CPU_GROUP_PREFETCH", "auto", 1);
   const GroupPrefetch was = group_prefetch(GgmlType::kF16);
   const GroupPrefetch measured = choose_group_prefetch(pool, GgmlType::kF16, 1000);  // either: a measurement
-  EXPECT_TRUE(measured == GroupPrefetch::kSoftware || measured == GroupPrefetch::kHardware);
+  EXPECT_NE(std::find(std::begin(kGroupPrefetches), std::end(kGroupPrefetches), measured), std::end(kGroupPrefetches));
   EXPECT_EQ(group_prefetch(GgmlType::kF16), was) << "measuring changed the choice in use";
   EXPECT_THROW((void)choose_group_prefetch(pool, GgmlType::kF32, 768), std::invalid_argument);
   unsetenv("STRATA_CPU_GROUP_PREFETCH");

@@ -125,15 +125,26 @@ constexpr size_t kElemsPerLine = 64 / sizeof(WT);
 // How many tiles ahead: one tile's worth of rows (a few KiB) was too short a distance to hide
 // memory latency once a tile does several tokens' FMAs per weight (B=8 decode +12% on a Xeon).
 constexpr int kPrefetchTiles = 4;
-// A grouped tile (one token over rows in groups) prefetches kPrefetchTiles groups ahead, but no
-// more than kGroupPrefetchMaxBytes: four groups of long rows (4 × 16 KB: llama-1b's down
-// projection) put the hints 256 KB ahead of the stream and, at a chunk's end, 256 KB into rows
-// that another chunk reads. One 64 KB group ahead took that projection from 1,317-1,348 to
-// 1,258-1,288 µs on the Xeon VM (docs/PERFORMANCE.md); groups of up to 16 KB keep 4 ahead.
+// A grouped tile (one token over rows in groups) with GroupPrefetch::kSoftware prefetches
+// kPrefetchTiles groups ahead, but no more than kGroupPrefetchMaxBytes: four groups of long rows (4 ×
+// 16 KB: llama-1b's down projection) put the hints 256 KB ahead of the stream and, at a chunk's end,
+// 256 KB into rows that another chunk reads. One 64 KB group ahead took that projection from
+// 1,317-1,348 to 1,258-1,288 µs on the Xeon VM (docs/PERFORMANCE.md); groups of up to 16 KB keep 4
+// ahead. kSoftware16K and kSoftware4K go that many bytes ahead (a multiple of a group's line of 4
+// rows, so each row's hint lands on a line of the same row).
 constexpr size_t kGroupPrefetchMaxBytes = 64 * 1024;
-HWY_INLINE size_t GroupsAhead(size_t group_bytes) {
-  return std::clamp<size_t>(kGroupPrefetchMaxBytes / group_bytes, 1, kPrefetchTiles);
+template <typename WT>
+HWY_INLINE size_t GroupAheadElems(size_t ws, uint8_t prefetch) {
+  switch (static_cast<GroupPrefetch>(prefetch)) {
+    case GroupPrefetch::kSoftware16K: return 16384 / sizeof(WT);
+    case GroupPrefetch::kSoftware4K: return 4096 / sizeof(WT);
+    default: break;
+  }
+  const size_t group_elems = WeightMatrix::kRowGroup * ws;
+  return group_elems * std::clamp<size_t>(kGroupPrefetchMaxBytes / (group_elems * sizeof(WT)), 1, kPrefetchTiles);
 }
+template <typename WT>
+constexpr int kFloatSlot = std::is_same_v<WT, float> ? 0 : (std::is_same_v<WT, F16Bits> ? 1 : 2);  // decode_order_slot
 
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* p) {
@@ -155,6 +166,60 @@ HWY_INLINE const WT* RowPtr(const WT* w, size_t ws, int64_t r) {
   }
 }
 
+// Tile's loop over whole lines of weights (k < K / C * C; returns the k it stopped at), adding into
+// acc. kEvenOdd: BF16 lines read in even/odd order (x permuted): the choice of load is a template
+// argument, so the loop has no branch per load.
+template <int RM, int RN, bool kPrefetch, bool kGrouped, bool kEvenOdd, typename WT>
+HWY_INLINE size_t TileLines(VF (&acc)[RM][RN], const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RESTRICT x,
+                            size_t xs, size_t K, [[maybe_unused]] size_t ahead) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  constexpr size_t C = kElemsPerLine<WT>;
+  // From one row to the next at the same k, and from a row's line to its next line.
+  const size_t rs = kGrouped ? C : ws;
+  constexpr size_t cs = kGrouped ? kGroupRows * C : C;
+  size_t k = 0;
+  const WT* wc = w;
+  for (; k + C <= K; k += C, wc += cs) {
+    // Rows as stored: kPrefetchTiles tiles of RM rows ahead, here. Rows in groups: `ahead`
+    // elements ahead, the line of each of the group's rows right after the first load of its row's
+    // line (below).
+    if constexpr (kPrefetch && !kGrouped) {
+#pragma GCC unroll 8
+      for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
+    }
+    // The line's vector steps.
+#pragma GCC unroll 4
+    for (size_t kk = 0; kk < C; kk += N) {
+      VF xv[RN];
+#pragma GCC unroll 8
+      for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
+#pragma GCC unroll 8
+      for (int r = 0; r < RM; ++r) {
+        VF wv;
+        if constexpr (kEvenOdd) {  // C = 32, N = 16: kk = 0 the even weights, 16 the odd ones
+          wv = LoadWEvenOdd(d, wc + r * rs, kk);
+        } else {
+          wv = LoadWTile<RN>(d, wc + r * rs + kk);
+        }
+        if constexpr (kPrefetch && kGrouped) {
+          // Row r's line `ahead` elements ahead; a tile of fewer rows than the group's also
+          // fetches the lines of the rows after its own (harmless hints).
+          if (kk == 0) {
+            PrefetchL2Tied(wc + r * C + ahead, wv);
+            if (r + 1 == RM) {
+              for (size_t q = RM; q < kGroupRows; ++q) PrefetchL2(wc + q * C + ahead);
+            }
+          }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
+      }
+    }
+  }
+  return k;
+}
+
 // y[c * ys + r] for r < RM, c < RN: dot products of weight rows w, w + ws, ... (kGrouped: rows of
 // one group, w the first of them, K a multiple of a line's elements) with token rows x + c*xs.
 // The k loop goes by cache lines of weights (C elements), each line a few SIMD vectors; the FMA
@@ -164,60 +229,20 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
                        float* HWY_RESTRICT y, size_t ys) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  constexpr size_t C = kElemsPerLine<WT>;
-  // From one row to the next at the same k, and from a row's line to its next line.
-  const size_t rs = kGrouped ? C : ws;
-  constexpr size_t cs = kGrouped ? kGroupRows * C : C;
   VF acc[RM][RN];
 #pragma GCC unroll 8
   for (int r = 0; r < RM; ++r) {
 #pragma GCC unroll 8
     for (int c = 0; c < RN; ++c) acc[r][c] = hn::Zero(d);
   }
-  size_t k = 0;
-  const WT* wc = w;
-  [[maybe_unused]] const bool even_odd = std::is_same_v<WT, BF16Bits> && EvenOdd(GgmlType::kBF16, K);
-  const size_t ahead_groups = GroupsAhead(kGroupRows * ws * sizeof(WT));
-  for (; k + C <= K; k += C, wc += cs) {
-    // Rows as stored: kPrefetchTiles tiles of RM rows ahead, here. Rows in groups: GroupsAhead
-    // groups ahead, the line of each of the group's rows right after the first load of its row's
-    // line (line(), below).
-    if constexpr (kPrefetch && !kGrouped) {
-#pragma GCC unroll 8
-      for (int r = 0; r < RM; ++r) PrefetchL2(wc + r * rs + kPrefetchTiles * RM * ws);
-    }
-    // The line's vector steps, the weights of row r at step kk from load_w(r, kk).
-    const auto line = [&](auto&& load_w) HWY_ATTR {
-#pragma GCC unroll 4
-      for (size_t kk = 0; kk < C; kk += N) {
-        VF xv[RN];
-#pragma GCC unroll 8
-        for (int c = 0; c < RN; ++c) xv[c] = hn::LoadU(d, x + c * xs + k + kk);
-#pragma GCC unroll 8
-        for (int r = 0; r < RM; ++r) {
-          VF wv = load_w(r, kk);
-          if constexpr (kPrefetch && kGrouped) {
-            // Row r's line GroupsAhead groups ahead; a tile of fewer rows than the group's also
-            // fetches the lines of the rows after its own (harmless hints).
-            if (kk == 0) {
-              PrefetchL2Tied(wc + r * C + ahead_groups * kGroupRows * ws, wv);
-              if (r + 1 == RM) {
-                for (size_t q = RM; q < kGroupRows; ++q) PrefetchL2(wc + q * C + ahead_groups * kGroupRows * ws);
-              }
-            }
-          }
-#pragma GCC unroll 8
-          for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wv, xv[c], acc[r][c]);
-        }
-      }
-    };
-    if constexpr (std::is_same_v<WT, BF16Bits> && kEvenOddTarget) {
-      if (even_odd) {  // C = 32, N = 16: kk = 0 the even weights, 16 the odd ones (x permuted)
-        line([&](int r, size_t kk) HWY_ATTR { return LoadWEvenOdd(d, wc + r * rs, kk); });
-        continue;
-      }
-    }
-    line([&](int r, size_t kk) HWY_ATTR { return LoadWTile<RN>(d, wc + r * rs + kk); });
+  const size_t ahead =
+      kPrefetch && kGrouped ? GroupAheadElems<WT>(ws, g_group_prefetch[kFloatSlot<WT>].load(std::memory_order_relaxed)) : 0;
+  size_t k;
+  if constexpr (std::is_same_v<WT, BF16Bits> && kEvenOddTarget) {
+    k = EvenOdd(GgmlType::kBF16, K) ? TileLines<RM, RN, kPrefetch, kGrouped, true>(acc, w, ws, x, xs, K, ahead)
+                                    : TileLines<RM, RN, kPrefetch, kGrouped, false>(acc, w, ws, x, xs, K, ahead);
+  } else {
+    k = TileLines<RM, RN, kPrefetch, kGrouped, false>(acc, w, ws, x, xs, K, ahead);
   }
   if constexpr (!kGrouped) {
     for (; k + N <= K; k += N) {
@@ -235,17 +260,23 @@ HWY_NOINLINE void Tile(const WT* HWY_RESTRICT w, size_t ws, const float* HWY_RES
       // The last partial vector, zero-padded: the same FMA step in every tile shape.
       HWY_ALIGN float buf[hn::MaxLanes(d)];
       VF xt[RN];
+#pragma GCC unroll 8
       for (int c = 0; c < RN; ++c) {
         for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? x[c * xs + k + i] : 0.0f;
         xt[c] = hn::Load(d, buf);
       }
+#pragma GCC unroll 8
       for (int r = 0; r < RM; ++r) {
         for (size_t i = 0; i < N; ++i) buf[i] = k + i < K ? ScalarW(w + r * ws + k + i) : 0.0f;
         const VF wt = hn::Load(d, buf);
+#pragma GCC unroll 8
         for (int c = 0; c < RN; ++c) acc[r][c] = hn::MulAdd(wt, xt[c], acc[r][c]);
       }
     }
   }
+  // Unrolled, as every loop over acc: with a variable index GCC keeps acc in memory, and then stored
+  // every accumulator once per line of the loops above.
+#pragma GCC unroll 8
   for (int r = 0; r < RM; ++r) {
     float sums[RN];
     ReduceSums<RN>(acc[r], sums);
@@ -365,7 +396,7 @@ void RunRowwise(const WT* w, size_t ws, int64_t m, const float* x, size_t K, flo
 template <bool kGrouped, typename WT>
 void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64_t n, float* y, size_t ys,
               float* slice) {
-  constexpr int kSlot = std::is_same_v<WT, float> ? 0 : (std::is_same_v<WT, F16Bits> ? 1 : 2);  // decode_order_slot
+  constexpr int kSlot = kFloatSlot<WT>;
   if (!kGrouped && n == 1 && g_decode_order[kSlot].load(std::memory_order_relaxed) ==
                     static_cast<uint8_t>(DecodeOrder::kRows)) {
     RunRowwise(w, ws, m, x, K, y);
@@ -380,7 +411,8 @@ void RunTiles(const WT* w, size_t ws, int64_t m, const float* x, size_t K, int64
   static constexpr auto kDirectPf = TileTable<WT, true, kGrouped>(std::make_integer_sequence<int, kMaxRM>());
   const auto* direct = &kDirectPf;
   if constexpr (kGrouped) {
-    // One token over rows in groups: with or without software prefetch, as measured at load.
+    // One token over rows in groups: with or without software prefetch (and how far ahead: the
+    // tile reads it), as measured at load.
     static constexpr auto kDirectHw = TileTable<WT, false, true>(std::make_integer_sequence<int, kMaxRM>());
     const auto hardware = static_cast<uint8_t>(GroupPrefetch::kHardware);
     if (n == 1 && g_group_prefetch[kSlot].load(std::memory_order_relaxed) == hardware) {
@@ -520,7 +552,20 @@ void set_group_prefetch(GgmlType type, GroupPrefetch p) {
 GroupPrefetch group_prefetch(GgmlType type) {
   return static_cast<GroupPrefetch>(g_group_prefetch[group_prefetch_slot(type)].load(std::memory_order_relaxed));
 }
-const char* group_prefetch_name(GroupPrefetch p) { return p == GroupPrefetch::kHardware ? "hardware" : "software"; }
+const char* group_prefetch_name(GroupPrefetch p) {
+  switch (p) {
+    case GroupPrefetch::kHardware: return "hardware";
+    case GroupPrefetch::kSoftware16K: return "software-16k";
+    case GroupPrefetch::kSoftware4K: return "software-4k";
+    default: return "software";
+  }
+}
+std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name) {
+  for (const GroupPrefetch p : kGroupPrefetches) {
+    if (name == group_prefetch_name(p)) return p;
+  }
+  return std::nullopt;
+}
 
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n) {
   if (w.type == GgmlType::kF32 || n < kFloatWidenMinTokens) return 0;
