@@ -65,6 +65,7 @@ struct BenchModelOptions {
   int32_t depth = 0;  // tg starts at this position (tokens placed in the KV cache, not computed)
   bool json = false;
   bool no_bandwidth = false;
+  bool bandwidth_every_rep = false;
 };
 
 // Sequences with their own block tables over one KV storage in the backend's memory (device memory
@@ -151,6 +152,7 @@ int run_bench_model(const BenchModelOptions& o) {
   if (o.batch < 1) fail("--batch must be >= 1, got {}", o.batch);
   if (o.reps < 1) fail("--reps must be >= 1, got {}", o.reps);
   if (o.depth < 0) fail("--depth must be >= 0, got {}", o.depth);
+  if (o.no_bandwidth && o.bandwidth_every_rep) fail("--bandwidth-every-rep measures the bandwidth, --no-bandwidth skips it: pick one");
   auto model = Model::load(o.model.model, o.model.backend_options());
   const ModelConfig& mc = model->config();
   const KvGeometry geo = model->kv_geometry(kvc.block_size, kvc.dtype);
@@ -168,7 +170,10 @@ int run_bench_model(const BenchModelOptions& o) {
   };
 
   double bandwidth = 0;
-  if (!o.no_bandwidth) bandwidth = model->backend().measure_read_bandwidth_gbs(uint64_t{1} << 30, 3);
+  // The probe's readings: one before the repetitions, and with --bandwidth-every-rep one after each.
+  std::vector<double> probes;
+  auto probe = [&] { probes.push_back(model->backend().measure_read_bandwidth_gbs(uint64_t{1} << 30, 3)); };
+  if (!o.no_bandwidth) probe();
 
   // Warm-up: touch the weights once so the first repetition does not pay page faults (CPU), and run
   // a prompt of the measured length once so that library set-up (cuBLAS) is not timed (GPU).
@@ -248,6 +253,7 @@ int run_bench_model(const BenchModelOptions& o) {
     tg_steps = 0;
   }
 
+  const bool every_rep = o.bandwidth_every_rep && !probes.empty() && o.tg > 0;
   std::vector<double> pp_runs, tg_runs;
   for (int32_t rep = 0; rep < o.reps; ++rep) {
     if (o.pp > 0) {
@@ -262,13 +268,23 @@ int run_bench_model(const BenchModelOptions& o) {
       kv.release_all();
     }
     if (o.tg > 0) tg_runs.push_back(static_cast<double>(o.tg) * o.batch / decode());
+    if (every_rep) probe();
   }
   const Stats pp = stats(pp_runs), tg = stats(tg_runs);
   const uint64_t bytes_per_step = model->step_weight_bytes();
   // Each decode step streams every weight matrix once, whatever the batch size.
-  const double steps_per_s = tg.mean / o.batch;
-  const double achieved_gbs = steps_per_s * static_cast<double>(bytes_per_step) / 1e9;
-  const double pct = bandwidth > 0 ? 100.0 * achieved_gbs / bandwidth : 0;
+  const auto weight_gbs = [&](double tok_s) { return tok_s / o.batch * static_cast<double>(bytes_per_step) / 1e9; };
+  const double achieved_gbs = weight_gbs(tg.mean);
+  double pct = 0;
+  std::vector<double> rep_pct;  // --bandwidth-every-rep: each repetition's share of the probes around it
+  if (every_rep) {
+    for (size_t i = 0; i < tg_runs.size(); ++i) rep_pct.push_back(100.0 * weight_gbs(tg_runs[i]) / ((probes[i] + probes[i + 1]) / 2));
+    pct = stats(rep_pct).mean;
+    bandwidth = stats(probes).mean;
+  } else if (!probes.empty()) {
+    bandwidth = probes.front();
+    pct = 100.0 * achieved_gbs / bandwidth;
+  }
   const uint64_t file_bytes = model->file().file_size();
 
   if (o.json) {
@@ -295,6 +311,11 @@ int run_bench_model(const BenchModelOptions& o) {
     j["bandwidth_gb_s"] = bandwidth;
     j["tg_weight_gb_s"] = achieved_gbs;
     j["tg_bandwidth_pct"] = pct;
+    if (every_rep) {
+      j["bandwidth_probes_gb_s"] = probes;
+      j["tg_rep_tok_s"] = tg_runs;
+      j["tg_rep_bandwidth_pct"] = rep_pct;
+    }
     if (model->tensor_parallel() > 1 && tg_steps > 0) {
       // Rank 0's wall time in collectives per decode step (waiting for slower ranks included).
       j["tg_collectives_per_step"] = static_cast<double>(tg_collectives.calls) / static_cast<double>(tg_steps);
@@ -308,7 +329,12 @@ int run_bench_model(const BenchModelOptions& o) {
              model->tensor_parallel() > 1 ? fmt::format(" over {} tensor-parallel ranks", model->tensor_parallel()) : "",
              kv_dtype_name(kvc.dtype));
   fmt::print("backend: {}\n", model->backend().description());
-  if (bandwidth > 0) fmt::print("memory read bandwidth: {:.1f} GB/s\n", bandwidth);
+  if (every_rep) {
+    fmt::print("memory read bandwidth: {:.1f} GB/s (the mean of {} probes, {:.1f}-{:.1f} GB/s: one before the repetitions, one after each)\n",
+               bandwidth, probes.size(), *std::min_element(probes.begin(), probes.end()), *std::max_element(probes.begin(), probes.end()));
+  } else if (bandwidth > 0) {
+    fmt::print("memory read bandwidth: {:.1f} GB/s\n", bandwidth);
+  }
   fmt::print("| test | tok/s |\n| --- | --- |\n");
   if (o.pp > 0) fmt::print("| pp{} | {:.1f} ± {:.1f} |\n", o.pp, pp.mean, pp.sd);
   if (o.tg > 0) {
@@ -319,7 +345,8 @@ int run_bench_model(const BenchModelOptions& o) {
                  static_cast<double>(host_blocks) * static_cast<double>(kv.block_bytes()) / (1 << 20));
     }
     if (bandwidth > 0) {
-      fmt::print("generation streams {:.1f} GB/s of weights = {:.1f}% of the measured bandwidth limit\n", achieved_gbs, pct);
+      fmt::print("generation streams {:.1f} GB/s of weights = {:.1f}% of the measured bandwidth limit{}\n", achieved_gbs, pct,
+                 every_rep ? " (the mean of each repetition's share of the probes before and after it)" : "");
     }
     if (model->tensor_parallel() > 1 && tg_steps > 0 && tg.mean > 0) {
       const double ms = 1e3 * tg_collectives.seconds / static_cast<double>(tg_steps);
@@ -607,6 +634,10 @@ void add_bench_commands(Cli& cli) {
                   "long context; with --kv-host-memory and --kv-offload those beyond the KV pool are read from host memory)")
       ->capture_default_str();
   cmd->add_flag("--no-bandwidth", o->no_bandwidth, "Skip the memory bandwidth measurement");
+  cmd->add_flag("--bandwidth-every-rep", o->bandwidth_every_rep,
+                "Measure the bandwidth limit again after each repetition, and take each repetition's tg share of the mean "
+                "of the probes just before and after it (for a host whose bandwidth drifts with its other tenants); the "
+                "share reported is the mean of those");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->callback([&cli, o] { cli.run = [o] { return run_bench_model(*o); }; });
 

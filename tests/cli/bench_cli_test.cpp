@@ -89,6 +89,45 @@ TEST(BenchCli, ModelWithBandwidthReportsItsShareAndSkipsWhatIsZero) {
   EXPECT_NE(r.out.find("| tg4 |"), std::string::npos) << r.out;
 }
 
+// --bandwidth-every-rep: a probe before the repetitions and one after each; each repetition's share
+// is of the mean of the two around it, and the share reported is the mean of those.
+TEST(BenchCli, ModelWithBandwidthEveryRepTakesEachRepsShareOfTheProbesAroundIt) {
+  const Json j = run_json({"model", "--pp", "0", "--tg", "4", "--reps", "3", "--bandwidth-every-rep"});
+  ASSERT_TRUE(j.is_object());
+  const auto probes = j["bandwidth_probes_gb_s"].get<std::vector<double>>();
+  const auto shares = j["tg_rep_bandwidth_pct"].get<std::vector<double>>();
+  ASSERT_EQ(probes.size(), 4u) << j;
+  ASSERT_EQ(shares.size(), 3u) << j;
+  double mean_probe = 0, mean_share = 0;
+  for (double p : probes) {
+    EXPECT_TRUE(p > 0 && std::isfinite(p)) << j;
+    mean_probe += p / 4;
+  }
+  for (double s : shares) {
+    EXPECT_TRUE(s > 0 && std::isfinite(s)) << j;
+    mean_share += s / 3;
+  }
+  EXPECT_NEAR(j["bandwidth_gb_s"].get<double>(), mean_probe, 1e-9 * mean_probe);
+  EXPECT_NEAR(j["tg_bandwidth_pct"].get<double>(), mean_share, 1e-9 * mean_share);
+  // Repetition i streamed its tok/s times the step's weight bytes, between probes i and i + 1.
+  const auto tok_s = j["tg_rep_tok_s"].get<std::vector<double>>();
+  ASSERT_EQ(tok_s.size(), 3u) << j;
+  const double step_bytes = j["step_weight_bytes"].get<double>();
+  for (size_t i = 0; i < 3; ++i) {
+    const double expect = 100 * tok_s[i] * step_bytes / 1e9 / ((probes[i] + probes[i + 1]) / 2);
+    EXPECT_NEAR(shares[i], expect, 1e-9 * expect) << i << " " << j;
+  }
+  // Text: the probes' range is shown.
+  auto r = run_command({strata_bin(), "bench", "model", "--model", kModel, "-t", "1", "--pp", "0", "--tg", "2", "--reps", "2",
+                        "--bandwidth-every-rep"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("the mean of 3 probes"), std::string::npos) << r.out;
+  // With --no-bandwidth it is a contradiction, named.
+  r = run_command({strata_bin(), "bench", "model", "--model", kModel, "--tg", "2", "--no-bandwidth", "--bandwidth-every-rep"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--bandwidth-every-rep"), std::string::npos) << r.err;
+}
+
 TEST(BenchCli, OfflineCountsEveryTokenAndBatchesTheRequests) {
   const Json j = run_json({"offline", "--num-prompts", "6", "--input-len", "24", "--output-len", "10", "--seed", "3"});
   ASSERT_TRUE(j.is_object());
