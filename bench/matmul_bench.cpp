@@ -192,6 +192,7 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     b->Args({static_cast<int64_t>(t), 512, 2048, 1});
   }
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16}) b->Args({static_cast<int64_t>(t), 256, 1024, 1});  // 0.5 MB
 }
 void BM_Matmul(benchmark::State& state) { RunMatmul(state); }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -277,10 +278,13 @@ BENCHMARK(BM_Attention)
 // the stream of a decode step. args: type, what: 0 = the matmuls, iterations alternating
 // DecodeChunks::kGuided and kFixed (counters "guided" and "fixed", GB/s; "GB/s" is both), 1 = the
 // bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread an
-// even share of it (what the stream would reach with no arithmetic and perfectly even threads).
+// even share of it (what the stream would reach with no arithmetic and perfectly even threads),
+// 2 = the two interleaved iteration by iteration (F16/BF16: the probe's loop, then the matmuls with
+// software, then with hardware prefetch), with each stream's GB/s over the probe loop's ("X/probe"):
+// on a host whose bandwidth drifts with its other tenants, only an interleaved ratio means anything.
 void BM_DecodeStep(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
-  const bool probe_loop = state.range(1) == 1;
+  const int64_t what = state.range(1);
   if (type == GgmlType::kF16 || type == GgmlType::kBF16) {  // rows in groups: the prefetch as the backend chooses it
     static std::once_flag once[2];
     std::call_once(once[type == GgmlType::kF16 ? 0 : 1], [&] { set_group_prefetch(type, choose_group_prefetch(pool(), type, 2048)); });
@@ -317,15 +321,31 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   std::vector<float> x(8192, 0.5f), y(2 * 32000);
   KernelScratch scratch;
-  double secs[2] = {0, 0};
-  int runs[2] = {0, 0};
+  const bool grouped_float = type == GgmlType::kF16 || type == GgmlType::kBF16;
+  const GroupPrefetch chosen = grouped_float ? group_prefetch(type) : GroupPrefetch::kSoftware;
+  // The variants the iterations cycle through (what 0: guided, fixed; 1: the probe's loop; 2: the
+  // probe's loop, then the matmuls, F16/BF16 with each GroupPrefetch).
+  enum Variant { kGuided, kFixed, kProbe, kPrefetch0 };  // kPrefetch0 + i: kGroupPrefetches[i]
+  constexpr int kVariants = kPrefetch0 + static_cast<int>(std::size(kGroupPrefetches));
+  std::vector<int> variants;
+  if (what == 0) variants = {kGuided, kFixed};
+  if (what == 1) variants = {kProbe};
+  if (what == 2) {
+    variants = {kProbe};
+    if (!grouped_float) variants.push_back(kGuided);
+    for (int i = kPrefetch0; grouped_float && i < kVariants; ++i) variants.push_back(i);
+  }
+  double secs[kVariants] = {};
+  int runs[kVariants] = {};
   std::atomic<uint64_t> sink{0};
+  size_t iter = 0;
   for (auto _ : state) {
-    const int v = runs[0] > runs[1] ? 1 : 0;
-    set_decode_chunks(v == 0 ? DecodeChunks::kGuided : DecodeChunks::kFixed);
+    const int v = variants[iter++ % variants.size()];
+    set_decode_chunks(v == kFixed ? DecodeChunks::kFixed : DecodeChunks::kGuided);
+    if (v >= kPrefetch0) set_group_prefetch(type, kGroupPrefetches[v - kPrefetch0]);
     const auto t0 = std::chrono::steady_clock::now();
     for (const auto& c : ws) {
-      if (probe_loop) {
+      if (v == kProbe) {
         const auto* b = static_cast<const uint8_t*>(c.front().data);
         const uint64_t len = static_cast<uint64_t>(static_cast<const uint8_t*>(c.back().data) + c.back().rows * c.back().row_bytes - b);
         const auto threads = static_cast<uint64_t>(pool().size());
@@ -349,18 +369,28 @@ void BM_DecodeStep(benchmark::State& state) {
     ++runs[v];
   }
   set_decode_chunks(DecodeChunks::kGuided);
-  if (!probe_loop) {
-    state.counters["guided"] = static_cast<double>(total) * runs[0] / secs[0] / 1e9;
-    state.counters["fixed"] = static_cast<double>(total) * runs[1] / secs[1] / 1e9;
+  if (grouped_float) set_group_prefetch(type, chosen);
+  const auto gbs = [&](int v) { return static_cast<double>(total) * runs[v] / secs[v] / 1e9; };
+  const auto name = [](int v) -> std::string {
+    return v >= kPrefetch0 ? group_prefetch_name(kGroupPrefetches[v - kPrefetch0]) : v == kProbe ? "probe" : v == kFixed ? "fixed" : "guided";
+  };
+  if (what != 1) {
+    for (const int v : variants) state.counters[name(v)] = gbs(v);
+  }
+  if (what == 2) {  // each variant's stream as a share of the probe loop's, interleaved iteration by iteration
+    for (const int v : variants) {
+      if (v != kProbe) state.counters[name(v) + "/probe"] = gbs(v) / gbs(kProbe);
+    }
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(total) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(ggml_type_name(type)) + " llama-1b step, " + (probe_loop ? "probe's loop" : "matmuls"));
+  state.SetLabel(std::string(ggml_type_name(type)) + " llama-1b step, " +
+                 (what == 0 ? "matmuls" : what == 1 ? "probe's loop" : "probe's loop and matmuls interleaved"));
 }
 BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::kF16), static_cast<int64_t>(GgmlType::kBF16), static_cast<int64_t>(GgmlType::kQ8_0),
                     static_cast<int64_t>(GgmlType::kQ4_0), static_cast<int64_t>(GgmlType::kQ2_K), static_cast<int64_t>(GgmlType::kQ3_K), static_cast<int64_t>(GgmlType::kQ4_K), static_cast<int64_t>(GgmlType::kQ5_K),
                     static_cast<int64_t>(GgmlType::kQ6_K)},
-                   {0, 1}})
+                   {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
