@@ -11,6 +11,7 @@
 //     pins every unpacking detail of the weight blocks).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <limits>
 #include <span>
@@ -566,6 +567,28 @@ TEST(MatmulChunks, EnvironmentChoosesThem) {
   expect_env_rejected<Error>("STRATA_CPU_DECODE_CHUNKS", "even", [] { CpuBackend b(1); });
   unsetenv("STRATA_CPU_DECODE_CHUNKS");
   EXPECT_EQ(decode_chunks(), DecodeChunks::kGuided);
+}
+
+// STRATA_CPU_TARGET=NAME puts every kernel on that target (any case), for the process; a target this
+// build does not run on this CPU is an error naming it.
+TEST(SimdTarget, EnvironmentRestrictsTheKernelsToOneTarget) {
+  const std::string best(simd_target_name());
+  for (const int64_t t : test::targets_to_test()) {
+    std::string name = hwy::TargetName(t);
+    SCOPED_TRACE(name);
+    std::string lower = name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(c));
+    setenv("STRATA_CPU_TARGET", lower.c_str(), 1);
+    CpuBackend b(1);
+    EXPECT_EQ(simd_target_name(), name);
+    EXPECT_EQ(b.description().rfind("cpu (" + name + ",", 0), 0u) << b.description();
+  }
+  expect_env_rejected<Error>("STRATA_CPU_TARGET", "NEON", [] { CpuBackend b(1); });
+  setenv("STRATA_CPU_TARGET", "auto", 1);
+  hwy::SetSupportedTargetsForTest(0);
+  { CpuBackend b(1); }
+  EXPECT_EQ(simd_target_name(), best) << "auto leaves the best target";
+  unsetenv("STRATA_CPU_TARGET");
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, Matmul, ::testing::ValuesIn(test::targets_to_test()), test::target_param_name);

@@ -90,6 +90,18 @@ void decode_chunks_from_env() {
   fail("STRATA_CPU_DECODE_CHUNKS={}: expected guided (chunks shrinking to the end of each matmul, the default) or fixed", env);
 }
 
+// STRATA_CPU_TARGET=NAME: every kernel on that one SIMD target (kernels.h: restrict_simd_target);
+// unset, empty or "auto": the best this CPU supports.
+void simd_target_from_env() {
+  const char* env = std::getenv("STRATA_CPU_TARGET");
+  if (env == nullptr || std::string_view(env).empty() || std::string_view(env) == "auto") return;
+  try {
+    cpu::restrict_simd_target(env);
+  } catch (const std::invalid_argument& e) {
+    fail("STRATA_CPU_TARGET={}: {}", env, e.what());
+  }
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(int n_threads, bool mapped_weights)
@@ -98,6 +110,7 @@ CpuBackend::CpuBackend(int n_threads, bool mapped_weights)
       pool_(std::make_unique<ThreadPool>(n_threads > 0 ? n_threads : ThreadPool::physical_cores())),
       scratch_(std::make_unique<cpu::KernelScratch>()) {
   decode_chunks_from_env();
+  simd_target_from_env();
 }
 
 CpuBackend::~CpuBackend() { cpu::profile_report(); }

@@ -114,5 +114,10 @@ void get_row(const WeightMatrix& table, int64_t r, float* out);
 // of the compiled targets (simd_compiled_targets(), a mask of HWY_* bits) the CPU supports.
 std::string_view simd_target_name();
 int64_t simd_compiled_targets();
+// Restricts every kernel to one compiled target, by its Highway name (case-insensitive: "AVX2",
+// "AVX3", "AVX3_DL", ...), process-wide: STRATA_CPU_TARGET, read by CpuBackend, so one machine can
+// measure a narrower target's kernels. Throws std::invalid_argument for a name not compiled in or
+// a target this CPU does not support, naming the ones it does.
+void restrict_simd_target(std::string_view name);
 
 }  // namespace strata::cpu
