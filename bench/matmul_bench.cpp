@@ -280,7 +280,7 @@ BENCHMARK(BM_Attention)
 // bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread an
 // even share of it (what the stream would reach with no arithmetic and perfectly even threads),
 // 2 = the two interleaved iteration by iteration (F16/BF16: the probe's loop, then the matmuls with
-// software, then with hardware prefetch), with each stream's GB/s over the probe loop's ("X/probe"):
+// each GroupPrefetch in turn), with each stream's GB/s over the probe loop's ("X/probe"):
 // on a host whose bandwidth drifts with its other tenants, only an interleaved ratio means anything.
 void BM_DecodeStep(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));

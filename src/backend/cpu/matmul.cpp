@@ -317,12 +317,15 @@ GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t col
   constexpr size_t kN = std::size(kGroupPrefetches);
   const auto best = time_variants<kN>(pool, type, cols, true, [&](int p) { set_group_prefetch(type, kGroupPrefetches[p]); });
   set_group_prefetch(type, was);
-  size_t soft = kN;  // the fastest software distance
-  for (size_t i = 0; i < kN; ++i) {
-    if (kGroupPrefetches[i] != GroupPrefetch::kHardware && (soft == kN || best[i] < best[soft])) soft = i;
+  static_assert(kGroupPrefetches[0] == GroupPrefetch::kSoftware);
+  size_t soft = 0, hard = 0;  // the fastest software distance, and hardware's index
+  for (size_t i = 1; i < kN; ++i) {
+    if (kGroupPrefetches[i] == GroupPrefetch::kHardware) {
+      hard = i;
+    } else if (best[i] < best[soft]) {
+      soft = i;
+    }
   }
-  const size_t hard = static_cast<size_t>(std::find(std::begin(kGroupPrefetches), std::end(kGroupPrefetches), GroupPrefetch::kHardware) -
-                                          std::begin(kGroupPrefetches));
   // Hardware only where it wins clearly: on the H200 machine's Xeon software prefetch streamed BF16
   // at 99% of the limit and hardware at 68%, and under load from other processes this measurement
   // once chose hardware there (65% in the model); where the two are level (the Zen 3 VM) software
