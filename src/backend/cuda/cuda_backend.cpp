@@ -274,6 +274,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<ArgStager> stager;
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
   Scratch x16, x16_lo, w16, attn_scratch, imp_scores, imp_ml, imp_mass, imp_part, rows_out;
+  Scratch xq;  // x quantized to 8 bits for a GEMV (cuda::gemv_xq_bytes)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -465,6 +466,12 @@ struct CudaBackend::Impl {
   bool capturing() const { return mode == Mode::kCapture; }
   void* scratch(Scratch& s, uint64_t bytes, uint64_t limit = UINT64_MAX) {
     return s.get(bytes, &mem_epoch, capturing(), limit);
+  }
+  // The GEMVs' quantized-x buffer for n rows of cols over weights of `type`, or null where they
+  // read the f32 x. One buffer for all: each GEMV's quantization waits for the GEMV before it.
+  void* xq_for(GgmlType type, int64_t n, int64_t cols) {
+    const int64_t bytes = cuda::gemv_xq_bytes(type, n, cols);
+    return bytes > 0 ? scratch(xq, static_cast<uint64_t>(bytes)) : nullptr;
   }
 
   const void* stage(StagedMemo& m, const void* src, size_t n) {
@@ -835,13 +842,15 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
       m.timed(m.profile ? fmt::format("gemv x{} {} n={} [{}x{}]", outs.size(), ggml_type_name(ws[0].type), n, ws[0].rows,
                                       ws[0].cols)
                         : "",
-              [&] { cuda::gemv_multi(ws, ys, static_cast<int>(outs.size()), x.data, n, m.stream); });
+              [&] {
+                cuda::gemv_multi(ws, ys, static_cast<int>(outs.size()), x.data, n, m.stream, m.xq_for(ws[0].type, n, x.cols));
+              });
       return;
     }
     for (const MatmulOut& o : outs) {
       const WeightMatrix& w = *o.w;
       m.timed(m.profile ? fmt::format("gemv {} n={} [{}x{}]", ggml_type_name(w.type), n, w.rows, w.cols) : "",
-              [&] { cuda::gemv(w, x.data, n, o.y.data, m.stream); });
+              [&] { cuda::gemv(w, x.data, n, o.y.data, m.stream, m.xq_for(w.type, n, x.cols)); });
     }
     return;
   }
@@ -947,7 +956,9 @@ void CudaBackend::matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix
   m.timed(m.profile ? fmt::format("gemv+silu {} n={} [2x{}x{}]", ggml_type_name(w_gate.type), x.rows, w_gate.rows,
                                   w_gate.cols)
                     : "",
-          [&] { cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream); });
+          [&] {
+            cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, m.xq_for(w_gate.type, x.rows, x.cols));
+          });
 }
 
 void CudaBackend::add(ActView y, ActView x) {
@@ -1002,7 +1013,8 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
   m.timed(m.profile ? fmt::format("gemv+add+x*g {} n={} [{}x{}]", ggml_type_name(w.type), x.rows, w.rows, w.cols) : "",
           [&] {
             const int64_t p = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
-                                                  static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream);
+                                                  static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream,
+                                                  m.xq_for(w.type, x.rows, in.cols));
             STRATA_CHECK(p == n_parts, "gemv_add_norm wrote {} parts per row, planned {}", p, n_parts);
           });
   return pending;
@@ -1042,7 +1054,7 @@ void CudaBackend::matmul_multi_normed(std::span<const MatmulOut> outs, ActView h
                     : "",
           [&] {
             cuda::gemv_multi_normed(ws, ys, static_cast<int>(outs.size()), h.data, h.rows, norm.parts, norm.n_parts, norm.eps,
-                                    m.stream);
+                                    m.stream, m.xq_for(ws[0].type, h.rows, h.cols));
           });
 }
 
@@ -1064,7 +1076,7 @@ void CudaBackend::matmul_silu_mul_normed(const WeightMatrix& w_gate, const Weigh
                     : "",
           [&] {
             cuda::gemv_silu_mul_normed(w_gate, w_up, h.data, h.rows, gate.data, norm.parts, norm.n_parts, norm.eps,
-                                       m.stream);
+                                       m.stream, m.xq_for(w_gate.type, h.rows, h.cols));
           });
 }
 

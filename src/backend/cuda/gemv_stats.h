@@ -6,11 +6,17 @@
 
 #include <cstdint>
 
+#include "gguf/tensor_type.h"
+
 namespace strata::cuda::gemv_stats {
 
 // Launches since the process started of the producer (residual add + x * g + partial sums of
 // squares) and of the consumers (products times r).
 int64_t norm_producer_launches();
 int64_t norm_consumer_launches();
+// Launches of the 8-bit quantization of x before a GEMV (kernels.h, gemv_xq_bytes), and whether
+// the GEMVs over weights of `type` take it (STRATA_CUDA_GEMV_Q8X).
+int64_t xq_launches();
+bool xq_type(GgmlType type);
 
 }  // namespace strata::cuda::gemv_stats

@@ -23,6 +23,15 @@
 // explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
 // batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
 //
+// 8-bit x (kXq; Q4_K, Q6_K and Q8_0 given the entries' xq buffer; STRATA_CUDA_GEMV_Q8X=0: off): a
+// launch of its own first quantizes each run of 32 values of x to bytes with one scale
+// (quantize_xq_kernel), and the pieces take byte dot products (dp4a) of their weights' integers
+// with those bytes, then a few float operations per group (F::dot_q8; Q4_K: three per 16 weights)
+// instead of one byte permute and one FMA per weight.
+// The CPU backend dots K-quants with 8-bit x too; the error vs the f32 x is that of x's rounding
+// (about 0.4% of a product's size for random data). A row's bytes depend on that row of x alone
+// and the dot on (row, x row, piece) alone, so batches stay bit-invariant.
+//
 // n = 1: quantized formats take R = 2 rows per warp where the launch has >= 4096 rows (x loads
 // and sums shared); U is lowered for short rows so that no lane computes clamped duplicates.
 //
@@ -199,6 +208,47 @@ SHD float comp(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k 
 SHD float small_u2f(uint32_t v) { return sub_rn(bits_to_float(0x4B000000u | v), 8388608.0f); }
 // Exact float of the signed byte b (low 8 bits of b; higher bits ignored).
 SHD float s8_to_f(uint32_t b) { return sub_rn(bits_to_float(0x4B000000u | ((b ^ 0x80u) & 0xffu)), 8388736.0f); }
+// Exact float of a signed integer |v| < 2^22, without the conversion unit (1.5 * 2^23 + v).
+SHD float small_i2f(int32_t v) { return sub_rn(bits_to_float(0x4B400000u + static_cast<uint32_t>(v)), 12582912.0f); }
+
+// Sum of the four products of the signed bytes of a and b, plus c (exact).
+SHD int32_t dp4a(uint32_t a, uint32_t b, int32_t c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (int k = 0; k < 4; ++k) {
+    c += static_cast<int32_t>(static_cast<int8_t>(a >> (8 * k))) * static_cast<int32_t>(static_cast<int8_t>(b >> (8 * k)));
+  }
+  return c;
+#endif
+}
+
+// 16 bytes of quantized x (16-byte aligned) and a group's (scale, scaled sum), through L1.
+SHD uint4 ld_xq16(const int8_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#else
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+SHD uint2 ld_xq8(const int8_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const uint2*>(p));
+#else
+  uint2 v;
+  std::memcpy(&v, p, 8);
+  return v;
+#endif
+}
+SHD float2 ld_xds(const float2* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
 
 // Float 0.5 + v / 256 (exact) of byte k of word w, for bytes v < 128: the byte becomes bits
 // 16..23 of the float, under the exponent byte 0x3F (bit 23 is v's top bit, 0).
@@ -346,6 +396,25 @@ struct FmtQ8_0 {
       }
     }
   }
+  // Against x quantized to 8 bits (see FmtQ4_K::dot_q8): the piece's 8 columns lie in one group
+  // of scale xd; s = (d xd) * (sum of q x bytes), two byte dot products.
+  template <int N, int R>
+  static SHD void dot_q8(const Raw (&raw)[R], int p, const int8_t* xq, const float2* xds, int64_t cols, float (&s)[R][N]) {
+    const int e = 8 * p;
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) d[r] = half_bits_to_float(raw[r].d);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const uint2 q2 = ld_xq8(xq + i * cols + e);
+      const float xd = ld_xds(xds + (i * cols + e) / 16).x;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int32_t acc = dp4a(raw[r].q1, q2.y, dp4a(raw[r].q0, q2.x, 0));
+        s[r][i] = mul_rn(mul_rn(d[r], xd), small_i2f(acc));
+      }
+    }
+  }
 };
 
 // Q4_K: 144-byte blocks {fp16 d, fp16 dmin, scales[12], qs[128]}; piece k (0..7) of a block =
@@ -443,6 +512,45 @@ struct FmtQ4_K {
           }
           const float hs = fma_rn(a[r], add_rn(f[0], f[1]), -mul_rn(b[r], sx));
           s[r][i] = h == 0 ? hs : add_rn(s[r][i], hs);  // half 0 + half 1
+        }
+      }
+    }
+  }
+  // GEMV piece sums against x quantized to 8 bits (XqView, quantize_xq_kernel): half h's 16
+  // columns c .. c + 15 (c = e0 + 32 h) lie in one 32-column group of x with scale xd and
+  // S = xd * (sum of the group's 16 q there), so with x_k = xd q_k and w_k = dj n_k - mj,
+  // sum x w = (xd dj) sum q n - mj S: the integer sum by four byte dot products (dp4a), the rest
+  // three float operations. Per (row, x row, piece) only, as dot.
+  template <int N, int R>
+  static SHD void dot_q8(const Raw (&raw)[R], int p, const int8_t* xq, const float2* xds, int64_t cols, float (&s)[R][N]) {
+    const int e0 = run_start(p, 0);
+    const int j0 = 2 * ((p & 7) >> 1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float dj[R], mj[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        uint32_t sc, m;
+        scale_min(j0 + h, raw[r].hdr.y, raw[r].hdr.z, raw[r].hdr.w, &sc, &m);
+        dj[r] = mul_rn(half_bits_to_float(raw[r].hdr.x & 0xffffu), small_u2f(sc));
+        mj[r] = mul_rn(half_bits_to_float(raw[r].hdr.x >> 16), small_u2f(m));
+      }
+      const int c = e0 + 32 * h;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const uint4 q4 = ld_xq16(xq + i * cols + c);
+        const float2 ds = ld_xds(xds + (i * cols + c) / 16);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int32_t acc = 0;
+#pragma unroll
+          for (int t = 0; t < 4; ++t) {
+            const uint32_t w = word_rt(raw[r].qs, t);
+            const uint32_t nib = h == 0 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
+            acc = dp4a(nib, word_rt(q4, t), acc);
+          }
+          const float hs = fma_rn(mul_rn(ds.x, dj[r]), small_i2f(acc), -mul_rn(mj[r], ds.y));
+          s[r][i] = h == 0 ? hs : add_rn(s[r][i], hs);
         }
       }
     }
@@ -548,6 +656,42 @@ struct FmtQ6_K {
       }
     }
   }
+  // Against x quantized to 8 bits (see FmtQ4_K::dot_q8): group g's 8 columns lie in one x group of
+  // scale xd; sum x q = xd (sum u x - 32 sum x) over the bytes, four byte dot products, then
+  // times dsc.
+  template <int N, int R>
+  static SHD void dot_q8(const Raw (&raw)[R], int p, const int8_t* xq, const float2* xds, int64_t cols, float (&s)[R][N]) {
+    const int e = run_start(p, 0);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float dsc[R];
+      uint32_t u[R][2];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        dsc[r] = mul_rn(half_bits_to_float(raw[r].d), s8_to_f(raw[r].sc >> (8 * g)));
+#pragma unroll
+        for (int sub = 0; sub < 2; ++sub) {
+          const uint32_t lw = (g & 1) ? raw[r].ql1[sub] : raw[r].ql0[sub];
+          const uint32_t lo = g >= 2 ? (lw >> 4) & 0x0F0F0F0Fu : lw & 0x0F0F0F0Fu;
+          const uint32_t hi = ((raw[r].qh[sub] >> (2 * g)) & 0x03030303u) << 4;
+          u[r][sub] = lo | hi;  // bytes u in [0, 64)
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int c = e + 32 * g;
+        const uint2 q2 = ld_xq8(xq + i * cols + c);
+        const float xd = ld_xds(xds + (i * cols + c) / 16).x;
+        const int32_t sx = dp4a(0x01010101u, q2.y, dp4a(0x01010101u, q2.x, 0));
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int32_t acc = dp4a(u[r][1], q2.y, dp4a(u[r][0], q2.x, 0)) - 32 * sx;
+          const float gs = mul_rn(mul_rn(dsc[r], xd), small_i2f(acc));
+          s[r][i] = g == 0 ? gs : add_rn(s[r][i], gs);  // groups in order 0..3
+        }
+      }
+    }
+  }
 };
 
 #undef SHD
@@ -584,6 +728,10 @@ struct GemvMats {  // passed by value (kernel parameter space)
   float* parts;     // NM = 1: written; NM = 2: read
   int32_t n_parts;  // parts per x row (groups of the producer's rows)
   float eps;
+  // gemv_kernel's kXq: x quantized to 8 bits by quantize_xq_kernel (XqView): xq[n][cols] bytes,
+  // xds[n][cols / 16] (scale of the 32-column group, scale times the sum of the 16 q).
+  const int8_t* xq;
+  const float2* xds;
 };
 
 template <class F, int N, int R, int T>
@@ -632,9 +780,10 @@ __device__ __forceinline__ void load_pieces(typename F::Raw (&raw)[U][R], const 
 }
 
 // acc += piece sums of pieces base, base + 32, ... in ascending order (the fixed per-lane order).
-template <class F, int N, int R, int U>
+template <class F, int N, int R, int U, bool kXq = false>
 __device__ __forceinline__ void consume_pieces(const typename F::Raw (&raw)[U][R], int base, int n_pieces,
-                                               const float* __restrict__ x, int64_t cols, float (&acc)[R][N]) {
+                                               const float* __restrict__ x, int64_t cols, float (&acc)[R][N],
+                                               const int8_t* xq = nullptr, const float2* xds = nullptr) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const bool valid = base + 32 * u < n_pieces;
@@ -644,7 +793,9 @@ __device__ __forceinline__ void consume_pieces(const typename F::Raw (&raw)[U][R
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < N; ++i) s[r][i] = 0.0f;
-    if constexpr (F::kReassoc) {
+    if constexpr (kXq) {
+      F::template dot_q8<N, R>(raw[u], p, xq, xds, cols, s);
+    } else if constexpr (F::kReassoc) {
       F::template dot<N, R>(raw[u], p, x, cols, s);
     } else {
       dot_runs<F, N, R, 0>(raw[u], p, x, cols, s);
@@ -804,7 +955,7 @@ __device__ __forceinline__ void producer_load_x(const GemvMats& m, float (&x)[R]
 // NM (lazy norm, GemvMats): 0 plain; 1 producer (the residual add and x * g in the epilogue, the
 // block's sum of squares into m.parts; one matrix, not kGlu); 2 consumer (products times r). With
 // NM != 0 no warp leaves early: every block reaches its barriers with all its warps.
-template <class F, int N, int R, bool kPrefetch, int U, bool kGlu = false, int KS = 1, int NM = 0>
+template <class F, int N, int R, bool kPrefetch, int U, bool kGlu = false, int KS = 1, int NM = 0, bool kXq = false>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constant__ GemvMats m, int64_t cols,
                                                             const float* __restrict__ x) {
   static_assert(!kGlu || R == 2, "the SwiGLU GEMV takes one row of each of two matrices per warp");
@@ -859,6 +1010,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   }
   const int n_pieces = static_cast<int>(cols / KS / F::kPieceElems);
   const float* __restrict__ xs = x + static_cast<int64_t>(sub) * (cols / KS);  // row stride stays cols
+  const int8_t* xq = nullptr;  // kXq: the same columns of the quantized x
+  const float2* xds = nullptr;
+  if constexpr (kXq) {
+    xq = m.xq + static_cast<int64_t>(sub) * (cols / KS);
+    xds = m.xds + static_cast<int64_t>(sub) * (cols / KS) / 16;
+  }
 
   float acc[R][N];
 #pragma unroll
@@ -887,7 +1044,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
       typename F::Raw nxt[U][R];
       const bool more = g + 32 * U < n_pieces;  // warp-uniform
       if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
-      consume_pieces<F, N, R, U>(raw, g + lane, n_pieces, xs, cols, acc);
+      consume_pieces<F, N, R, U, kXq>(raw, g + lane, n_pieces, xs, cols, acc, xq, xds);
       if (!more) break;
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -903,7 +1060,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
     for (int base = lane; base < n_pieces; base += 32 * U) {
       if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
-      consume_pieces<F, N, R, U>(raw, base, n_pieces, xs, cols, acc);
+      consume_pieces<F, N, R, U, kXq>(raw, base, n_pieces, xs, cols, acc, xq, xds);
     }
   }
 
@@ -1019,6 +1176,40 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   }
 }
 
+// x quantized to 8 bits for the Q4_K / Q6_K / Q8_0 GEMVs (kXq): each run of 32 values of a row
+// (cols % 32 == 0, so a group never spans rows), with amax its largest |x|, becomes d = amax / 127 and
+// q_k = round(x_k * (127 / amax)) in [-127, 127]; xds[g] = (d, d * sum of q) for each 16 values g.
+// One thread per 4 values, 8 threads per group; every division and product rounded as written, so
+// a row's bytes depend on that row alone (batch invariance of the GEMV that reads them).
+constexpr int kXqThreads = 128;
+__global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __restrict__ x, int64_t n4, int8_t* __restrict__ xq,
+                                                                 float2* __restrict__ xds) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * kXqThreads + threadIdx.x;
+  const bool live = v < n4;  // n4 % 8 == 0: a group is all live or all not
+  const float4 a = live ? ld_x4(x + 4 * v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float m = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
+#pragma unroll
+  for (int off = 1; off < 8; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float d = __fdiv_rn(m, 127.0f);
+  const float id = m > 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;
+  const float xv[4] = {a.x, a.y, a.z, a.w};
+  uint32_t packed = 0;
+  int32_t sum = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int32_t q = max(-127, min(127, __float2int_rn(__fmul_rn(xv[k], id))));
+    packed |= (static_cast<uint32_t>(q) & 0xffu) << (8 * k);
+    sum += q;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (!live) return;
+  reinterpret_cast<uint32_t*>(xq)[v] = packed;
+  if ((threadIdx.x & 3u) == 0) xds[v / 4] = make_float2(d, __fmul_rn(d, static_cast<float>(sum)));
+}
+
 // Host side: the matrices of one launch (rows > 0 only), their shared cols and the row count
 // that picks R.
 struct GemvLaunch {
@@ -1040,7 +1231,7 @@ int64_t plan_gemv_blocks(GemvMats& m, int R, int KS = 1) {
   return blocks;
 }
 
-template <class F, int N, int R, bool kGlu = false, int KS = 1, int NM = 0>
+template <class F, int N, int R, bool kGlu = false, int KS = 1, int NM = 0, bool kXq = false>
 void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
   const int64_t blocks = kGlu ? (l.m.rows[0] + kGemvWarps - 1) / kGemvWarps : plan_gemv_blocks(l.m, R, KS);
   if (blocks > 0x7fffffff) {
@@ -1063,7 +1254,7 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
       uint64_t total = 0;
       for (int k = 0; k < l.m.count; ++k) total += static_cast<uint64_t>(l.m.rows[k]) * l.m.row_bytes[k];
       l.m.l2_prefetch = total <= kGemvL2PrefetchMaxBytes ? 1 : 0;
-      launch_pdl(gemv_kernel<F, N, R, true, U, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m,
+      launch_pdl(gemv_kernel<F, N, R, true, U, kGlu, KS, NM, kXq>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m,
                  l.cols, x);
       return;
     }
@@ -1071,49 +1262,49 @@ void launch_gemv_r(GemvLaunch l, const float* x, cudaStream_t s) {
   // Short rows at N = 1 (batches keep U: more instantiations, and registers are tighter there).
   if constexpr (N == 1 && U >= 4) {
     if (n_pieces <= 32 * (U / 4)) {
-      launch_pdl(gemv_kernel<F, N, R, false, U / 4, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
+      launch_pdl(gemv_kernel<F, N, R, false, U / 4, kGlu, KS, NM, kXq>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
                  l.m, l.cols, x);
       return;
     }
   }
   if constexpr (N == 1 && U >= 2) {
     if (n_pieces <= 32 * (U / 2)) {
-      launch_pdl(gemv_kernel<F, N, R, false, U / 2, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
+      launch_pdl(gemv_kernel<F, N, R, false, U / 2, kGlu, KS, NM, kXq>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s,
                  l.m, l.cols, x);
       return;
     }
   }
-  launch_pdl(gemv_kernel<F, N, R, false, U, kGlu, KS, NM>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m, l.cols,
+  launch_pdl(gemv_kernel<F, N, R, false, U, kGlu, KS, NM, kXq>, dim3(static_cast<unsigned>(blocks)), dim3(kGemvThreads), 0, s, l.m, l.cols,
              x);
 }
 
 // Rows per warp: 1 for a single x row (most warps, most memory parallelism); for batches, each x
 // load is shared by R weight rows, 4 where the launch has rows enough to keep every SM busy.
 // (R changes which warp computes a row, never the row's arithmetic.)
-template <class F, int N, int KS = 1, int NM = 0>
+template <class F, int N, int KS = 1, int NM = 0, bool kXq = false>
 void launch_gemv_n(const GemvLaunch& l, const float* x, cudaStream_t s) {
   if constexpr (KS > 1) {
-    launch_gemv_r<F, N, 1, false, KS, NM>(l, x, s);  // split rows: one row per KS warps (R = 1)
+    launch_gemv_r<F, N, 1, false, KS, NM, kXq>(l, x, s);  // split rows: one row per KS warps (R = 1)
   } else if constexpr (N == 1) {
     // Quantized formats: 2 rows per warp where there are rows enough (the x loads and sums of
     // a piece serve both rows).
     if (F::kR1 > 1 && l.rows_total >= 4096) {
-      launch_gemv_r<F, 1, (F::kR1 > 1 ? F::kR1 : 1), false, 1, NM>(l, x, s);
+      launch_gemv_r<F, 1, (F::kR1 > 1 ? F::kR1 : 1), false, 1, NM, kXq>(l, x, s);
     } else {
-      launch_gemv_r<F, 1, 1, false, 1, NM>(l, x, s);
+      launch_gemv_r<F, 1, 1, false, 1, NM, kXq>(l, x, s);
     }
   } else if constexpr (N == 3 && F::kReassoc && F::kMaxR == 2) {
-    launch_gemv_r<F, N, 1, false, 1, NM>(l, x, s);  // K-quants at n = 3: R = 2 spilled a register
+    launch_gemv_r<F, N, 1, false, 1, NM, kXq>(l, x, s);  // K-quants at n = 3: R = 2 spilled a register
   } else if constexpr (N < 4) {
-    launch_gemv_r<F, N, 2, false, 1, NM>(l, x, s);
+    launch_gemv_r<F, N, 2, false, 1, NM, kXq>(l, x, s);
   } else if constexpr (N == 4 && F::kPieceElems == 4) {
     // F32 at n = 4 always with R = 4 (ptxas spilled a register in the R = 2 instantiation).
-    launch_gemv_r<F, N, 4, false, 1, NM>(l, x, s);
+    launch_gemv_r<F, N, 4, false, 1, NM, kXq>(l, x, s);
   } else {
     if (F::kMaxR >= 4 && l.rows_total >= 4096) {
-      launch_gemv_r<F, N, (F::kMaxR >= 4 ? 4 : 2), false, 1, NM>(l, x, s);
+      launch_gemv_r<F, N, (F::kMaxR >= 4 ? 4 : 2), false, 1, NM, kXq>(l, x, s);
     } else {
-      launch_gemv_r<F, N, 2, false, 1, NM>(l, x, s);
+      launch_gemv_r<F, N, 2, false, 1, NM, kXq>(l, x, s);
     }
   }
 }
@@ -1142,27 +1333,27 @@ int gemv_split(int64_t cols, uint64_t row_bytes) {
   return allowed && fits && row_bytes >= KS * kGemvSplitPartBytes ? KS : 1;
 }
 
-template <class F, int KS, int NM = 0>
+template <class F, int KS, int NM = 0, bool kXq = false>
 void launch_gemv_ks(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (n) {
-    case 1: launch_gemv_n<F, 1, KS, NM>(l, x, s); break;
-    case 2: launch_gemv_n<F, 2, KS, NM>(l, x, s); break;
-    case 3: launch_gemv_n<F, 3, KS, NM>(l, x, s); break;
-    case 4: launch_gemv_n<F, 4, KS, NM>(l, x, s); break;
-    case 5: launch_gemv_n<F, 5, KS, NM>(l, x, s); break;
-    case 6: launch_gemv_n<F, 6, KS, NM>(l, x, s); break;
-    case 7: launch_gemv_n<F, 7, KS, NM>(l, x, s); break;
-    case 8: launch_gemv_n<F, 8, KS, NM>(l, x, s); break;
+    case 1: launch_gemv_n<F, 1, KS, NM, kXq>(l, x, s); break;
+    case 2: launch_gemv_n<F, 2, KS, NM, kXq>(l, x, s); break;
+    case 3: launch_gemv_n<F, 3, KS, NM, kXq>(l, x, s); break;
+    case 4: launch_gemv_n<F, 4, KS, NM, kXq>(l, x, s); break;
+    case 5: launch_gemv_n<F, 5, KS, NM, kXq>(l, x, s); break;
+    case 6: launch_gemv_n<F, 6, KS, NM, kXq>(l, x, s); break;
+    case 7: launch_gemv_n<F, 7, KS, NM, kXq>(l, x, s); break;
+    case 8: launch_gemv_n<F, 8, KS, NM, kXq>(l, x, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
   }
 }
 
-template <class F, int NM = 0>
+template <class F, int NM = 0, bool kXq = false>
 void launch_gemv(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   if (gemv_split<F>(l.cols, l.m.row_bytes[0]) == 4) {
-    launch_gemv_ks<F, 4, NM>(l, x, n, s);
+    launch_gemv_ks<F, 4, NM, kXq>(l, x, n, s);
   } else {
-    launch_gemv_ks<F, 1, NM>(l, x, n, s);
+    launch_gemv_ks<F, 1, NM, kXq>(l, x, n, s);
   }
 }
 
@@ -1172,24 +1363,42 @@ void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_
     case GgmlType::kF32: launch_gemv<FmtF32, NM>(l, x, n, s); break;
     case GgmlType::kF16: launch_gemv<Fmt16<false>, NM>(l, x, n, s); break;
     case GgmlType::kBF16: launch_gemv<Fmt16<true>, NM>(l, x, n, s); break;
-    case GgmlType::kQ8_0: launch_gemv<FmtQ8_0, NM>(l, x, n, s); break;
-    case GgmlType::kQ4_K: launch_gemv<FmtQ4_K, NM>(l, x, n, s); break;
-    case GgmlType::kQ6_K: launch_gemv<FmtQ6_K, NM>(l, x, n, s); break;
+    case GgmlType::kQ8_0:
+      if (l.m.xq != nullptr) {
+        launch_gemv<FmtQ8_0, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv<FmtQ8_0, NM>(l, x, n, s);
+      }
+      break;
+    case GgmlType::kQ4_K:
+      if (l.m.xq != nullptr) {
+        launch_gemv<FmtQ4_K, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv<FmtQ4_K, NM>(l, x, n, s);
+      }
+      break;
+    case GgmlType::kQ6_K:
+      if (l.m.xq != nullptr) {
+        launch_gemv<FmtQ6_K, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv<FmtQ6_K, NM>(l, x, n, s);
+      }
+      break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
 }
 
-template <class F, int NM = 0>
+template <class F, int NM = 0, bool kXq = false>
 void launch_gemv_glu(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (n) {
-    case 1: launch_gemv_r<F, 1, 2, true, 1, NM>(l, x, s); break;
-    case 2: launch_gemv_r<F, 2, 2, true, 1, NM>(l, x, s); break;
-    case 3: launch_gemv_r<F, 3, 2, true, 1, NM>(l, x, s); break;
-    case 4: launch_gemv_r<F, 4, 2, true, 1, NM>(l, x, s); break;
-    case 5: launch_gemv_r<F, 5, 2, true, 1, NM>(l, x, s); break;
-    case 6: launch_gemv_r<F, 6, 2, true, 1, NM>(l, x, s); break;
-    case 7: launch_gemv_r<F, 7, 2, true, 1, NM>(l, x, s); break;
-    case 8: launch_gemv_r<F, 8, 2, true, 1, NM>(l, x, s); break;
+    case 1: launch_gemv_r<F, 1, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 2: launch_gemv_r<F, 2, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 3: launch_gemv_r<F, 3, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 4: launch_gemv_r<F, 4, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 5: launch_gemv_r<F, 5, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 6: launch_gemv_r<F, 6, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 7: launch_gemv_r<F, 7, 2, true, 1, NM, kXq>(l, x, s); break;
+    case 8: launch_gemv_r<F, 8, 2, true, 1, NM, kXq>(l, x, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
   }
 }
@@ -1200,9 +1409,27 @@ void launch_gemv_glu_type(GgmlType type, const GemvLaunch& l, const float* x, in
     case GgmlType::kF32: launch_gemv_glu<FmtF32, NM>(l, x, n, s); break;
     case GgmlType::kF16: launch_gemv_glu<Fmt16<false>, NM>(l, x, n, s); break;
     case GgmlType::kBF16: launch_gemv_glu<Fmt16<true>, NM>(l, x, n, s); break;
-    case GgmlType::kQ8_0: launch_gemv_glu<FmtQ8_0, NM>(l, x, n, s); break;
-    case GgmlType::kQ4_K: launch_gemv_glu<FmtQ4_K, NM>(l, x, n, s); break;
-    case GgmlType::kQ6_K: launch_gemv_glu<FmtQ6_K, NM>(l, x, n, s); break;
+    case GgmlType::kQ8_0:
+      if (l.m.xq != nullptr) {
+        launch_gemv_glu<FmtQ8_0, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv_glu<FmtQ8_0, NM>(l, x, n, s);
+      }
+      break;
+    case GgmlType::kQ4_K:
+      if (l.m.xq != nullptr) {
+        launch_gemv_glu<FmtQ4_K, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv_glu<FmtQ4_K, NM>(l, x, n, s);
+      }
+      break;
+    case GgmlType::kQ6_K:
+      if (l.m.xq != nullptr) {
+        launch_gemv_glu<FmtQ6_K, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv_glu<FmtQ6_K, NM>(l, x, n, s);
+      }
+      break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
 }
@@ -1323,8 +1550,8 @@ bool matmul_type_supported(GgmlType t) {
   }
 }
 
-void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s) {
-  gemv_multi(&w, &y, 1, x, n, s);
+void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, void* xq) {
+  gemv_multi(&w, &y, 1, x, n, s, xq);
 }
 
 namespace {
@@ -1391,17 +1618,60 @@ void check_norm_rows(int64_t n) {
   if (n > kGemvMaxRows) throw_cuda_error(cudaErrorInvalidValue, "gemv: n outside 1..kGemvMaxRows", __FILE__, __LINE__);
 }
 
+std::atomic<int64_t> g_xq_launches{0};
+
+// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K by default (where it
+// measured faster at one token and at 8); STRATA_CUDA_GEMV_Q8X=all adds Q6_K and Q8_0 (slower at
+// one token on the H100: the quantization launch costs more than their dot products save), =0:
+// none (read once per process).
+bool xq_type(GgmlType type) {
+  enum class Set { kNone, kQ4K, kAll };
+  static const Set set = [] {
+    const char* v = std::getenv("STRATA_CUDA_GEMV_Q8X");
+    const std::string_view s = v != nullptr ? v : "";
+    return s == "0" ? Set::kNone : s == "all" ? Set::kAll : Set::kQ4K;
+  }();
+  switch (type) {
+    case GgmlType::kQ4_K: return set != Set::kNone;
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ8_0: return set == Set::kAll;
+    default: return false;
+  }
+}
+
+// With a buffer of gemv_xq_bytes: quantizes x for l's GEMV (one launch before it) and points l at
+// the result; otherwise l reads the f32 x.
+void use_xq(GgmlType type, GemvLaunch& l, const float* x, int64_t n, void* xq, cudaStream_t s) {
+  if (xq == nullptr || gemv_xq_bytes(type, n, l.cols) == 0) return;
+  auto* q = static_cast<int8_t*>(xq);
+  const int64_t n4 = n * l.cols / 4;
+  auto* ds = reinterpret_cast<float2*>(q + n * l.cols);
+  launch_pdl(quantize_xq_kernel, dim3(static_cast<unsigned>((n4 + kXqThreads - 1) / kXqThreads)), dim3(kXqThreads), 0, s, x, n4, q, ds);
+  l.m.xq = q;
+  l.m.xds = ds;
+  g_xq_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
 
-void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s) {
+int64_t gemv_xq_bytes(GgmlType type, int64_t n, int64_t cols) {
+  if (!xq_type(type) || n <= 0 || cols <= 0 || cols % 32 != 0) return 0;
+  return n * cols + n * cols / 16 * static_cast<int64_t>(sizeof(float2));
+}
+
+void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s, void* xq) {
   GemvLaunch l;
-  if (multi_launch(ws, ys, count, x, n, l)) launch_gemv_type(ws[0].type, l, x, n, s);
+  if (!multi_launch(ws, ys, count, x, n, l)) return;
+  use_xq(ws[0].type, l, x, n, xq, s);
+  launch_gemv_type(ws[0].type, l, x, n, s);
 }
 
 void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
-                   cudaStream_t s) {
+                   cudaStream_t s, void* xq) {
   GemvLaunch l;
-  if (glu_launch(gate, up, x, n, out, l)) launch_gemv_glu_type(gate.type, l, x, n, s);
+  if (!glu_launch(gate, up, x, n, out, l)) return;
+  use_xq(gate.type, l, x, n, xq, s);
+  launch_gemv_glu_type(gate.type, l, x, n, s);
 }
 
 int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n) {
@@ -1418,7 +1688,7 @@ int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n) {
 }
 
 int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,
-                      cudaStream_t s) {
+                      cudaStream_t s, void* xq) {
   check_norm_rows(n);
   GemvLaunch l;
   float* none = nullptr;
@@ -1431,16 +1701,18 @@ int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* 
   GemvLaunch dry = l;
   dry.plan = &n_parts;
   launch_gemv_type<1>(w.type, dry, in, n, s);
+  use_xq(w.type, l, in, n, xq, s);
   launch_gemv_type<1>(w.type, l, in, n, s);
   g_norm_producer_launches.fetch_add(1, std::memory_order_relaxed);
   return n_parts;
 }
 
 void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, const float* h, int64_t n,
-                       const float* parts, int32_t n_parts, float eps, cudaStream_t s) {
+                       const float* parts, int32_t n_parts, float eps, cudaStream_t s, void* xq) {
   check_norm_rows(n);
   GemvLaunch l;
   if (!multi_launch(ws, ys, count, h, n, l)) return;
+  use_xq(ws[0].type, l, h, n, xq, s);
   l.m.parts = const_cast<float*>(parts);
   l.m.n_parts = n_parts;
   l.m.eps = eps;
@@ -1449,10 +1721,11 @@ void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, cons
 }
 
 void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, const float* h, int64_t n, float* out,
-                          const float* parts, int32_t n_parts, float eps, cudaStream_t s) {
+                          const float* parts, int32_t n_parts, float eps, cudaStream_t s, void* xq) {
   check_norm_rows(n);
   GemvLaunch l;
   if (!glu_launch(gate, up, h, n, out, l)) return;
+  use_xq(gate.type, l, h, n, xq, s);
   l.m.parts = const_cast<float*>(parts);
   l.m.n_parts = n_parts;
   l.m.eps = eps;
@@ -1463,6 +1736,8 @@ void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, cons
 namespace gemv_stats {
 int64_t norm_producer_launches() { return g_norm_producer_launches.load(std::memory_order_relaxed); }
 int64_t norm_consumer_launches() { return g_norm_consumer_launches.load(std::memory_order_relaxed); }
+int64_t xq_launches() { return g_xq_launches.load(std::memory_order_relaxed); }
+bool xq_type(GgmlType type) { return cuda::xq_type(type); }
 }  // namespace gemv_stats
 
 void dequantize_to_f16(const WeightMatrix& w, int64_t r0, int64_t nr, void* dst, cudaStream_t s) {
