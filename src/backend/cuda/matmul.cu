@@ -223,30 +223,16 @@ SHD int32_t dp4a(uint32_t a, uint32_t b, int32_t c) {
 #endif
 }
 
-// 16 bytes of quantized x (16-byte aligned) and a group's (scale, scaled sum), through L1.
-SHD uint4 ld_xq16(const int8_t* p) {
+// A T (uint4: 16 bytes of quantized x; uint2: 8; float2: a group's scale and scaled sum) from p,
+// aligned to sizeof(T), read-only through L1.
+template <class T>
+SHD T ld_ro(const void* p) {
 #ifdef __CUDA_ARCH__
-  return __ldg(reinterpret_cast<const uint4*>(p));
+  return __ldg(static_cast<const T*>(p));
 #else
-  uint4 v;
-  std::memcpy(&v, p, 16);
+  T v;
+  std::memcpy(&v, p, sizeof(T));
   return v;
-#endif
-}
-SHD uint2 ld_xq8(const int8_t* p) {
-#ifdef __CUDA_ARCH__
-  return __ldg(reinterpret_cast<const uint2*>(p));
-#else
-  uint2 v;
-  std::memcpy(&v, p, 8);
-  return v;
-#endif
-}
-SHD float2 ld_xds(const float2* p) {
-#ifdef __CUDA_ARCH__
-  return __ldg(p);
-#else
-  return *p;
 #endif
 }
 
@@ -406,8 +392,8 @@ struct FmtQ8_0 {
     for (int r = 0; r < R; ++r) d[r] = half_bits_to_float(raw[r].d);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      const uint2 q2 = ld_xq8(xq + i * cols + e);
-      const float xd = ld_xds(xds + (i * cols + e) / 16).x;
+      const uint2 q2 = ld_ro<uint2>(xq + i * cols + e);
+      const float xd = ld_ro<float2>(xds + (i * cols + e) / 16).x;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int32_t acc = dp4a(raw[r].q1, q2.y, dp4a(raw[r].q0, q2.x, 0));
@@ -472,6 +458,13 @@ struct FmtQ4_K {
       w[i] = sub_rn(mul_rn(dj, static_cast<float>(v)), mj);
     }
   }
+  // Sub-block j's scale d * sc and min dmin * m as floats.
+  static SHD void sub_scale_min(const Raw& raw, int j, float* dj, float* mj) {
+    uint32_t sc, m;
+    scale_min(j, raw.hdr.y, raw.hdr.z, raw.hdr.w, &sc, &m);
+    *dj = mul_rn(half_bits_to_float(raw.hdr.x & 0xffffu), small_u2f(sc));
+    *mj = mul_rn(half_bits_to_float(raw.hdr.x >> 16), small_u2f(m));
+  }
   // GEMV piece sums, reassociated. Half h of the piece (h = 0: low nibbles, sub-block j0 = 2c,
   // columns e0 .. e0 + 15; h = 1: high nibbles, sub-block j0 + 1, columns e0 + 32 ..): with
   // f = 0.5 + q / 32 (exact: the nibble as mantissa bits 19..22 of a float in [0.5, 1)),
@@ -487,10 +480,8 @@ struct FmtQ4_K {
       float a[R], b[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        uint32_t sc, m;
-        scale_min(j0 + h, raw[r].hdr.y, raw[r].hdr.z, raw[r].hdr.w, &sc, &m);
-        const float dj = mul_rn(half_bits_to_float(raw[r].hdr.x & 0xffffu), small_u2f(sc));
-        const float mj = mul_rn(half_bits_to_float(raw[r].hdr.x >> 16), small_u2f(m));
+        float dj, mj;
+        sub_scale_min(raw[r], j0 + h, &dj, &mj);
         a[r] = mul_rn(32.0f, dj);
         b[r] = fma_rn(16.0f, dj, mj);
       }
@@ -516,7 +507,7 @@ struct FmtQ4_K {
       }
     }
   }
-  // GEMV piece sums against x quantized to 8 bits (XqView, quantize_xq_kernel): half h's 16
+  // GEMV piece sums against x quantized to 8 bits (GemvMats::xq, quantize_xq_kernel): half h's 16
   // columns c .. c + 15 (c = e0 + 32 h) lie in one 32-column group of x with scale xd and
   // S = xd * (sum of the group's 16 q there), so with x_k = xd q_k and w_k = dj n_k - mj,
   // sum x w = (xd dj) sum q n - mj S: the integer sum by four byte dot products (dp4a), the rest
@@ -529,17 +520,12 @@ struct FmtQ4_K {
     for (int h = 0; h < 2; ++h) {
       float dj[R], mj[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        uint32_t sc, m;
-        scale_min(j0 + h, raw[r].hdr.y, raw[r].hdr.z, raw[r].hdr.w, &sc, &m);
-        dj[r] = mul_rn(half_bits_to_float(raw[r].hdr.x & 0xffffu), small_u2f(sc));
-        mj[r] = mul_rn(half_bits_to_float(raw[r].hdr.x >> 16), small_u2f(m));
-      }
+      for (int r = 0; r < R; ++r) sub_scale_min(raw[r], j0 + h, &dj[r], &mj[r]);
       const int c = e0 + 32 * h;
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const uint4 q4 = ld_xq16(xq + i * cols + c);
-        const float2 ds = ld_xds(xds + (i * cols + c) / 16);
+        const uint4 q4 = ld_ro<uint4>(xq + i * cols + c);
+        const float2 ds = ld_ro<float2>(xds + (i * cols + c) / 16);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int32_t acc = 0;
@@ -680,8 +666,8 @@ struct FmtQ6_K {
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         const int c = e + 32 * g;
-        const uint2 q2 = ld_xq8(xq + i * cols + c);
-        const float xd = ld_xds(xds + (i * cols + c) / 16).x;
+        const uint2 q2 = ld_ro<uint2>(xq + i * cols + c);
+        const float xd = ld_ro<float2>(xds + (i * cols + c) / 16).x;
         const int32_t sx = dp4a(0x01010101u, q2.y, dp4a(0x01010101u, q2.x, 0));
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -728,7 +714,7 @@ struct GemvMats {  // passed by value (kernel parameter space)
   float* parts;     // NM = 1: written; NM = 2: read
   int32_t n_parts;  // parts per x row (groups of the producer's rows)
   float eps;
-  // gemv_kernel's kXq: x quantized to 8 bits by quantize_xq_kernel (XqView): xq[n][cols] bytes,
+  // gemv_kernel's kXq: x quantized to 8 bits by quantize_xq_kernel: xq[n][cols] bytes,
   // xds[n][cols / 16] (scale of the 32-column group, scale times the sum of the 16 q).
   const int8_t* xq;
   const float2* xds;
@@ -1357,37 +1343,6 @@ void launch_gemv(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s)
   }
 }
 
-template <int NM = 0>
-void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
-  switch (type) {
-    case GgmlType::kF32: launch_gemv<FmtF32, NM>(l, x, n, s); break;
-    case GgmlType::kF16: launch_gemv<Fmt16<false>, NM>(l, x, n, s); break;
-    case GgmlType::kBF16: launch_gemv<Fmt16<true>, NM>(l, x, n, s); break;
-    case GgmlType::kQ8_0:
-      if (l.m.xq != nullptr) {
-        launch_gemv<FmtQ8_0, NM, true>(l, x, n, s);
-      } else {
-        launch_gemv<FmtQ8_0, NM>(l, x, n, s);
-      }
-      break;
-    case GgmlType::kQ4_K:
-      if (l.m.xq != nullptr) {
-        launch_gemv<FmtQ4_K, NM, true>(l, x, n, s);
-      } else {
-        launch_gemv<FmtQ4_K, NM>(l, x, n, s);
-      }
-      break;
-    case GgmlType::kQ6_K:
-      if (l.m.xq != nullptr) {
-        launch_gemv<FmtQ6_K, NM, true>(l, x, n, s);
-      } else {
-        launch_gemv<FmtQ6_K, NM>(l, x, n, s);
-      }
-      break;
-    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
-  }
-}
-
 template <class F, int NM = 0, bool kXq = false>
 void launch_gemv_glu(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (n) {
@@ -1403,35 +1358,45 @@ void launch_gemv_glu(const GemvLaunch& l, const float* x, int64_t n, cudaStream_
   }
 }
 
-template <int NM = 0>
-void launch_gemv_glu_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+// The plain (kGlu = false) or SwiGLU GEMV of format F, on the 8-bit x where l carries one (only
+// the formats with a dot_q8).
+template <class F>
+inline constexpr bool kHasDotQ8 = std::is_same_v<F, FmtQ4_K> || std::is_same_v<F, FmtQ6_K> || std::is_same_v<F, FmtQ8_0>;
+template <class F, int NM, bool kGlu>
+void launch_gemv_fmt(const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+  if constexpr (kHasDotQ8<F>) {
+    if (l.m.xq != nullptr) {
+      if constexpr (kGlu) {
+        launch_gemv_glu<F, NM, true>(l, x, n, s);
+      } else {
+        launch_gemv<F, NM, true>(l, x, n, s);
+      }
+      return;
+    }
+  }
+  if constexpr (kGlu) {
+    launch_gemv_glu<F, NM>(l, x, n, s);
+  } else {
+    launch_gemv<F, NM>(l, x, n, s);
+  }
+}
+
+template <int NM = 0, bool kGlu = false>
+void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
   switch (type) {
-    case GgmlType::kF32: launch_gemv_glu<FmtF32, NM>(l, x, n, s); break;
-    case GgmlType::kF16: launch_gemv_glu<Fmt16<false>, NM>(l, x, n, s); break;
-    case GgmlType::kBF16: launch_gemv_glu<Fmt16<true>, NM>(l, x, n, s); break;
-    case GgmlType::kQ8_0:
-      if (l.m.xq != nullptr) {
-        launch_gemv_glu<FmtQ8_0, NM, true>(l, x, n, s);
-      } else {
-        launch_gemv_glu<FmtQ8_0, NM>(l, x, n, s);
-      }
-      break;
-    case GgmlType::kQ4_K:
-      if (l.m.xq != nullptr) {
-        launch_gemv_glu<FmtQ4_K, NM, true>(l, x, n, s);
-      } else {
-        launch_gemv_glu<FmtQ4_K, NM>(l, x, n, s);
-      }
-      break;
-    case GgmlType::kQ6_K:
-      if (l.m.xq != nullptr) {
-        launch_gemv_glu<FmtQ6_K, NM, true>(l, x, n, s);
-      } else {
-        launch_gemv_glu<FmtQ6_K, NM>(l, x, n, s);
-      }
-      break;
+    case GgmlType::kF32: launch_gemv_fmt<FmtF32, NM, kGlu>(l, x, n, s); break;
+    case GgmlType::kF16: launch_gemv_fmt<Fmt16<false>, NM, kGlu>(l, x, n, s); break;
+    case GgmlType::kBF16: launch_gemv_fmt<Fmt16<true>, NM, kGlu>(l, x, n, s); break;
+    case GgmlType::kQ8_0: launch_gemv_fmt<FmtQ8_0, NM, kGlu>(l, x, n, s); break;
+    case GgmlType::kQ4_K: launch_gemv_fmt<FmtQ4_K, NM, kGlu>(l, x, n, s); break;
+    case GgmlType::kQ6_K: launch_gemv_fmt<FmtQ6_K, NM, kGlu>(l, x, n, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: unsupported weight type", __FILE__, __LINE__);
   }
+}
+
+template <int NM = 0>
+void launch_gemv_glu_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+  launch_gemv_type<NM, true>(type, l, x, n, s);
 }
 
 // ------------------------------------------------------------------------------------------
