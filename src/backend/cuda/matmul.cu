@@ -23,13 +23,14 @@
 // explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
 // batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
 //
-// 8-bit x (kXq; Q4_K, Q6_K and Q8_0 given the entries' xq buffer; STRATA_CUDA_GEMV_Q8X=0: off): a
-// launch of its own first quantizes each run of 32 values of x to bytes with one scale
+// 8-bit x (kXq: Q4_K by default, Q6_K and Q8_0 too with STRATA_CUDA_GEMV_Q8X=all, none with =0;
+// where gemv_xq_bytes gives a size and the entry is given the buffer): a launch of its own first
+// quantizes each run of 32 values of x to bytes with one scale
 // (quantize_xq_kernel), and the pieces take byte dot products (dp4a) of their weights' integers
 // with those bytes, then a few float operations per group (F::dot_q8; Q4_K: three per 16 weights)
 // instead of one byte permute and one FMA per weight.
 // The CPU backend dots K-quants with 8-bit x too; the error vs the f32 x is that of x's rounding
-// (about 0.4% of a product's size for random data). A row's bytes depend on that row of x alone
+// (under 1% of a product's size on random data, simulated). A row's bytes depend on that row of x alone
 // and the dot on (row, x row, piece) alone, so batches stay bit-invariant.
 //
 // n = 1: quantized formats take R = 2 rows per warp where the launch has >= 4096 rows (x loads
