@@ -1,9 +1,13 @@
 #include "gguf/gguf_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <future>
 #include <memory>
+#include <thread>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -152,10 +156,37 @@ void GgufWriter::write_to(Sink& s) const {
     offset += (t.n_bytes + align - 1) / align * align;
   }
   pad_to(s, align);
-  std::vector<uint8_t> buf;
-  for (const auto& t : tensors_) {
-    buf.assign(static_cast<size_t>(t.n_bytes), 0);
-    t.produce(buf);
+  // A window of tensors produced concurrently, each into its own buffer, written in order as each
+  // one's turn comes. The window is bounded by the thread count and by the bytes in flight.
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t workers = std::min<size_t>(threads_ != 0 ? threads_ : std::min(hw, 16u), std::max<size_t>(tensors_.size(), 1));
+  constexpr uint64_t kMaxBytesInFlight = uint64_t{2} << 30;
+  struct Pending {
+    std::future<std::vector<uint8_t>> bytes;
+    uint64_t n_bytes;
+  };
+  std::deque<Pending> window;
+  uint64_t in_flight = 0;
+  size_t next = 0;
+  auto start = [&](const Tensor& t) {
+    window.push_back({std::async(std::launch::async,
+                                 [&t] {
+                                   std::vector<uint8_t> buf(static_cast<size_t>(t.n_bytes), 0);
+                                   t.produce(buf);
+                                   return buf;
+                                 }),
+                      t.n_bytes});
+    in_flight += t.n_bytes;
+  };
+  while (next < tensors_.size() || !window.empty()) {
+    while (next < tensors_.size() && window.size() < workers &&
+           (window.empty() || in_flight + tensors_[next].n_bytes <= kMaxBytesInFlight)) {
+      start(tensors_[next++]);
+    }
+    Pending p = std::move(window.front());
+    window.pop_front();
+    const std::vector<uint8_t> buf = p.bytes.get();  // rethrows a producer's error
+    in_flight -= p.n_bytes;
     s.write(buf.data(), buf.size());
     pad_to(s, align);
   }

@@ -1,6 +1,9 @@
 // Writing GGUF v3 files: metadata in insertion order, then tensor infos, then aligned tensor data.
 // Tensor bytes come from a producer callback so that multi-GB models are streamed, not held in
-// memory. Thread-safety: not thread-safe; one writer per thread.
+// memory. Tensors are produced by several threads at once (set_threads), each into its own
+// buffer, and written in order, so the file's bytes do not depend on the thread count; producers
+// must therefore be safe to call concurrently (pure functions of what they captured).
+// Thread-safety: the writer itself is not thread-safe; one writer per thread.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,10 @@ class GgufWriter {
   void add_tensor(const std::string& name, GgmlType type, const std::vector<uint64_t>& shape,
                   std::vector<uint8_t> bytes);
 
+  // How many tensors are produced at once: 0 (the default) for the hardware's threads, at most 16;
+  // fewer while the tensors in flight hold 2 GiB or more (one always runs).
+  void set_threads(unsigned n) { threads_ = n; }
+
   // Writes the file; the alignment is taken from "general.alignment" when set (u32), else 32.
   // Throws strata::Error on I/O failure.
   void write_file(const std::string& path) const;
@@ -46,6 +53,7 @@ class GgufWriter {
 
   std::vector<std::pair<std::string, GgufValue>> kvs_;
   std::vector<Tensor> tensors_;
+  unsigned threads_ = 0;
 };
 
 }  // namespace strata

@@ -1,8 +1,12 @@
 // GGUF reader and writer: round trips, accessors, and hostile input.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <thread>
 
 #include "core/error.h"
 #include "gguf/gguf_file.h"
@@ -108,6 +112,74 @@ TEST(GgufFile, CustomAlignmentIsHonoured) {
   EXPECT_EQ(f->data_offset() % 64, 0u);
   EXPECT_EQ(f->find_tensor("b")->offset, 64u);
   EXPECT_EQ(f->find_tensor("b")->data[0], 2);
+}
+
+// Tensors are produced several at once and written in order: the bytes are the same with one
+// thread or eight, several producers did run at the same time, and a producer's error reaches the
+// caller with the others' threads joined.
+std::string tensor_name(int i) {
+  std::string s = "t";
+  s += std::to_string(i);
+  return s;
+}
+
+TEST(GgufFile, ConcurrentProducersWriteTheSameBytesInOrder) {
+  std::atomic<int> running{0}, most{0};
+  auto writer = [&](unsigned threads) {
+    GgufWriter w;
+    w.set_threads(threads);
+    w.set("general.architecture", GgufValue::str("llama"));
+    for (int i = 0; i < 24; ++i) {
+      const uint64_t n = 1 + static_cast<uint64_t>(i * 37 % 101);  // odd sizes: every tensor padded
+      w.add_tensor(tensor_name(i), GgmlType::kF32, {n}, [&, i, threads](std::span<uint8_t> out) {
+        const int now = running.fetch_add(1) + 1;
+        for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+        }
+        // With several threads the first producer waits (at most 2 s) for a second one to start,
+        // and later tensors finish first, so an in-order writer must wait for the earlier ones.
+        for (int k = 0; threads > 1 && i == 0 && k < 2000 && most.load() < 2; ++k) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100 * (24 - i)));
+        for (size_t b = 0; b < out.size(); ++b) out[b] = static_cast<uint8_t>(i * 31 + b);
+        running.fetch_sub(1);
+      });
+    }
+    return w;
+  };
+  const std::vector<uint8_t> one = writer(1).write_memory();
+  EXPECT_EQ(most.load(), 1);
+  most = 0;
+  const std::vector<uint8_t> eight = writer(8).write_memory();
+  EXPECT_GE(most.load(), 2);
+  EXPECT_LE(most.load(), 8);
+  EXPECT_EQ(one, eight);
+  auto f = GgufFile::parse(eight);
+  ASSERT_EQ(f->tensors().size(), 24u);
+  for (int i = 0; i < 24; ++i) {
+    const auto* t = f->find_tensor(tensor_name(i));
+    ASSERT_NE(t, nullptr);
+    for (uint64_t b = 0; b < t->n_bytes; ++b) ASSERT_EQ(t->data[b], static_cast<uint8_t>(i * 31 + b)) << i;
+  }
+
+  GgufWriter bad;
+  bad.set_threads(4);
+  for (int i = 0; i < 6; ++i) {
+    bad.add_tensor(tensor_name(i), GgmlType::kF32, {4}, [i](std::span<uint8_t> out) {
+      if (i == 3) throw std::runtime_error("producer 3 failed");
+      std::fill(out.begin(), out.end(), uint8_t{1});
+    });
+  }
+  EXPECT_THROW(
+      {
+        try {
+          bad.write_memory();
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "producer 3 failed");
+          throw;
+        }
+      },
+      std::runtime_error);
 }
 
 TEST(GgufFile, TypedAccessorsNameTheKey) {
