@@ -36,6 +36,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -188,6 +189,15 @@ bool cuda_gemv_xq(GgmlType type) {
 #else
   (void)type;
   return false;
+#endif
+}
+
+// Launches of the CUDA GEMVs' own 8-bit quantization of x so far (0 without CUDA).
+int64_t xq_launch_count() {
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+  return cuda::gemv_stats::xq_launches();
+#else
+  return 0;
 #endif
 }
 
@@ -1606,13 +1616,51 @@ TEST_P(BackendOps, RopeKvStoreAttentionEqualsTheOpsOneByOne) {
     const DevArray q1 = upload(be(), q, rows, qw), k1 = upload(be(), k, rows, kw), v1 = upload(be(), v, rows, kw);
     const DevArray q2 = upload(be(), q, rows, qw), k2 = upload(be(), k, rows, kw), v2 = upload(be(), v, rows, kw);
     const DevArray o1 = alloc(be(), rows, qw), o2 = alloc(be(), rows, qw);
+    // CUDA, Q4_K GEMVs on 8-bit x: after such a GEMV, a decode attention that the latency kernel
+    // takes (no warm tier, head_dim % 32 == 0) writes its output's 8-bit form too, and the O-like
+    // GEMV after it reads that without a quantization launch of its own, with the bits of the same
+    // GEMV over a copy of the output (which its own launch quantizes); other batches: the launch.
+    const bool xq_check = cuda_gemv_xq(GgmlType::kQ4_K) && rows <= 8 && qw % 256 == 0;
+    const char* attn_xq = std::getenv("STRATA_CUDA_ATTN_XQ");  // "0": the A/B switch that turns it off
+    const bool xq_folds = c.n_q == 1 && c.warm == WarmFormat::kNone && c.head_dim % 32 == 0 &&
+                          (attn_xq == nullptr || std::string(attn_xq) != "0");
+    std::optional<cpu::test::TestMatrix> mo;
+    WeightMatrix wo{};
+    std::vector<int64_t> xq_counts;  // launches of the two GEMVs after the attentions
+    if (xq_check) {
+      mo = random_matrix(GgmlType::kQ4_K, 48, qw, rng);
+      wo = be().upload_matrix(mo->w);
+      const DevArray warm = upload(be(), random_floats(static_cast<size_t>(rows * qw), rng), rows, qw);
+      const DevArray y0 = alloc(be(), rows, 48);
+      be().matmul(wo, warm.view, y0.view);  // the last GEMV read 8-bit x
+    }
+    const DevArray y1 = alloc(be(), rows, 48), y2 = alloc(be(), rows, 48), y3 = alloc(be(), rows, 48);
     be().rope_kv_store(q1.view, k1.view, v1.view, pos, c.n_head, c.n_kv, c.head_dim, rp, a.dev, slots);
     be().paged_attention(q1.view, a.dev, seqs, c.n_head, scale, o1.view);
+    if (xq_check) {
+      const int64_t l0 = xq_launch_count();
+      be().matmul(wo, o1.view, y1.view);
+      xq_counts.push_back(xq_launch_count() - l0);
+    }
     be().rope_kv_store_attention(q2.view, k2.view, v2.view, pos, c.n_head, c.n_kv, c.head_dim, rp, b.dev, slots, seqs,
                                  scale, o2.view);
+    if (xq_check) {
+      const int64_t l0 = xq_launch_count();
+      be().matmul(wo, o2.view, y2.view);
+      xq_counts.push_back(xq_launch_count() - l0);
+    }
     const auto out1 = download(be(), o1.view), out2 = download(be(), o2.view);
     ASSERT_EQ(out1.size(), out2.size());
     EXPECT_EQ(0, std::memcmp(out1.data(), out2.data(), out1.size() * sizeof(float))) << "attention output differs";
+    if (xq_check) {
+      const DevArray copy = upload(be(), out2, rows, qw);
+      be().matmul(wo, copy.view, y3.view);
+      const auto want = download(be(), y3.view);
+      EXPECT_EQ(download(be(), y1.view), want) << "GEMV after paged_attention";
+      EXPECT_EQ(download(be(), y2.view), want) << "GEMV after rope_kv_store_attention";
+      const int64_t launches = xq_folds ? 0 : 1;
+      EXPECT_EQ(xq_counts, std::vector<int64_t>({launches, launches})) << "quantization launches of the two GEMVs";
+    }
     EXPECT_EQ(download_bytes(be(), a.dev.k, a.hk.size()), download_bytes(be(), b.dev.k, b.hk.size())) << "K arena";
     EXPECT_EQ(download_bytes(be(), a.dev.v, a.hv.size()), download_bytes(be(), b.dev.v, b.hv.size())) << "V arena";
     // Decode batches asking for importance (the last sequence does not): the fused kernel reports

@@ -58,6 +58,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/seq_slots.cuh"
+#include "backend/cuda/xq.cuh"
 
 namespace strata::cuda {
 namespace attn {
@@ -646,11 +647,29 @@ __global__ void __launch_bounds__(WQ * 32, (VEC <= 3 ? 12 : 8) / WQ)
   }
 }
 
+// The 8-bit form of a warp's output row (acc[i] * inv at lane + 32 i, the values it stored in out)
+// for the O projection's GEMV (kernels.h GemvXq): row `row` of hd values is at row * hd of the
+// [tokens][n_head * hd] output, so with hd % 32 == 0 (the launcher passes xq only then) each i is
+// one group of 32 (xq.cuh), the bytes quantize_xq_kernel would write. xq null: nothing.
+template <int VEC>
+__device__ __forceinline__ void store_xq_row(const float (&acc)[VEC], float inv, int64_t row, int32_t hd, int lane,
+                                             int8_t* __restrict__ xq, float2* __restrict__ xds) {
+  if (xq == nullptr) return;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if (32 * i < hd) {
+      const int64_t e = row * hd + 32 * i;
+      xq_store_warp(acc[i] * inv, lane, xq + e, xds + e / 16);
+    }
+  }
+}
+
 // Merges the nsplit partials ({m, l, acc[hd]}, stride hd + 2) of each (token, head) row: one warp
 // per row; partials with m = -INF (splits that got no keys) are skipped.
 template <int VEC>
 __global__ void __launch_bounds__(128) attention_combine_kernel(const float* __restrict__ scratch, int64_t rows,
-                                                                int32_t nsplit, int32_t hd, float* __restrict__ out) {
+                                                                int32_t nsplit, int32_t hd, float* __restrict__ out,
+                                                                int8_t* __restrict__ xq, float2* __restrict__ xds) {
   pdl_wait();
   pdl_trigger();
   const int lane = threadIdx.x & 31;
@@ -682,6 +701,7 @@ __global__ void __launch_bounds__(128) attention_combine_kernel(const float* __r
   for (int i = 0; i < VEC; ++i) {
     if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
   }
+  store_xq_row<VEC>(acc, inv, row, hd, lane, xq, xds);
 }
 
 // --- decode (every sequence of the batch has n_q <= 1) --------------------------------------------
@@ -1060,11 +1080,12 @@ inline int64_t group_slots_bound(const AttnBatch& b, int32_t group, int wq) {
 
 // Merges the partials of every (token, head) row of the batch into out.
 template <int VEC>
-void launch_combine(const AttnBatch& b, int32_t n_head, int32_t hd, int32_t nsplit, float* out, cudaStream_t s) {
+void launch_combine(const AttnBatch& b, int32_t n_head, int32_t hd, int32_t nsplit, float* out, cudaStream_t s,
+                    int8_t* xq = nullptr, float2* xds = nullptr) {
   const int64_t rows = int64_t{b.n_tokens} * n_head;
   const int64_t cblocks = (rows * 32 + 127) / 128;
   launch_pdl(attention_combine_kernel<VEC>, dim3(static_cast<unsigned>(cblocks)), dim3(128), 0, s, b.scratch, rows, nsplit,
-             hd, out);
+             hd, out, xq, xds);
 }
 
 template <int VEC, int WQ>
@@ -1121,7 +1142,8 @@ ATT_HD int64_t hot_smem_floats(int vec, int32_t g, int32_t warps) {
 template <int VEC, int KIND, bool kFused>
 __global__ void __launch_bounds__(kHotMaxWarps * 32)
     attention_decode_hot_kernel(const float* __restrict__ q, KvLayerView kv, AttnBatch b, int32_t n_head, int32_t G,
-                                int32_t KW, float scale, float* __restrict__ out, int32_t nsplit, DecFuse f) {
+                                int32_t KW, float scale, float* __restrict__ out, int32_t nsplit, DecFuse f,
+                                int8_t* __restrict__ xq, float2* __restrict__ xds) {
   constexpr int D = VEC * 32, KS = D + 4;
   constexpr int ES = KIND == 0 ? 4 : 2;
   constexpr int CE = 16 / ES;  // elements per 16-byte load
@@ -1354,6 +1376,7 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
     for (int i = 0; i < VEC; ++i) {
       if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
     }
+    store_xq_row<VEC>(acc, inv, row, hd, lane, xq, xds);
   } else {
     float* part = b.scratch + (row * nsplit + split) * (hd + 2);
     if (lane == 0) {
@@ -1407,15 +1430,19 @@ inline bool hot_decode_eligible(const KvLayerView& kv, const AttnBatch& b, int32
   return group >= 1 && group <= kHotMaxWarps;
 }
 
+// xq: where the output's 8-bit form goes (xq_bytes(n_tokens, n_head * head_dim) bytes), or null; it
+// is written only where head_dim % 32 == 0 (returns whether).
 template <int VEC, bool kFused>
-void launch_decode_hot(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
-                       float* out, cudaStream_t s, const DecFuse& f) {
+bool launch_decode_hot(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                       float* out, cudaStream_t s, const DecFuse& f, void* xq) {
   const int32_t G = n_head / kv.n_kv_heads;
   const int32_t plan = plan_ctx(b);
   const int32_t nsplit = hot_splits(b.n_tokens, n_head, plan, VEC);
   const int32_t KW = hot_key_warps(plan, nsplit, G);
   const int64_t blocks = int64_t{b.n_seqs} * kv.n_kv_heads * nsplit;
   const size_t smem = static_cast<size_t>(hot_smem_floats(VEC, G, G * KW)) * sizeof(float);
+  int8_t* xb = kv.head_dim % 32 == 0 ? static_cast<int8_t*>(xq) : nullptr;
+  float2* xds = xb != nullptr ? reinterpret_cast<float2*>(xb + int64_t{b.n_tokens} * n_head * kv.head_dim) : nullptr;
   static bool configured[3] = {false, false, false};  // per kernel (launchers run on the engine thread only)
   auto run = [&](auto kernel, int kind) {
     if (!configured[kind]) {
@@ -1424,7 +1451,7 @@ void launch_decode_hot(const float* q, const KvLayerView& kv, const AttnBatch& b
       configured[kind] = true;
     }
     launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(G * KW * 32)), smem, s, q, kv, b,
-               n_head, G, KW, scale, out, nsplit, f);
+               n_head, G, KW, scale, out, nsplit, f, nsplit == 1 ? xb : nullptr, nsplit == 1 ? xds : nullptr);
   };
   switch (kv.dtype) {
     case KvDtype::kF32: run(attention_decode_hot_kernel<VEC, 0, kFused>, 0); break;
@@ -1432,7 +1459,8 @@ void launch_decode_hot(const float* q, const KvLayerView& kv, const AttnBatch& b
     default: run(attention_decode_hot_kernel<VEC, 2, kFused>, 2); break;
   }
   g_hot_launches.fetch_add(1, std::memory_order_relaxed);
-  if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
+  if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s, xb, xds);
+  return xb != nullptr;
 }
 
 template <int VEC, int R, bool kFused>
@@ -1460,14 +1488,12 @@ void launch_decode(const float* q, const KvLayerView& kv, const AttnBatch& b, in
   if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
 }
 
+// Returns whether it wrote the output's 8-bit form into xq (the latency kernel only).
 template <int VEC, bool kFused>
-void launch_decode_group(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
-                         float* out, cudaStream_t s, const DecFuse& f) {
+bool launch_decode_group(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                         float* out, cudaStream_t s, const DecFuse& f, void* xq) {
   const int32_t group = n_head / kv.n_kv_heads;
-  if (hot_decode_eligible(kv, b, n_head)) {
-    launch_decode_hot<VEC, kFused>(q, kv, b, n_head, scale, out, s, f);
-    return;
-  }
+  if (hot_decode_eligible(kv, b, n_head)) return launch_decode_hot<VEC, kFused>(q, kv, b, n_head, scale, out, s, f, xq);
   if (group <= 1) {
     launch_decode<VEC, 1, kFused>(q, kv, b, n_head, scale, out, s, f);
   } else if (group <= 2) {
@@ -1477,25 +1503,24 @@ void launch_decode_group(const float* q, const KvLayerView& kv, const AttnBatch&
   } else {
     launch_decode<VEC, 8, kFused>(q, kv, b, n_head, scale, out, s, f);
   }
+  return false;
 }
 
 template <int VEC>
-void launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
-            cudaStream_t s) {
+bool launch(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale, float* out,
+            cudaStream_t s, void* xq) {
   if (b.max_n_q > 1 && mma_eligible(kv)) {
     const int32_t nsplit = launch_mma(q, kv, b, n_head, scale, out, s);
     if (nsplit > 1) launch_combine<VEC>(b, n_head, kv.head_dim, nsplit, out, s);
-    return;
+    return false;
   }
-  if (b.max_n_q == 1) {
-    launch_decode_group<VEC, false>(q, kv, b, n_head, scale, out, s, DecFuse{});
-    return;
-  }
+  if (b.max_n_q == 1) return launch_decode_group<VEC, false>(q, kv, b, n_head, scale, out, s, DecFuse{}, xq);
   if (choose_wq(b.max_n_q, n_head / kv.n_kv_heads) == 4) {
     launch_wq<VEC, 4>(q, kv, b, n_head, scale, out, s);
   } else {
     launch_wq<VEC, 1>(q, kv, b, n_head, scale, out, s);
   }
+  return false;
 }
 
 #undef ATT_HD
@@ -1525,37 +1550,37 @@ bool rope_attention_fusable(const KvLayerView& kv, const AttnBatch& b, int32_t n
          n_rot >= 0 && n_rot % 2 == 0 && n_rot <= kv.head_dim;
 }
 
-void rope_kv_store_attention(const float* q, const float* k, const float* v, const int32_t* pos,
+bool rope_kv_store_attention(const float* q, const float* k, const float* v, const int32_t* pos,
                              const int32_t* slots, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
-                             const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s) {
+                             const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s, void* xq) {
   if (!rope_attention_fusable(kv, b, p.n_rot)) {
     throw std::invalid_argument("rope_kv_store_attention: not a decode batch of head_dim <= 256 and n_rot <= head_dim");
   }
   const attn::DecFuse f{k, v, pos, slots, RopeArgs{inv_freq, p.freq_factors, p.freq_scale, p.n_rot, p.neox}};
   switch ((kv.head_dim + 31) / 32) {
-    case 1: attn::launch_decode_group<1, true>(q, kv, b, n_head, scale, out, s, f); break;
-    case 2: attn::launch_decode_group<2, true>(q, kv, b, n_head, scale, out, s, f); break;
-    case 3: attn::launch_decode_group<3, true>(q, kv, b, n_head, scale, out, s, f); break;
-    case 4: attn::launch_decode_group<4, true>(q, kv, b, n_head, scale, out, s, f); break;
-    case 5: attn::launch_decode_group<5, true>(q, kv, b, n_head, scale, out, s, f); break;
-    case 6: attn::launch_decode_group<6, true>(q, kv, b, n_head, scale, out, s, f); break;
-    case 7: attn::launch_decode_group<7, true>(q, kv, b, n_head, scale, out, s, f); break;
-    default: attn::launch_decode_group<8, true>(q, kv, b, n_head, scale, out, s, f); break;
+    case 1: return attn::launch_decode_group<1, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    case 2: return attn::launch_decode_group<2, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    case 3: return attn::launch_decode_group<3, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    case 4: return attn::launch_decode_group<4, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    case 5: return attn::launch_decode_group<5, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    case 6: return attn::launch_decode_group<6, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    case 7: return attn::launch_decode_group<7, true>(q, kv, b, n_head, scale, out, s, f, xq);
+    default: return attn::launch_decode_group<8, true>(q, kv, b, n_head, scale, out, s, f, xq);
   }
 }
 
-void paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
-                     float* out, cudaStream_t s) {
-  if (b.n_seqs <= 0 || b.n_tokens <= 0) return;
+bool paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                     float* out, cudaStream_t s, void* xq) {
+  if (b.n_seqs <= 0 || b.n_tokens <= 0) return false;
   switch ((kv.head_dim + 31) / 32) {
-    case 1: attn::launch<1>(q, kv, b, n_head, scale, out, s); break;
-    case 2: attn::launch<2>(q, kv, b, n_head, scale, out, s); break;
-    case 3: attn::launch<3>(q, kv, b, n_head, scale, out, s); break;
-    case 4: attn::launch<4>(q, kv, b, n_head, scale, out, s); break;
-    case 5: attn::launch<5>(q, kv, b, n_head, scale, out, s); break;
-    case 6: attn::launch<6>(q, kv, b, n_head, scale, out, s); break;
-    case 7: attn::launch<7>(q, kv, b, n_head, scale, out, s); break;
-    case 8: attn::launch<8>(q, kv, b, n_head, scale, out, s); break;
+    case 1: return attn::launch<1>(q, kv, b, n_head, scale, out, s, xq);
+    case 2: return attn::launch<2>(q, kv, b, n_head, scale, out, s, xq);
+    case 3: return attn::launch<3>(q, kv, b, n_head, scale, out, s, xq);
+    case 4: return attn::launch<4>(q, kv, b, n_head, scale, out, s, xq);
+    case 5: return attn::launch<5>(q, kv, b, n_head, scale, out, s, xq);
+    case 6: return attn::launch<6>(q, kv, b, n_head, scale, out, s, xq);
+    case 7: return attn::launch<7>(q, kv, b, n_head, scale, out, s, xq);
+    case 8: return attn::launch<8>(q, kv, b, n_head, scale, out, s, xq);
     default:
       throw std::invalid_argument("paged_attention: head_dim " + std::to_string(kv.head_dim) +
                                   " (the CUDA kernels take up to 256)");

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_fused.cuh"
@@ -275,6 +276,15 @@ struct CudaBackend::Impl {
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
   Scratch x16, x16_lo, w16, attn_scratch, imp_scores, imp_ml, imp_mass, imp_part, rows_out;
   Scratch xq;  // x quantized to 8 bits for a GEMV (cuda::gemv_xq_bytes)
+  // What xq holds when a kernel other than a GEMV's own quantization wrote it (the decode
+  // attention: xq_out_for, xq_wrote): the 8-bit form of n rows of cols at x, in buffer buf. Any
+  // GEMV's xq_for or a write overlapping x forgets it.
+  struct XqTag {
+    const float* x = nullptr;
+    int64_t n = 0, cols = 0;
+    const void* buf = nullptr;
+  } xq_tag;
+  bool xq_last = false;  // the last GEMV read 8-bit x
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -434,9 +444,16 @@ struct CudaBackend::Impl {
     if (mode == Mode::kCapture || mode == Mode::kReplay) views_digest = kv_view_digest(kv, views_digest);
   }
   void forget_x16() { x16_of = nullptr; }
+  // Forgets what x16 and xq hold besides their GEMVs' own conversions (a buffer may reuse freed
+  // memory, a copy or another op may overwrite the arrays they were made from).
+  void forget_derived() {
+    forget_x16();
+    xq_tag = {};
+  }
   // Forgets x16's array if [p, p + n) overlaps it.
   void wrote(const float* p, int64_t n) {
     if (x16_of != nullptr && p < x16_of + x16_n && x16_of < p + n) x16_of = nullptr;
+    if (xq_tag.x != nullptr && p < xq_tag.x + xq_tag.n * xq_tag.cols && xq_tag.x < p + n) xq_tag = {};
   }
   // Where a producer of `n` floats at `p` (a result of rows > kGemvMaxRows) writes its half copy,
   // or nullptr (no copy: decode-sized, or the last product did not take half activations).
@@ -467,12 +484,32 @@ struct CudaBackend::Impl {
   void* scratch(Scratch& s, uint64_t bytes, uint64_t limit = UINT64_MAX) {
     return s.get(bytes, &mem_epoch, capturing(), limit);
   }
-  // The GEMVs' quantized-x buffer for n rows of cols over weights of `type`, or null where they
-  // read the f32 x. One buffer for all: each GEMV's quantization waits for the GEMV before it.
-  void* xq_for(GgmlType type, int64_t n, int64_t cols) {
+  // The 8-bit x of a GEMV of n rows of cols at x over weights of `type` (cuda::GemvXq): the buffer,
+  // none where the GEMV reads the f32 x. One buffer for all: each GEMV's quantization, and the
+  // attention that writes one, waits for the GEMV before it. ready: the kernel that wrote x wrote
+  // the buffer too (xq_tag), and nothing wrote x or the buffer since.
+  cuda::GemvXq xq_for(GgmlType type, const float* x, int64_t n, int64_t cols) {
     const int64_t bytes = cuda::gemv_xq_bytes(type, n, cols);
-    return bytes > 0 ? scratch(xq, static_cast<uint64_t>(bytes)) : nullptr;
+    const XqTag tag = std::exchange(xq_tag, XqTag{});
+    xq_last = bytes > 0;
+    if (bytes <= 0) return {};
+    void* buf = scratch(xq, static_cast<uint64_t>(bytes));
+    return {buf, tag.x == x && tag.n == n && tag.cols == cols && tag.buf == buf};
   }
+  // Where a decode attention writing n rows of cols writes their 8-bit form too (for the O
+  // projection after it): the buffer where the last GEMV read 8-bit x (the same model's O
+  // projection will, or ignores it), else null. xq_wrote records what it holds.
+  // STRATA_CUDA_ATTN_XQ=0: never (the O projection quantizes its x itself; an A/B switch).
+  void* xq_out_for(int64_t n, int64_t cols) {
+    static const bool enabled = [] {
+      const char* e = std::getenv("STRATA_CUDA_ATTN_XQ");
+      return e == nullptr || std::string(e) != "0";
+    }();
+    xq_tag = {};
+    const int64_t bytes = cuda::xq_bytes(n, cols);
+    return enabled && xq_last && n <= cuda::kGemvMaxRows && bytes > 0 ? scratch(xq, static_cast<uint64_t>(bytes)) : nullptr;
+  }
+  void xq_wrote(const float* x, int64_t n, int64_t cols) { xq_tag = {x, n, cols, xq.buf->data()}; }
 
   const void* stage(StagedMemo& m, const void* src, size_t n) {
     const uint64_t gen = mode == Mode::kEager ? stager->generation() : 0;
@@ -702,7 +739,7 @@ float* CudaBackend::host_result_buffer(size_t n) {
 
 std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse use) {
   if (use == MemoryUse::kPinnedHost) return std::make_unique<PinnedHostBuffer>(bytes);
-  impl_->forget_x16();  // the new buffer may reuse the memory of the array x16 was made from
+  impl_->forget_derived();  // the new buffer may reuse the memory of the arrays x16 / xq were made from
   auto buf = std::make_unique<CudaBuffer>(bytes);
   if (use == MemoryUse::kKvCache) {
     STRATA_CUDA(cudaMemsetAsync(buf->data(), 0, bytes, impl_->stream));
@@ -713,7 +750,7 @@ std::unique_ptr<DeviceBuffer> CudaBackend::allocate(uint64_t bytes, MemoryUse us
 
 void CudaBackend::copy_to_device(void* dst, const void* src, uint64_t bytes) {
   if (bytes == 0) return;
-  impl_->forget_x16();
+  impl_->forget_derived();
   STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
   synchronize();  // the caller may reuse `src` at once
 }
@@ -843,14 +880,14 @@ void CudaBackend::matmul_multi(std::span<const MatmulOut> outs, ActView x) {
                                       ws[0].cols)
                         : "",
               [&] {
-                cuda::gemv_multi(ws, ys, static_cast<int>(outs.size()), x.data, n, m.stream, m.xq_for(ws[0].type, n, x.cols));
+                cuda::gemv_multi(ws, ys, static_cast<int>(outs.size()), x.data, n, m.stream, m.xq_for(ws[0].type, x.data, n, x.cols));
               });
       return;
     }
     for (const MatmulOut& o : outs) {
       const WeightMatrix& w = *o.w;
       m.timed(m.profile ? fmt::format("gemv {} n={} [{}x{}]", ggml_type_name(w.type), n, w.rows, w.cols) : "",
-              [&] { cuda::gemv(w, x.data, n, o.y.data, m.stream, m.xq_for(w.type, n, x.cols)); });
+              [&] { cuda::gemv(w, x.data, n, o.y.data, m.stream, m.xq_for(w.type, x.data, n, x.cols)); });
     }
     return;
   }
@@ -957,7 +994,7 @@ void CudaBackend::matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix
                                   w_gate.cols)
                     : "",
           [&] {
-            cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, m.xq_for(w_gate.type, x.rows, x.cols));
+            cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, m.xq_for(w_gate.type, x.data, x.rows, x.cols));
           });
 }
 
@@ -1014,7 +1051,7 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
           [&] {
             const int64_t p = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
                                                   static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream,
-                                                  m.xq_for(w.type, x.rows, in.cols));
+                                                  m.xq_for(w.type, in.data, x.rows, in.cols));
             STRATA_CHECK(p == n_parts, "gemv_add_norm wrote {} parts per row, planned {}", p, n_parts);
           });
   return pending;
@@ -1054,7 +1091,7 @@ void CudaBackend::matmul_multi_normed(std::span<const MatmulOut> outs, ActView h
                     : "",
           [&] {
             cuda::gemv_multi_normed(ws, ys, static_cast<int>(outs.size()), h.data, h.rows, norm.parts, norm.n_parts, norm.eps,
-                                    m.stream, m.xq_for(ws[0].type, h.rows, h.cols));
+                                    m.stream, m.xq_for(ws[0].type, h.data, h.rows, h.cols));
           });
 }
 
@@ -1076,7 +1113,7 @@ void CudaBackend::matmul_silu_mul_normed(const WeightMatrix& w_gate, const Weigh
                     : "",
           [&] {
             cuda::gemv_silu_mul_normed(w_gate, w_up, h.data, h.rows, gate.data, norm.parts, norm.n_parts, norm.eps,
-                                       m.stream, m.xq_for(w_gate.type, h.rows, h.cols));
+                                       m.stream, m.xq_for(w_gate.type, h.data, h.rows, h.cols));
           });
 }
 
@@ -1118,7 +1155,7 @@ void CudaBackend::kv_store(const KvLayerView& kv, ActView k, ActView v, std::spa
   impl_->took_view(kv);
   const int32_t* d = impl_->stage(impl_->memo_slots, slots);
   if (impl_->replaying()) return;
-  impl_->forget_x16();
+  impl_->forget_derived();
   impl_->timed("kv_store", [&] { cuda::kv_store(kv, k.data, v.data, d, k.rows, impl_->stream); });
 }
 
@@ -1198,8 +1235,10 @@ void CudaBackend::paged_attention(ActView q, const KvLayerView& kv, std::span<co
   ImpLayer il;
   const bool imp = importance_begin(kv, seqs, b, n_head, il);
   if (m.replaying()) return;
-  m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)",
-          [&] { cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream); });
+  void* xq = b.max_n_q == 1 ? m.xq_out_for(out.rows, out.cols) : nullptr;
+  m.timed(b.max_n_q == 1 ? "attention (decode)" : "attention (prefill)", [&] {
+    if (cuda::paged_attention(q.data, kv, b, n_head, scale, out.data, m.stream, xq)) m.xq_wrote(out.data, out.rows, out.cols);
+  });
   if (imp) importance_end(q.data, kv, b, n_head, scale, il);
 }
 
@@ -1425,7 +1464,7 @@ void CudaBackend::kv_move_rows(const KvLayerView& kv, std::span<const int32_t> s
   STRATA_CHECK(src.size() == dst.size());
   if (src.empty()) return;
   Impl& m = *impl_;
-  m.forget_x16();
+  m.forget_derived();
   std::vector<int32_t> both(src.begin(), src.end());
   both.insert(both.end(), dst.begin(), dst.end());
   const int32_t* d = m.stage(m.memo_moves, std::span<const int32_t>(both));
@@ -1490,9 +1529,12 @@ void CudaBackend::rope_kv_store_attention(ActView q, ActView k, ActView v, std::
   STRATA_CHECK(cuda::rope_attention_fusable(kv, b, p.n_rot));
   STRATA_CHECK(!imp || il.decode);
   const double* inv_freq = m.rope_inv_freq(p);
+  void* xq = m.xq_out_for(out.rows, out.cols);
   m.timed("rope + KV store + attention (decode)", [&] {
-    cuda::rope_kv_store_attention(q.data, k.data, v.data, dpos, dslots, p, inv_freq, kv, b, n_head, scale, out.data,
-                                  m.stream);
+    if (cuda::rope_kv_store_attention(q.data, k.data, v.data, dpos, dslots, p, inv_freq, kv, b, n_head, scale, out.data,
+                                      m.stream, xq)) {
+      m.xq_wrote(out.data, out.rows, out.cols);
+    }
   });
   if (imp) importance_end(q.data, kv, b, n_head, scale, il);
 }
@@ -1550,7 +1592,7 @@ bool CudaBackend::decode_layers(const DecodeLayersArgs& a) {
     ++m.fused_passes;
     return true;
   }
-  m.forget_x16();
+  m.forget_derived();
   cuda::FusedDecodeParams p;
   p.layers = dlayers;
   p.n_layer = static_cast<int32_t>(a.layers.size());
@@ -1606,7 +1648,7 @@ int64_t CudaBackend::fused_decode_passes() const { return impl_->fused_passes; }
 void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst) {
   STRATA_CHECK(impl_->mode == Mode::kEager, "KV block copies are not part of a recorded pass");
   const int64_t bs = kv.block_stride_bytes();
-  impl_->forget_x16();
+  impl_->forget_derived();
   STRATA_CUDA(cudaMemcpyAsync(kv.k + dst * bs, kv.k + src * bs, bs, cudaMemcpyDeviceToDevice, impl_->stream));
   STRATA_CUDA(cudaMemcpyAsync(kv.v + dst * bs, kv.v + src * bs, bs, cudaMemcpyDeviceToDevice, impl_->stream));
 }
@@ -1614,7 +1656,7 @@ void CudaBackend::kv_copy_block(const KvLayerView& kv, BlockId src, BlockId dst)
 void CudaBackend::kv_warm_encode(WarmFormat f, const KvLayerView& hot, std::span<const BlockId> blocks, uint8_t* k_slot,
                                  uint8_t* v_slot) {
   STRATA_CHECK(static_cast<int32_t>(blocks.size()) == warm_span(f, hot.block_size));
-  impl_->forget_x16();
+  impl_->forget_derived();
   cuda::warm_encode(f, hot, impl_->stage(impl_->memo_blocks, blocks), static_cast<int32_t>(blocks.size()), k_slot,
                     v_slot, impl_->stream);
 }
@@ -1625,7 +1667,7 @@ void CudaBackend::kv_warm_encode_many(WarmFormat f, const KvLayerView& hot, std:
   STRATA_CHECK(blocks.size() == dst_slots.size() * static_cast<size_t>(span));
   if (dst_slots.empty()) return;
   Impl& m = *impl_;
-  m.forget_x16();
+  m.forget_derived();
   // One staged array: the blocks, then the destination slots (the layers of one step stage the
   // same bytes, which the memo then reuses).
   std::vector<int32_t> both(blocks.begin(), blocks.end());
@@ -1638,13 +1680,13 @@ void CudaBackend::kv_warm_decode(const KvLayerView& kv, BlockId id, ActView k, A
   STRATA_CHECK(id >= kv.n_hot_blocks && kv.warm_format != WarmFormat::kNone);
   STRATA_CHECK(k.rows == kv.block_size && k.cols == int64_t{kv.n_kv_heads} * kv.head_dim && v.rows == k.rows &&
                v.cols == k.cols);
-  impl_->forget_x16();
+  impl_->forget_derived();
   cuda::warm_decode(kv, id, k.data, v.data, impl_->stream);
 }
 
 bool CudaBackend::begin_replay(const ReplayShape& shape) {
   Impl& m = *impl_;
-  m.forget_x16();
+  m.forget_derived();
   if (!m.graphs_enabled) return false;
   if (m.mode != Mode::kEager) {  // a pass that threw half-way: drop its recording
     if (m.capturing()) {
@@ -1695,7 +1737,7 @@ bool CudaBackend::begin_replay(const ReplayShape& shape) {
 
 void CudaBackend::end_replay() {
   Impl& m = *impl_;
-  m.forget_x16();
+  m.forget_derived();
   STRATA_CHECK(m.mode != Mode::kEager, "end_replay without begin_replay");
   if (m.mode == Mode::kWarm) {
     m.mode = Mode::kEager;

@@ -14,8 +14,9 @@ namespace strata::cuda::gemv_stats {
 // squares) and of the consumers (products times r).
 int64_t norm_producer_launches();
 int64_t norm_consumer_launches();
-// Launches of the 8-bit quantization of x before a GEMV (kernels.h, gemv_xq_bytes), and whether
-// the GEMVs over weights of `type` take it (STRATA_CUDA_GEMV_Q8X).
+// Launches of the 8-bit quantization of x before a GEMV (kernels.h, gemv_xq_bytes; not counted
+// where the kernel that wrote x wrote its 8-bit form too), and whether the GEMVs over
+// weights of `type` take it (STRATA_CUDA_GEMV_Q8X).
 int64_t xq_launches();
 bool xq_type(GgmlType type);
 

@@ -61,23 +61,33 @@ bool matmul_type_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_K, Q6_K
 // y[n][w.rows] = x[n][w.cols] . w^T with f32 accumulation, read straight from the weight's blocks;
 // for small n (decode): one pass over the weights for all n rows of x. n <= kGemvMaxRows.
 inline constexpr int64_t kGemvMaxRows = 8;
-// xq (every GEMV entry below): a device buffer of gemv_xq_bytes(w.type, n, w.cols) bytes, or null.
-// Where gemv_xq_bytes is not 0 and xq is given, x is first quantized to 8 bits in groups of 32 (a
-// launch of its own, writing xq) and the GEMV reads that instead (Q4_K: byte dot products instead
-// of float FMAs; Q6_K, Q8_0 likewise); a row's result still depends on that row of x alone. Null: the f32 x.
-void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, void* xq = nullptr);
-// Bytes of the quantized x for a GEMV of n rows of cols over weights of `type`: 1.5 n cols for
-// Q4_K (cols % 32 == 0; STRATA_CUDA_GEMV_Q8X=0: none, =all: Q6_K and Q8_0 too); else 0 (f32 x).
+// The 8-bit x of a GEMV (every entry below): buf, a device buffer of gemv_xq_bytes(w.type, n, w.cols)
+// bytes, or null. Where gemv_xq_bytes is not 0 and buf is given, the GEMV reads x quantized to 8
+// bits in groups of 32 (xq.cuh) instead of the f32 x (Q4_K: byte dot products instead of float
+// FMAs; Q6_K, Q8_0 likewise): quantized by a launch of its own first, or, with ready, already in
+// buf (written by the kernel that wrote x: paged_attention / rope_kv_store_attention). A row's
+// result still depends on that row of x alone. Null: the f32 x.
+struct GemvXq {
+  void* buf = nullptr;
+  bool ready = false;
+};
+void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, GemvXq xq = {});
+// Bytes of the quantized x for a GEMV of n rows of cols over weights of `type`: xq_bytes(n, cols)
+// where the GEMVs take it (Q4_K; STRATA_CUDA_GEMV_Q8X=0: none, =all: Q6_K and Q8_0 too), else 0
+// (f32 x).
 int64_t gemv_xq_bytes(GgmlType type, int64_t n, int64_t cols);
+// Bytes of n rows of cols quantized to 8 bits (1.5 n cols; 0 unless cols % 32 == 0): n cols bytes,
+// then a float2 per 16 values.
+int64_t xq_bytes(int64_t n, int64_t cols);
 // ys[i][n][ws[i].rows] = x . ws[i]^T for i < count (<= 4) in one launch (e.g. Q, K, V or gate, up
 // on the same x); all ws[i] of one type and one cols (else throws). ws, ys: host arrays. Each
 // result is bit-identical to gemv(ws[i], x, n, ys[i]).
 void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s,
-                void* xq = nullptr);
+                GemvXq xq = {});
 // out[n][gate.rows] = silu(x . gate^T) * (x . up^T) in one launch (gate and up of one type and
 // shape), each product bit-identical to gemv's and the SiLU to silu_mul's. n <= kGemvMaxRows.
 void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
-                   cudaStream_t s, void* xq = nullptr);
+                   cudaStream_t s, GemvXq xq = {});
 // Lazy norm (Backend::matmul_add_rms_norm, PendingNorm): n <= kGemvMaxRows.
 // gemv_add_norm: with d = in[n][w.cols] . w^T as gemv computes it, x[n][w.rows] += d (add()'s
 // arithmetic), h = x * g (g [w.rows]), and parts[i][q] = the sum, in column order, of the squares
@@ -86,14 +96,14 @@ void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float
 // gemv_add_norm_parts(w, n) gives without launching.
 int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n);
 int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,
-                      cudaStream_t s, void* xq = nullptr);
+                      cudaStream_t s, GemvXq xq = {});
 // gemv_multi / gemv_silu_mul of h = x * g whose products are then multiplied by
 // r_i = 1 / sqrt(sum_p parts[i][p] / cols + eps) (the sum in double, in a fixed order; every block
 // computes the same r_i): the products of RMSNorm(x) * g, not bit-identical to them.
 void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, const float* h, int64_t n,
-                       const float* parts, int32_t n_parts, float eps, cudaStream_t s, void* xq = nullptr);
+                       const float* parts, int32_t n_parts, float eps, cudaStream_t s, GemvXq xq = {});
 void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, const float* h, int64_t n, float* out,
-                          const float* parts, int32_t n_parts, float eps, cudaStream_t s, void* xq = nullptr);
+                          const float* parts, int32_t n_parts, float eps, cudaStream_t s, GemvXq xq = {});
 // h[i][:] *= r_i as above (the same r_i bits as the GEMVs): the normed rows of a pending norm.
 void norm_resolve(float* h, int64_t rows, int64_t cols, const float* parts, int32_t n_parts, float eps, cudaStream_t s);
 // Rows [r0, r0 + nr) of w dequantized to IEEE half (dst [nr][w.cols], row-major), for the
@@ -182,8 +192,11 @@ int64_t attention_scratch_floats(int32_t n_tokens, int32_t n_head, int32_t head_
 // out[t][h] = softmax(q[t][h] . K^T * scale) . V, causal, over each sequence's block table; GQA
 // (kv head = h / (n_head / n_kv_heads)); f32 math, reading hot f32/f16/bf16 and warm
 // int8/fp8/int4 rows (decoded in the inner loop exactly as warm_decode_row).
-void paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
-                     float* out, cudaStream_t s);
+// xq: a buffer of xq_bytes(b.n_tokens, n_head * head_dim) for the output's 8-bit form (GemvXq), or
+// null; returns whether it was written (decode batches that the latency kernel takes, head_dim %
+// 32 == 0), the bytes a GEMV's own quantization of out would have written.
+bool paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_t n_head, float scale,
+                     float* out, cudaStream_t s, void* xq = nullptr);
 // Splits of the keys paged_attention (and rope_kv_store_attention) use for a batch of this shape:
 // the second dimension of AttnBatch::imp_ml.
 int32_t attention_splits(const KvLayerView& kv, const AttnBatch& b, int32_t n_head);
@@ -191,11 +204,12 @@ int32_t attention_splits(const KvLayerView& kv, const AttnBatch& b, int32_t n_he
 // head_dim <= 256, n_rot even and <= head_dim.
 bool rope_attention_fusable(const KvLayerView& kv, const AttnBatch& b, int32_t n_rot);
 // rope_kv_store(q, k, v, pos, ..., slots) then paged_attention(q, ...) in one decode kernel, with
-// the same results (out and the KV arena bit-identical); q and k are left unrotated. Precondition:
-// rope_attention_fusable.
-void rope_kv_store_attention(const float* q, const float* k, const float* v, const int32_t* pos,
+// the same results (out and the KV arena bit-identical); q and k are left unrotated; xq as
+// paged_attention's. Precondition: rope_attention_fusable.
+bool rope_kv_store_attention(const float* q, const float* k, const float* v, const int32_t* pos,
                              const int32_t* slots, const RopeParams& p, const double* inv_freq, const KvLayerView& kv,
-                             const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s);
+                             const AttnBatch& b, int32_t n_head, float scale, float* out, cudaStream_t s,
+                             void* xq = nullptr);
 
 // --- importance (importance.cu) -----------------------------------------------------------------
 

@@ -23,10 +23,11 @@
 // explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
 // batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
 //
-// 8-bit x (kXq: Q4_K by default, Q6_K and Q8_0 too with STRATA_CUDA_GEMV_Q8X=all, none with =0;
-// where gemv_xq_bytes gives a size and the entry is given the buffer): a launch of its own first
-// quantizes each run of 32 values of x to bytes with one scale
-// (quantize_xq_kernel), and the pieces take byte dot products (dp4a) of their weights' integers
+// 8-bit x (kXq: Q4_K by default, Q6_K and Q8_0 too with STRATA_CUDA_GEMV_Q8X=all; where gemv_xq_bytes gives
+// a size and the entry is given the buffer): each run of 32 values of x is quantized to bytes with
+// one scale (xq.cuh), by a launch of its own before the GEMV (quantize_xq_kernel) or, for the O
+// projection of a decode step, by the attention kernel that wrote x (GemvXq::ready), and the
+// pieces take byte dot products (dp4a) of their weights' integers
 // with those bytes, then a few float operations per group (F::dot_q8; Q4_K: three per 16 weights)
 // instead of one byte permute and one FMA per weight.
 // The CPU backend dots K-quants with 8-bit x too; the error vs the f32 x is that of x's rounding
@@ -54,6 +55,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/xq.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -1163,14 +1165,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   }
 }
 
-// x quantized to 8 bits for the Q4_K / Q6_K / Q8_0 GEMVs (kXq): each run of 32 values of a row
-// (cols % 32 == 0, so a group never spans rows), with amax its largest |x|, becomes d = amax / 127 and
-// q_k = round(x_k * (127 / amax)) in [-127, 127]; xds[g] = (d, d * sum of q) for each 16 values g.
-// One thread per 4 values, 8 threads per group; every division and product rounded as written, so
-// a row's bytes depend on that row alone (batch invariance of the GEMV that reads them).
+// x quantized to 8 bits for the Q4_K / Q6_K / Q8_0 GEMVs (kXq), as xq.cuh says. One thread per 4
+// values, 8 threads per group. early (one-row decode): the GEMV after it may launch, and load its
+// first weight pieces, while the kernel that writes x still runs (measured on an H100, llama-1b
+// Q4_K: 621.5 -> 614.2 us of GPU per step; at 8 rows 3% slower, so not there).
 constexpr int kXqThreads = 128;
 __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __restrict__ x, int64_t n4, int8_t* __restrict__ xq,
-                                                                 float2* __restrict__ xds) {
+                                                                 float2* __restrict__ xds, int early) {
+  if (early != 0) pdl_trigger();
   pdl_wait();
   pdl_trigger();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * kXqThreads + threadIdx.x;
@@ -1179,14 +1181,14 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
   float m = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
 #pragma unroll
   for (int off = 1; off < 8; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  const float d = __fdiv_rn(m, 127.0f);
-  const float id = m > 0.0f ? __fdiv_rn(127.0f, m) : 0.0f;
+  float d, id;
+  xq_scale(m, &d, &id);
   const float xv[4] = {a.x, a.y, a.z, a.w};
   uint32_t packed = 0;
   int32_t sum = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const int32_t q = max(-127, min(127, __float2int_rn(__fmul_rn(xv[k], id))));
+    const int32_t q = xq_quant(xv[k], id);
     packed |= (static_cast<uint32_t>(q) & 0xffu) << (8 * k);
     sum += q;
   }
@@ -1516,7 +1518,7 @@ bool matmul_type_supported(GgmlType t) {
   }
 }
 
-void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, void* xq) {
+void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, GemvXq xq) {
   gemv_multi(&w, &y, 1, x, n, s, xq);
 }
 
@@ -1587,9 +1589,10 @@ void check_norm_rows(int64_t n) {
 std::atomic<int64_t> g_xq_launches{0};
 
 // Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K by default (where it
-// measured faster at one token and at 8); STRATA_CUDA_GEMV_Q8X=all adds Q6_K and Q8_0 (slower at
-// one token on the H100: the quantization launch costs more than their dot products save), =0:
-// none (read once per process).
+// measured faster at one token and at 8); STRATA_CUDA_GEMV_Q8X=all adds Q6_K and Q8_0 (on an H100,
+// llama-1b: 3.6-6.7% slower at one row, where the quantization launches cost more than their dot
+// products save; 14-21% faster at 8 rows, but a choice by n would make a row's bits depend on its
+// batch), =0: none (read once per process).
 bool xq_type(GgmlType type) {
   enum class Set { kNone, kQ4K, kAll };
   static const Set set = [] {
@@ -1605,27 +1608,32 @@ bool xq_type(GgmlType type) {
   }
 }
 
-// With a buffer of gemv_xq_bytes: quantizes x for l's GEMV (one launch before it) and points l at
-// the result; otherwise l reads the f32 x.
-void use_xq(GgmlType type, GemvLaunch& l, const float* x, int64_t n, void* xq, cudaStream_t s) {
-  if (xq == nullptr || gemv_xq_bytes(type, n, l.cols) == 0) return;
-  auto* q = static_cast<int8_t*>(xq);
+// With a buffer of gemv_xq_bytes: points l at the quantized x, quantizing it first (a launch
+// before the GEMV) unless the kernel that wrote x wrote it too (xq.ready); otherwise l reads the
+// f32 x.
+void use_xq(GgmlType type, GemvLaunch& l, const float* x, int64_t n, GemvXq xq, cudaStream_t s) {
+  if (xq.buf == nullptr || gemv_xq_bytes(type, n, l.cols) == 0) return;
+  auto* q = static_cast<int8_t*>(xq.buf);
   const int64_t n4 = n * l.cols / 4;
   auto* ds = reinterpret_cast<float2*>(q + n * l.cols);
-  launch_pdl(quantize_xq_kernel, dim3(static_cast<unsigned>((n4 + kXqThreads - 1) / kXqThreads)), dim3(kXqThreads), 0, s, x, n4, q, ds);
   l.m.xq = q;
   l.m.xds = ds;
+  if (xq.ready) return;
+  launch_pdl(quantize_xq_kernel, dim3(static_cast<unsigned>((n4 + kXqThreads - 1) / kXqThreads)), dim3(kXqThreads), 0, s,
+             x, n4, q, ds, n == 1 ? 1 : 0);
   g_xq_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
-int64_t gemv_xq_bytes(GgmlType type, int64_t n, int64_t cols) {
-  if (!xq_type(type) || n <= 0 || cols <= 0 || cols % 32 != 0) return 0;
+int64_t xq_bytes(int64_t n, int64_t cols) {
+  if (n <= 0 || cols <= 0 || cols % 32 != 0) return 0;
   return n * cols + n * cols / 16 * static_cast<int64_t>(sizeof(float2));
 }
 
-void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s, void* xq) {
+int64_t gemv_xq_bytes(GgmlType type, int64_t n, int64_t cols) { return xq_type(type) ? xq_bytes(n, cols) : 0; }
+
+void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float* x, int64_t n, cudaStream_t s, GemvXq xq) {
   GemvLaunch l;
   if (!multi_launch(ws, ys, count, x, n, l)) return;
   use_xq(ws[0].type, l, x, n, xq, s);
@@ -1633,7 +1641,7 @@ void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float
 }
 
 void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
-                   cudaStream_t s, void* xq) {
+                   cudaStream_t s, GemvXq xq) {
   GemvLaunch l;
   if (!glu_launch(gate, up, x, n, out, l)) return;
   use_xq(gate.type, l, x, n, xq, s);
@@ -1654,7 +1662,7 @@ int64_t gemv_add_norm_parts(const WeightMatrix& w, int64_t n) {
 }
 
 int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* x, const float* g, float* h, float* parts,
-                      cudaStream_t s, void* xq) {
+                      cudaStream_t s, GemvXq xq) {
   check_norm_rows(n);
   GemvLaunch l;
   float* none = nullptr;
@@ -1674,7 +1682,7 @@ int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* 
 }
 
 void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, const float* h, int64_t n,
-                       const float* parts, int32_t n_parts, float eps, cudaStream_t s, void* xq) {
+                       const float* parts, int32_t n_parts, float eps, cudaStream_t s, GemvXq xq) {
   check_norm_rows(n);
   GemvLaunch l;
   if (!multi_launch(ws, ys, count, h, n, l)) return;
@@ -1687,7 +1695,7 @@ void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, cons
 }
 
 void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, const float* h, int64_t n, float* out,
-                          const float* parts, int32_t n_parts, float eps, cudaStream_t s, void* xq) {
+                          const float* parts, int32_t n_parts, float eps, cudaStream_t s, GemvXq xq) {
   check_norm_rows(n);
   GemvLaunch l;
   if (!glu_launch(gate, up, h, n, out, l)) return;
