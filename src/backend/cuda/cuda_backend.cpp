@@ -450,7 +450,7 @@ struct CudaBackend::Impl {
     forget_x16();
     xq_tag = {};
   }
-  // Forgets x16's array if [p, p + n) overlaps it.
+  // Forgets x16's array, and xq's (xq_tag), if [p, p + n) overlaps it.
   void wrote(const float* p, int64_t n) {
     if (x16_of != nullptr && p < x16_of + x16_n && x16_of < p + n) x16_of = nullptr;
     if (xq_tag.x != nullptr && p < xq_tag.x + xq_tag.n * xq_tag.cols && xq_tag.x < p + n) xq_tag = {};
