@@ -153,6 +153,20 @@ int run_bench_model(const BenchModelOptions& o) {
   if (o.reps < 1) fail("--reps must be >= 1, got {}", o.reps);
   if (o.depth < 0) fail("--depth must be >= 0, got {}", o.depth);
   if (o.no_bandwidth && o.bandwidth_every_rep) fail("--bandwidth-every-rep measures the bandwidth, --no-bandwidth skips it: pick one");
+  // The forward pass runs over hot blocks (and, with --kv-offload, host slots for --depth): flags for
+  // the engine's other tiers and policies would change nothing here, so they are refused, not ignored.
+  const std::pair<bool, const char*> engine_only[] = {
+      {o.kv.warm_dtype != "none", "--kv-warm-dtype"}, {!o.kv.spill_dir.empty(), "--kv-spill-dir"},
+      {!o.kv.remote.empty(), "--kv-remote"},         {o.kv.evict != "none", "--kv-evict"},
+      {o.kv.recall, "--kv-recall"},
+  };
+  for (const auto& [given, flag] : engine_only) {
+    if (given) {
+      fail("{}: bench model times the forward pass over hot KV blocks only; the KV tiers and policies of the "
+           "engine are measured by bench offline (or generate, serve)",
+           flag);
+    }
+  }
   auto model = Model::load(o.model.model, o.model.backend_options());
   const ModelConfig& mc = model->config();
   const KvGeometry geo = model->kv_geometry(kvc.block_size, kvc.dtype);
@@ -622,7 +636,9 @@ void add_bench_commands(Cli& cli) {
   CLI::App* bench = cli.app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchModelOptions>();
-  CLI::App* cmd = bench->add_subcommand("model", "Prompt-processing and generation speed of a model (like llama-bench)");
+  CLI::App* cmd = bench->add_subcommand("model",
+                                         "Prompt-processing and generation speed of a model (like llama-bench), over hot "
+                                         "KV blocks (refuses the engine's tier and policy flags: see bench offline)");
   add_model_flags(cmd, o->model);
   add_kv_flags(cmd, o->kv);
   cmd->add_option("--pp", o->pp, "Prompt tokens processed in one batch (0 = skip)")->capture_default_str();

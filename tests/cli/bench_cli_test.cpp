@@ -287,6 +287,11 @@ TEST(BenchCli, BadInputExitsTwoWithAMessage) {
       {{"model", "--reps", "0"}, "--reps must be >= 1"},
       {{"model", "--kv-dtype", "f8"}, "--kv-dtype 'f8'"},
       {{"model", "--pp", "many"}, "--pp"},
+      // Flags of the engine's tiers and policies, which bench model's hot-block forward pass would ignore.
+      {{"model", "--kv-warm-dtype", "int8"}, "--kv-warm-dtype: bench model times the forward pass over hot KV blocks only"},
+      {{"model", "--kv-spill-dir", dir, "--kv-spill-size", "64MiB"}, "--kv-spill-dir: bench model times"},
+      {{"model", "--kv-remote", "redis://127.0.0.1:1"}, "--kv-remote: bench model times"},
+      {{"model", "--kv-evict", "h2o", "--kv-budget", "64"}, "--kv-evict: bench model times"},
       {{"offline", "--num-prompts", "0"}, "--num-prompts must be >= 1"},
       {{"offline", "--input-len", "0"}, "--input-len must be >= 1"},
       {{"offline", "--output-len", "-2"}, "--output-len must be >= 1"},
