@@ -679,22 +679,40 @@ __global__ void __launch_bounds__(128) attention_combine_kernel(const float* __r
   if (row >= rows) return;
   const int64_t stride = hd + 2;
   const float* part = scratch + row * nsplit * stride;
+  // The partials are loaded kB splits at a time, all before any is used (a split past nsplit reads
+  // split s0 again and is skipped), so a batch costs one round trip, not two per split; the first
+  // batch is in flight while the warp finds M. The merge's arithmetic and order are unchanged.
+  constexpr int kB = 4;
+  float ms[kB], ls[kB], pv[kB][VEC];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int k = 0; k < kB; ++k) {
+      const float* p = part + (s0 + k < nsplit ? s0 + k : s0) * stride;
+      ms[k] = __ldca(p);
+      ls[k] = __ldca(p + 1);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) pv[k][i] = lane + 32 * i < hd ? __ldca(p + 2 + lane + 32 * i) : 0.0f;
+    }
+  };
+  load(0);
   float M = -INFINITY;
-  for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, part[s * stride]);
+  for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, __ldca(part + s * stride));
   M = warp_max(M);
   float acc[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
   float L = 0.0f;
-  for (int s = 0; s < nsplit; ++s) {
-    const float* p = part + s * stride;
-    const float ms = p[0];
-    if (ms == -INFINITY) continue;
-    const float w = expf(ms - M);
-    L += w * p[1];
+  for (int s0 = 0; s0 < nsplit; s0 += kB) {
+    if (s0 > 0) load(s0);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      if (lane + 32 * i < hd) acc[i] += w * p[2 + lane + 32 * i];
+    for (int k = 0; k < kB; ++k) {
+      if (s0 + k >= nsplit || ms[k] == -INFINITY) continue;
+      const float w = expf(ms[k] - M);
+      L += w * ls[k];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        if (lane + 32 * i < hd) acc[i] += w * pv[k][i];
+      }
     }
   }
   const float inv = 1.0f / L;
@@ -1250,9 +1268,9 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
     for (int32_t i = tid; i < half; i += nt) rope_angle(f.rope, pos, i, &cs[i], &sn[i]);
     pdl_wait();  // q, k, v are the previous kernel's output
   }
-  for (int i = tid; i < G * D; i += nt) {
+  for (int i = tid; i < G * D; i += nt) {  // (ld.global.ca: not the non-coherent path, as matmul.cu's ld_x4)
     const int g = i / D, d = i % D;
-    Qs[i] = d < hd ? q[(row0 + g) * hd + d] : 0.0f;
+    Qs[i] = d < hd ? __ldca(q + (row0 + g) * hd + d) : 0.0f;
   }
   if constexpr (kFused) {
     const int64_t krow = (int64_t{sd.q_begin} * kv.n_kv_heads + kvh) * hd;
