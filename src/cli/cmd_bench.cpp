@@ -154,11 +154,13 @@ int run_bench_model(const BenchModelOptions& o) {
   if (o.depth < 0) fail("--depth must be >= 0, got {}", o.depth);
   if (o.no_bandwidth && o.bandwidth_every_rep) fail("--bandwidth-every-rep measures the bandwidth, --no-bandwidth skips it: pick one");
   // The forward pass runs over hot blocks (and, with --kv-offload, host slots for --depth): flags for
-  // the engine's other tiers and policies would change nothing here, so they are refused, not ignored.
+  // the engine's other tiers and policies would change nothing here, so they are refused, not ignored
+  // (--kv-recall needs --kv-evict, refused here).
   const std::pair<bool, const char*> engine_only[] = {
-      {o.kv.warm_dtype != "none", "--kv-warm-dtype"}, {!o.kv.spill_dir.empty(), "--kv-spill-dir"},
-      {!o.kv.remote.empty(), "--kv-remote"},         {o.kv.evict != "none", "--kv-evict"},
-      {o.kv.recall, "--kv-recall"},
+      {o.kv.warm_dtype != "none", "--kv-warm-dtype"},
+      {!o.kv.spill_dir.empty(), "--kv-spill-dir"},
+      {!o.kv.remote.empty(), "--kv-remote"},
+      {o.kv.evict != "none", "--kv-evict"},
   };
   for (const auto& [given, flag] : engine_only) {
     if (given) {
