@@ -406,6 +406,101 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 #endif
 }
 
+// One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
+// (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output,
+// on a backend with them (default) and one without (STRATA_CUDA_XQ_OUT=0, where each of those
+// GEMVs quantizes its x by a launch of its own): every output the same bits, and the launches as
+// planned (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows
+// 2048 and 4096 (multiples of 32, one block per 32), and a 1,024-wide model whose rows take one,
+// two and more than two pieces per lane (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not
+// a multiple of 32) keeps the launch of its own.
+TEST_P(BackendOps, QuantizedXWrittenByProducers) {
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+  if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
+  auto make = [&](const char* xq_out) {
+    const char* lazy0 = std::getenv("STRATA_CUDA_LAZY_NORM");
+    const char* out0 = std::getenv("STRATA_CUDA_XQ_OUT");
+    const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "", out_saved = out0 != nullptr ? out0 : "";
+    ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type (Q6_K and Q8_0 too)
+    if (xq_out != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
+    else ::unsetenv("STRATA_CUDA_XQ_OUT");
+    std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
+    if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
+    else ::unsetenv("STRATA_CUDA_LAZY_NORM");
+    if (out0 != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", out_saved.c_str(), 1);
+    else ::unsetenv("STRATA_CUDA_XQ_OUT");
+    return b;
+  };
+  const std::unique_ptr<Backend> on = make(nullptr), off = make("0");
+  const float eps = 1e-5f;
+  struct Shape {
+    int64_t d, ffn;
+  };
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
+    if (!cuda_gemv_xq(type)) continue;
+    for (const Shape sh : {Shape{2048, 4096}, Shape{1024, 2816}}) {
+      SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " d " << sh.d << " ffn " << sh.ffn);
+      std::mt19937 rng(31);
+      const int64_t D = sh.d, F = sh.ffn, rq = 64, rs = 40;
+      const auto mo = random_matrix(type, D, D, rng), mg = random_matrix(type, F, D, rng), mu = random_matrix(type, F, D, rng);
+      const auto md = random_matrix(type, D, F, rng), mq = random_matrix(type, rq, D, rng);
+      const auto msg = random_matrix(type, rs, D, rng), msu = random_matrix(type, rs, D, rng);
+      const auto g1 = random_floats(static_cast<size_t>(D), rng, -1.5f, 1.5f), g2 = random_floats(static_cast<size_t>(D), rng, -1.5f, 1.5f);
+      const auto a = random_floats(static_cast<size_t>(D), rng, -2.0f, 2.0f);
+      const auto x0 = random_floats(static_cast<size_t>(D), rng, -4.0f, 4.0f);
+      struct Got {
+        std::vector<std::vector<float>> outs;
+        int64_t xq_launches = 0, xq_out_launches = 0;
+      };
+      auto run = [&](Backend& b) {
+        const WeightMatrix wo = b.upload_matrix(mo.w), wg = b.upload_matrix(mg.w), wu = b.upload_matrix(mu.w);
+        const WeightMatrix wd = b.upload_matrix(md.w), wq = b.upload_matrix(mq.w);
+        const WeightMatrix wsg = b.upload_matrix(msg.w), wsu = b.upload_matrix(msu.w);
+        const float* dg1 = upload_vector(b, g1);
+        const float* dg2 = upload_vector(b, g2);
+        const DevArray da = upload(b, a, 1, D), dx = upload(b, x0, 1, D), dd = alloc(b, 1, D), dh = alloc(b, 1, D);
+        const DevArray df = alloc(b, 1, F), du = alloc(b, 1, F), dh2 = alloc(b, 1, D), dq = alloc(b, 1, rq);
+        const DevArray df2 = alloc(b, 1, F), du2 = alloc(b, 1, F), dy = alloc(b, 1, D), ds = alloc(b, 1, rs), dsu = alloc(b, 1, rs);
+        const DevArray dy2 = alloc(b, 1, D);
+        const int64_t q0 = cuda::gemv_stats::xq_launches(), o0 = cuda::gemv_stats::xq_out_launches();
+        PendingNorm n1 = b.matmul_add_rms_norm(wo, da.view, dd.view, dx.view, dg1, dh.view, eps, true);  // O
+        EXPECT_TRUE(n1.pending());
+        b.matmul_silu_mul_normed(wg, wu, dh.view, n1, df.view, du.view);  // gate/up times r
+        b.resolve_norm(dh.view, n1);
+        PendingNorm n2 = b.matmul_add_rms_norm(wd, df.view, dd.view, dx.view, dg2, dh2.view, eps, true);  // down
+        EXPECT_TRUE(n2.pending());
+        const MatmulOut qo[] = {{&wq, dq.view}};
+        b.matmul_multi_normed(qo, dh2.view, n2);  // QKV-like
+        b.resolve_norm(dh2.view, n2);
+        b.matmul_silu_mul(wg, wu, dh2.view, df2.view, du2.view);  // the plain SwiGLU
+        b.matmul(wd, df2.view, dy.view);
+        b.matmul_silu_mul(wsg, wsu, dh2.view, ds.view, dsu.view);  // 40 rows: a launch of its own
+        b.matmul(wo, dh2.view, dy2.view);
+        Got got;
+        got.xq_launches = cuda::gemv_stats::xq_launches() - q0;
+        got.xq_out_launches = cuda::gemv_stats::xq_out_launches() - o0;
+        for (const DevArray* o : {&dx, &dh, &df, &dh2, &dq, &df2, &dy, &ds, &dy2}) got.outs.push_back(download(b, o->view));
+        return got;
+      };
+      const Got with = run(*on), without = run(*off);
+      EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
+      EXPECT_EQ(without.xq_out_launches, 0);
+      // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul). With: a,
+      // h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
+      EXPECT_EQ(without.xq_launches, 8);
+      EXPECT_EQ(with.xq_launches, 4);
+      ASSERT_EQ(with.outs.size(), without.outs.size());
+      for (size_t i = 0; i < with.outs.size(); ++i) {
+        EXPECT_EQ(count_nonfinite(with.outs[i]), 0) << "output " << i;
+        EXPECT_EQ(with.outs[i], without.outs[i]) << "output " << i << " (x, h, f, h2, q, f2, y, s, y2)";
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "the CUDA GEMV only";
+#endif
+}
+
 TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
   std::mt19937 rng(12);
   const int64_t cols = 512;

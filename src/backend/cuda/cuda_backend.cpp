@@ -276,6 +276,7 @@ struct CudaBackend::Impl {
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
   Scratch x16, x16_lo, w16, attn_scratch, imp_scores, imp_ml, imp_mass, imp_part, rows_out;
   Scratch xq;  // x quantized to 8 bits for a GEMV (cuda::gemv_xq_bytes)
+  Scratch xq2;  // the 8-bit output of a one-row producer that reads xq (or xq2: xq_out_for_gemv)
   // What xq holds when a kernel other than a GEMV's own quantization wrote it (the decode
   // attention: xq_out_for, xq_wrote): the 8-bit form of n rows of cols at x, in buffer buf. Any
   // GEMV's xq_for or a write overlapping x forgets it.
@@ -285,6 +286,7 @@ struct CudaBackend::Impl {
     const void* buf = nullptr;
   } xq_tag;
   bool xq_last = false;  // the last GEMV read 8-bit x
+  bool xq_out = true;    // one-row producers write their output's 8-bit form (xq_out_for_gemv)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -493,9 +495,27 @@ struct CudaBackend::Impl {
     const XqTag tag = std::exchange(xq_tag, XqTag{});
     xq_last = bytes > 0;
     if (bytes <= 0) return {};
+    if (tag.x == x && tag.n == n && tag.cols == cols && tag.buf != nullptr && xq2.buf && tag.buf == xq2.buf->data() &&
+        xq2.buf->bytes() >= static_cast<uint64_t>(bytes)) {
+      return {xq2.buf->data(), true};
+    }
     void* buf = scratch(xq, static_cast<uint64_t>(bytes));
     return {buf, tag.x == x && tag.n == n && tag.cols == cols && tag.buf == buf};
   }
+  // Where a one-row producer of `rows` outputs (weights w) reading x by `in` writes its output's
+  // 8-bit form (cuda::GemvXq::out): the buffer of xq and xq2 that `in` does not read, where
+  // cuda::gemv_xq_out says the launch writes one and the last GEMV read 8-bit x (the next
+  // GEMV of the same model will; one that does not ignores it); else null. xq_wrote, after the
+  // launch, records what it holds.
+  // STRATA_CUDA_XQ_OUT=0 (read when the backend is made): never (the GEMV after the producer
+  // quantizes its x by a launch of its own; an A/B switch).
+  void* xq_out_for_gemv(const cuda::GemvXq& in, const WeightMatrix& w, int64_t n) {
+    if (!xq_out || in.buf == nullptr || !cuda::gemv_xq_out(w.type, n, w.rows, w.cols, w.row_bytes)) return nullptr;
+    const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
+    if (xq2.buf && in.buf == xq2.buf->data()) return scratch(xq, bytes);
+    return scratch(xq2, bytes);
+  }
+  void xq_wrote_to(const float* x, int64_t n, int64_t cols, const void* buf) { xq_tag = {x, n, cols, buf}; }
   // Where a decode attention writing n rows of cols writes their 8-bit form too (for the O
   // projection after it): the buffer where the last GEMV read 8-bit x (the same model's O
   // projection will, or ignores it), else null. xq_wrote records what it holds.
@@ -636,6 +656,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of
   // 2026-12-05 with the kernels of that day); 1 = every weight type and batches up to kGemvMaxRows
   // rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
+  const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
+  m.xq_out = !(xq_out != nullptr && std::string_view(xq_out) == "0");
   const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
   const bool lazy_off = lazy != nullptr && std::string_view(lazy) == "0";
   m.lazy_norm_every_type = lazy != nullptr && std::string_view(lazy) == "1";
@@ -994,7 +1016,10 @@ void CudaBackend::matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix
                                   w_gate.cols)
                     : "",
           [&] {
-            cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, m.xq_for(w_gate.type, x.data, x.rows, x.cols));
+            cuda::GemvXq xq = m.xq_for(w_gate.type, x.data, x.rows, x.cols);
+            xq.out = m.xq_out_for_gemv(xq, w_gate, x.rows);
+            cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, xq);
+            if (xq.out != nullptr) m.xq_wrote_to(gate.data, gate.rows, gate.cols, xq.out);
           });
 }
 
@@ -1049,10 +1074,12 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
   m.wrote(h.data, h.size());
   m.timed(m.profile ? fmt::format("gemv+add+x*g {} n={} [{}x{}]", ggml_type_name(w.type), x.rows, w.rows, w.cols) : "",
           [&] {
+            cuda::GemvXq xq = m.xq_for(w.type, in.data, x.rows, in.cols);
+            xq.out = m.xq_out_for_gemv(xq, w, x.rows);
             const int64_t p = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
-                                                  static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream,
-                                                  m.xq_for(w.type, in.data, x.rows, in.cols));
+                                                  static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream, xq);
             STRATA_CHECK(p == n_parts, "gemv_add_norm wrote {} parts per row, planned {}", p, n_parts);
+            if (xq.out != nullptr) m.xq_wrote_to(h.data, h.rows, h.cols, xq.out);
           });
   return pending;
 }
@@ -1112,8 +1139,11 @@ void CudaBackend::matmul_silu_mul_normed(const WeightMatrix& w_gate, const Weigh
                                   w_gate.cols)
                     : "",
           [&] {
+            cuda::GemvXq xq = m.xq_for(w_gate.type, h.data, h.rows, h.cols);
+            xq.out = m.xq_out_for_gemv(xq, w_gate, h.rows);
             cuda::gemv_silu_mul_normed(w_gate, w_up, h.data, h.rows, gate.data, norm.parts, norm.n_parts, norm.eps,
-                                       m.stream, m.xq_for(w_gate.type, h.data, h.rows, h.cols));
+                                       m.stream, xq);
+            if (xq.out != nullptr) m.xq_wrote_to(gate.data, gate.rows, gate.cols, xq.out);
           });
 }
 

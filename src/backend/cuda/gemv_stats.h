@@ -18,6 +18,8 @@ int64_t norm_consumer_launches();
 // where the kernel that wrote x wrote its 8-bit form too), and whether the GEMVs over
 // weights of `type` take it (STRATA_CUDA_GEMV_Q8X).
 int64_t xq_launches();
+// Launches of the one-row producers that wrote their output's 8-bit form too (GemvXq::out).
+int64_t xq_out_launches();
 bool xq_type(GgmlType type);
 
 }  // namespace strata::cuda::gemv_stats

@@ -67,10 +67,19 @@ inline constexpr int64_t kGemvMaxRows = 8;
 // FMAs; Q6_K, Q8_0 likewise): quantized by a launch of its own first, or, with ready, already in
 // buf (written by the kernel that wrote x: paged_attention / rope_kv_store_attention). A row's
 // result still depends on that row of x alone. Null: the f32 x.
+// out (the producers only: gemv_silu_mul, gemv_silu_mul_normed, gemv_add_norm; where
+// gemv_xq_out says yes, else null): a buffer of xq_bytes(1, rows) other than buf, where the launch
+// also writes the 8-bit form of its output (gemv_add_norm: of h), the bytes a quantization of that
+// output would write, so that the GEMV after it takes it with ready.
 struct GemvXq {
   void* buf = nullptr;
   bool ready = false;
+  void* out = nullptr;
 };
+// Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
+// writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads
+// 8-bit x (gemv_xq_bytes), rows a multiple of 32, rows on one warp each.
+bool gemv_xq_out(GgmlType type, int64_t n, int64_t rows, int64_t cols, uint64_t row_bytes);
 void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, GemvXq xq = {});
 // Bytes of the quantized x for a GEMV of n rows of cols over weights of `type`: xq_bytes(n, cols)
 // where the GEMVs take it (Q4_K; STRATA_CUDA_GEMV_Q8X=0: none, =all: Q6_K and Q8_0 too), else 0

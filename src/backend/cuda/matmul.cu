@@ -1216,6 +1216,132 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
   if ((threadIdx.x & 3u) == 0) xds[v / 4] = make_float2(d, __fmul_rn(d, static_cast<float>(sum)));
 }
 
+// One-row producers that also write their output's 8-bit form (GemvXq::out, kernels.h): the
+// lazy-norm producer (O and down projections: x += product, h = x * g, the partial sums; h is
+// quantized) and the SwiGLU GEMV (gate/up, plain or times r; its output is quantized), over
+// weights whose GEMV reads 8-bit x, for one x row. A block holds kXoRows = 32 consecutive output
+// rows, one group of the 8-bit x (xq.cuh), with one warp per row (the SwiGLU: per row of both
+// matrices), so it quantizes its own group from shared memory: no quantize_xq_kernel launch
+// before the next GEMV, and no hand-off between blocks. Every value is the bits the two launches
+// give: each row's products are gemv_kernel's (load_pieces, consume_pieces, the same butterfly),
+// r is norm_part_sums / norm_scales' arithmetic on the block's first kGemvThreads threads, the
+// partial sums gemv_kernel's (groups of kGemvWarps rows, in row order, at KS = 1), and the bytes
+// quantize_xq_kernel's (xq_store_warp: a group's amax and integer sums do not depend on who
+// computes them).
+constexpr int kXoRows = 32;
+constexpr int kXoThreads = 32 * kXoRows;
+
+template <class F, bool kGlu, int NM, int U, bool kPrefetch>
+__global__ void __launch_bounds__(kXoThreads, 1) gemv_xq_out_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                                    int8_t* __restrict__ oq, float2* __restrict__ ods) {
+  static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
+  constexpr int R = kGlu ? 2 : 1;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kXoRows + warp;  // rows % kXoRows == 0: every row exists
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rp[r] = m.w[r] + static_cast<uint64_t>(row) * m.row_bytes[r];
+  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+  float pg = 0.0f, px = 0.0f;  // NM = 1: g and x of the warp's row (gemv_kernel's kEarly)
+  if constexpr (NM == 1) pg = m.ng[row];
+  typename F::Raw raw[U][R];
+  if constexpr (kPrefetch) {
+    load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+    pdl_wait();
+    pdl_trigger();
+    if constexpr (NM == 2) {
+      if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+    }
+    if constexpr (NM == 1) px = m.nx[row];
+    for (int g = 0; g < n_pieces; g += 32 * U) {
+      typename F::Raw nxt[U][R];
+      const bool more = g + 32 * U < n_pieces;  // warp-uniform
+      if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
+      consume_pieces<F, 1, R, U, true>(raw, g + lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
+      if (!more) break;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
+    }
+  } else {
+    if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+    pdl_wait();
+    pdl_trigger();
+    if constexpr (NM == 2) {
+      if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+    }
+    if constexpr (NM == 1) px = m.nx[row];
+    for (int base = lane; base < n_pieces; base += 32 * U) {
+      if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
+      consume_pieces<F, 1, R, U, true>(raw, base, n_pieces, nullptr, cols, acc, m.xq, m.xds);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float v = acc[r][0];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    acc[r][0] = v;
+  }
+  if constexpr (NM == 2) {
+    // norm_part_sums<1> and norm_scales<1> of a kGemvThreads-thread block: the same shares, the
+    // same butterfly, the warps' sums in the same order.
+    __shared__ double sums[kGemvWarps];
+    double s = 0.0;
+    if (threadIdx.x < kGemvThreads) {
+      for (int p = static_cast<int>(threadIdx.x); p < m.n_parts; p += kGemvThreads) s += static_cast<double>(__ldca(m.parts + p));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0 && warp < kGemvWarps) sums[warp] = s;
+    __syncthreads();
+    double t = sums[0];
+#pragma unroll
+    for (int w = 1; w < kGemvWarps; ++w) t += sums[w];
+    const float nr = static_cast<float>(1.0 / sqrt(t / static_cast<double>(cols) + static_cast<double>(m.eps)));
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][0] * nr;
+  }
+  __shared__ float out[kXoRows];  // the block's outputs (h, or the SwiGLU's), to quantize
+  __shared__ float sq[kXoRows];   // NM = 1: the squares of the x values
+  if (lane == 0) {
+    if constexpr (kGlu) {
+      const float g = acc[0][0];
+      const float v = g / (1.0f + expf(-g)) * acc[1][0];
+      m.y[0][row] = v;
+      out[warp] = v;
+    } else {
+      const float xn = px + acc[0][0];  // add()'s arithmetic
+      m.nx[row] = xn;
+      const float h = xn * pg;
+      m.nh[row] = h;
+      out[warp] = h;
+      sq[warp] = __fmul_rn(xn, xn);
+    }
+  }
+  __syncthreads();
+  if constexpr (NM == 1) {
+    constexpr int G = kGemvWarps;  // gemv_kernel's rows per partial at KS = 1
+    if (threadIdx.x < kXoRows / G) {
+      const int q = static_cast<int>(threadIdx.x);
+      float t = sq[q * G];
+#pragma unroll
+      for (int k = 1; k < G; ++k) t = __fadd_rn(t, sq[q * G + k]);
+      const int64_t part = static_cast<int64_t>(blockIdx.x) * (kXoRows / G) + q;
+      if (part < m.n_parts) m.parts[part] = t;
+    }
+  }
+  if (warp == kXoRows - 1) {
+    xq_store_warp(out[lane], lane, oq + static_cast<int64_t>(blockIdx.x) * kXoRows,
+                  ods + static_cast<int64_t>(blockIdx.x) * (kXoRows / 16));
+  }
+}
+
 // Host side: the matrices of one launch (rows > 0 only), their shared cols and the row count
 // that picks R.
 struct GemvLaunch {
@@ -1641,7 +1767,66 @@ void use_xq(GgmlType type, GemvLaunch& l, const float* x, int64_t n, GemvXq xq, 
   g_xq_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::atomic<int64_t> g_xq_out_launches{0};
+
+// gemv_xq_out_kernel for format F: U pieces per lane as gemv_kernel would take them at one row,
+// at most 2 (or 1 for the SwiGLU's two rows) where rows are long, so that the 1,024 threads of a
+// block keep within 64 registers.
+template <class F, bool kGlu, int NM>
+void launch_xq_out_fmt(const GemvLaunch& l, void* out, cudaStream_t s) {
+  const int64_t rows = l.m.rows[0];
+  auto* q = static_cast<int8_t*>(out);
+  auto* ds = reinterpret_cast<float2*>(q + rows);
+  const int64_t n_pieces = l.cols / F::kPieceElems;
+  const dim3 grid(static_cast<unsigned>(rows / kXoRows)), block(kXoThreads);
+  if (n_pieces <= 32) {
+    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, 1, false>, grid, block, 0, s, l.m, l.cols, q, ds);
+  } else if (n_pieces <= 64) {
+    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, 2, false>, grid, block, 0, s, l.m, l.cols, q, ds);
+  } else {
+    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, kGlu ? 1 : 2, true>, grid, block, 0, s, l.m, l.cols, q, ds);
+  }
+  g_xq_out_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <bool kGlu, int NM>
+void launch_xq_out(GgmlType type, const GemvLaunch& l, void* out, cudaStream_t s) {
+  switch (type) {
+    case GgmlType::kQ4_K: launch_xq_out_fmt<FmtQ4_K, kGlu, NM>(l, out, s); break;
+    case GgmlType::kQ6_K: launch_xq_out_fmt<FmtQ6_K, kGlu, NM>(l, out, s); break;
+    case GgmlType::kQ8_0: launch_xq_out_fmt<FmtQ8_0, kGlu, NM>(l, out, s); break;
+    default: throw_cuda_error(cudaErrorInvalidValue, "gemv: no 8-bit output for this weight type", __FILE__, __LINE__);
+  }
+}
+
+// Rows split across warps (gemv_split) for a GEMV of `type`.
+int split_of(GgmlType type, int64_t cols, uint64_t row_bytes) {
+  switch (type) {
+    case GgmlType::kQ4_K: return gemv_split<FmtQ4_K>(cols, row_bytes);
+    case GgmlType::kQ6_K: return gemv_split<FmtQ6_K>(cols, row_bytes);
+    case GgmlType::kQ8_0: return gemv_split<FmtQ8_0>(cols, row_bytes);
+    default: return 0;
+  }
+}
+
+// The producer's launch where xq.out asks for the output's 8-bit form: gemv_xq_out_kernel (the
+// caller checked gemv_xq_out; l reads the 8-bit x), else false.
+template <bool kGlu, int NM>
+bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq, cudaStream_t s) {
+  if (xq.out == nullptr) return false;
+  if (l.m.xq == nullptr || !gemv_xq_out(type, n, l.m.rows[0], l.cols, l.m.row_bytes[0])) {
+    throw_cuda_error(cudaErrorInvalidValue, "gemv: an 8-bit output asked where gemv_xq_out says no", __FILE__, __LINE__);
+  }
+  launch_xq_out<kGlu, NM>(type, l, xq.out, s);
+  return true;
+}
+
 }  // namespace
+
+bool gemv_xq_out(GgmlType type, int64_t n, int64_t rows, int64_t cols, uint64_t row_bytes) {
+  return n == 1 && xq_type(type) && xq_bytes(1, cols) > 0 && rows > 0 && rows % kXoRows == 0 &&
+         rows / kXoRows <= 0x7fffffff && split_of(type, cols, row_bytes) == 1;
+}
 
 int64_t xq_bytes(int64_t n, int64_t cols) {
   if (n <= 0 || cols <= 0 || cols % 32 != 0) return 0;
@@ -1662,6 +1847,7 @@ void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float
   GemvLaunch l;
   if (!glu_launch(gate, up, x, n, out, l)) return;
   use_xq(gate.type, l, x, n, xq, s);
+  if (launch_with_xq_out<true, 0>(gate.type, l, n, xq, s)) return;
   launch_gemv_glu_type(gate.type, l, x, n, s);
 }
 
@@ -1693,7 +1879,8 @@ int64_t gemv_add_norm(const WeightMatrix& w, const float* in, int64_t n, float* 
   dry.plan = &n_parts;
   launch_gemv_type<1>(w.type, dry, in, n, s);
   use_xq(w.type, l, in, n, xq, s);
-  launch_gemv_type<1>(w.type, l, in, n, s);
+  l.m.n_parts = static_cast<int32_t>(n_parts);
+  if (!launch_with_xq_out<false, 1>(w.type, l, n, xq, s)) launch_gemv_type<1>(w.type, l, in, n, s);
   g_norm_producer_launches.fetch_add(1, std::memory_order_relaxed);
   return n_parts;
 }
@@ -1720,7 +1907,7 @@ void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, cons
   l.m.parts = const_cast<float*>(parts);
   l.m.n_parts = n_parts;
   l.m.eps = eps;
-  launch_gemv_glu_type<2>(gate.type, l, h, n, s);
+  if (!launch_with_xq_out<true, 2>(gate.type, l, n, xq, s)) launch_gemv_glu_type<2>(gate.type, l, h, n, s);
   g_norm_consumer_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -1728,6 +1915,7 @@ namespace gemv_stats {
 int64_t norm_producer_launches() { return g_norm_producer_launches.load(std::memory_order_relaxed); }
 int64_t norm_consumer_launches() { return g_norm_consumer_launches.load(std::memory_order_relaxed); }
 int64_t xq_launches() { return g_xq_launches.load(std::memory_order_relaxed); }
+int64_t xq_out_launches() { return g_xq_out_launches.load(std::memory_order_relaxed); }
 bool xq_type(GgmlType type) { return cuda::xq_type(type); }
 }  // namespace gemv_stats
 
