@@ -408,8 +408,8 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output,
-// on a backend with them (default) and one without (STRATA_CUDA_XQ_OUT=0, where each of those
-// GEMVs quantizes its x by a launch of its own): every output the same bits, and the launches as
+// on a backend with them (STRATA_CUDA_XQ_OUT=1, opt-in) and one without (=0, the default, where
+// each of those GEMVs quantizes its x by a launch of its own): every output the same bits, and the launches as
 // planned (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows
 // 2048 and 4096 (multiples of 32, one block per 32), and a 1,024-wide model whose rows take one,
 // two and more than two pieces per lane (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not
@@ -422,8 +422,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     const char* out0 = std::getenv("STRATA_CUDA_XQ_OUT");
     const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "", out_saved = out0 != nullptr ? out0 : "";
     ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type (Q6_K and Q8_0 too)
-    if (xq_out != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
-    else ::unsetenv("STRATA_CUDA_XQ_OUT");
+    ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
     std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
     if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
     else ::unsetenv("STRATA_CUDA_LAZY_NORM");
@@ -431,7 +430,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     else ::unsetenv("STRATA_CUDA_XQ_OUT");
     return b;
   };
-  const std::unique_ptr<Backend> on = make(nullptr), off = make("0");
+  const std::unique_ptr<Backend> on = make("1"), off = make("0");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;

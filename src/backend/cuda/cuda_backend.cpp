@@ -286,7 +286,7 @@ struct CudaBackend::Impl {
     const void* buf = nullptr;
   } xq_tag;
   bool xq_last = false;  // the last GEMV read 8-bit x
-  bool xq_out = true;    // one-row producers write their output's 8-bit form (xq_out_for_gemv)
+  bool xq_out = false;   // one-row producers write their output's 8-bit form (xq_out_for_gemv)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -507,8 +507,10 @@ struct CudaBackend::Impl {
   // cuda::gemv_xq_out says the launch writes one and the last GEMV read 8-bit x (the next
   // GEMV of the same model will; one that does not ignores it); else null. xq_wrote, after the
   // launch, records what it holds.
-  // STRATA_CUDA_XQ_OUT=0 (read when the backend is made): never (the GEMV after the producer
-  // quantizes its x by a launch of its own; an A/B switch).
+  // Opt-in: STRATA_CUDA_XQ_OUT=1 (read when the backend is made); otherwise never, and the GEMV
+  // after the producer quantizes its x by a launch of its own. Not yet run on a GPU: built in a
+  // session that got no device after its first call, so its speed and its op test are unmeasured
+  // (docs/PERFORMANCE.md); the next device session measures it and decides the default.
   void* xq_out_for_gemv(const cuda::GemvXq& in, const WeightMatrix& w, int64_t n) {
     if (!xq_out || in.buf == nullptr || !cuda::gemv_xq_out(w.type, n, w.rows, w.cols, w.row_bytes)) return nullptr;
     const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
@@ -657,7 +659,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // 2026-12-05 with the kernels of that day); 1 = every weight type and batches up to kGemvMaxRows
   // rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
-  m.xq_out = !(xq_out != nullptr && std::string_view(xq_out) == "0");
+  m.xq_out = xq_out != nullptr && std::string_view(xq_out) == "1";
   const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
   const bool lazy_off = lazy != nullptr && std::string_view(lazy) == "0";
   m.lazy_norm_every_type = lazy != nullptr && std::string_view(lazy) == "1";

@@ -1227,7 +1227,8 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // r is norm_part_sums / norm_scales' arithmetic on the block's first kGemvThreads threads, the
 // partial sums gemv_kernel's (groups of kGemvWarps rows, in row order, at KS = 1), and the bytes
 // quantize_xq_kernel's (xq_store_warp: a group's amax and integer sums do not depend on who
-// computes them).
+// computes them). The backend asks for it only with STRATA_CUDA_XQ_OUT=1 (opt-in until measured
+// on a GPU; the session that wrote it got no device time after writing it).
 constexpr int kXoRows = 32;
 constexpr int kXoThreads = 32 * kXoRows;
 
