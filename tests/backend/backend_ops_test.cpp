@@ -408,8 +408,9 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output,
-// on a backend with them (STRATA_CUDA_XQ_OUT=1, opt-in) and one without (=0, the default, where
-// each of those GEMVs quantizes its x by a launch of its own): every output the same bits, and the launches as
+// on backends with them (STRATA_CUDA_XQ_OUT=1 and =2, opt-in: blocks of 32 warps of one row, or 16
+// of two) and one without (=0, the default, where each of those GEMVs quantizes its x by a launch
+// of its own): every output the same bits, and the launches as
 // planned (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows
 // 2048 and 4096 (multiples of 32, one block per 32), and a 1,024-wide model whose rows take one,
 // two and more than two pieces per lane (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not
@@ -430,7 +431,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     else ::unsetenv("STRATA_CUDA_XQ_OUT");
     return b;
   };
-  const std::unique_ptr<Backend> on = make("1"), off = make("0");
+  const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), off = make("0");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
@@ -481,17 +482,21 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
         for (const DevArray* o : {&dx, &dh, &df, &dh2, &dq, &df2, &dy, &ds, &dy2}) got.outs.push_back(download(b, o->view));
         return got;
       };
-      const Got with = run(*on), without = run(*off);
-      EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
+      const Got without = run(*off);
       EXPECT_EQ(without.xq_out_launches, 0);
-      // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul). With: a,
-      // h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
+      // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
-      EXPECT_EQ(with.xq_launches, 4);
-      ASSERT_EQ(with.outs.size(), without.outs.size());
-      for (size_t i = 0; i < with.outs.size(); ++i) {
-        EXPECT_EQ(count_nonfinite(with.outs[i]), 0) << "output " << i;
-        EXPECT_EQ(with.outs[i], without.outs[i]) << "output " << i << " (x, h, f, h2, q, f2, y, s, y2)";
+      for (Backend* b : {on.get(), on2.get()}) {
+        SCOPED_TRACE(b == on.get() ? "one row per warp" : "two rows per warp");
+        const Got with = run(*b);
+        EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
+        // With: a, h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
+        EXPECT_EQ(with.xq_launches, 4);
+        ASSERT_EQ(with.outs.size(), without.outs.size());
+        for (size_t i = 0; i < with.outs.size(); ++i) {
+          EXPECT_EQ(count_nonfinite(with.outs[i]), 0) << "output " << i;
+          EXPECT_EQ(with.outs[i], without.outs[i]) << "output " << i << " (x, h, f, h2, q, f2, y, s, y2)";
+        }
       }
     }
   }

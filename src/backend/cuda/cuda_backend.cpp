@@ -287,6 +287,7 @@ struct CudaBackend::Impl {
   } xq_tag;
   bool xq_last = false;  // the last GEMV read 8-bit x
   bool xq_out = false;   // one-row producers write their output's 8-bit form (xq_out_for_gemv)
+  int xq_out_rows_per_warp = 1;  // their blocks: 32 warps of one row (STRATA_CUDA_XQ_OUT=1) or 16 of two (=2)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -507,7 +508,7 @@ struct CudaBackend::Impl {
   // cuda::gemv_xq_out says the launch writes one and the last GEMV read 8-bit x (the next
   // GEMV of the same model will; one that does not ignores it); else null. xq_wrote, after the
   // launch, records what it holds.
-  // Opt-in: STRATA_CUDA_XQ_OUT=1 (read when the backend is made); otherwise never, and the GEMV
+  // Opt-in: STRATA_CUDA_XQ_OUT=1 or 2 (rows per warp; read when the backend is made); otherwise never, and the GEMV
   // after the producer quantizes its x by a launch of its own. Not yet run on a GPU: built in a
   // session that got no device after its first call, so its speed and its op test are unmeasured
   // (docs/PERFORMANCE.md); the next device session measures it and decides the default.
@@ -659,7 +660,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // 2026-12-05 with the kernels of that day); 1 = every weight type and batches up to kGemvMaxRows
   // rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
-  m.xq_out = xq_out != nullptr && std::string_view(xq_out) == "1";
+  m.xq_out = xq_out != nullptr && (std::string_view(xq_out) == "1" || std::string_view(xq_out) == "2");
+  m.xq_out_rows_per_warp = m.xq_out && std::string_view(xq_out) == "2" ? 2 : 1;
   const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
   const bool lazy_off = lazy != nullptr && std::string_view(lazy) == "0";
   m.lazy_norm_every_type = lazy != nullptr && std::string_view(lazy) == "1";
@@ -1020,6 +1022,7 @@ void CudaBackend::matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix
           [&] {
             cuda::GemvXq xq = m.xq_for(w_gate.type, x.data, x.rows, x.cols);
             xq.out = m.xq_out_for_gemv(xq, w_gate, x.rows);
+            xq.out_rows_per_warp = m.xq_out_rows_per_warp;
             cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, xq);
             if (xq.out != nullptr) m.xq_wrote_to(gate.data, gate.rows, gate.cols, xq.out);
           });
@@ -1078,6 +1081,7 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
           [&] {
             cuda::GemvXq xq = m.xq_for(w.type, in.data, x.rows, in.cols);
             xq.out = m.xq_out_for_gemv(xq, w, x.rows);
+            xq.out_rows_per_warp = m.xq_out_rows_per_warp;
             const int64_t p = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
                                                   static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream, xq);
             STRATA_CHECK(p == n_parts, "gemv_add_norm wrote {} parts per row, planned {}", p, n_parts);
@@ -1143,6 +1147,7 @@ void CudaBackend::matmul_silu_mul_normed(const WeightMatrix& w_gate, const Weigh
           [&] {
             cuda::GemvXq xq = m.xq_for(w_gate.type, h.data, h.rows, h.cols);
             xq.out = m.xq_out_for_gemv(xq, w_gate, h.rows);
+            xq.out_rows_per_warp = m.xq_out_rows_per_warp;
             cuda::gemv_silu_mul_normed(w_gate, w_up, h.data, h.rows, gate.data, norm.parts, norm.n_parts, norm.eps,
                                        m.stream, xq);
             if (xq.out != nullptr) m.xq_wrote_to(gate.data, gate.rows, gate.cols, xq.out);

@@ -1230,34 +1230,54 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // computes them). The backend asks for it only with STRATA_CUDA_XQ_OUT=1 (opt-in until measured
 // on a GPU; the session that wrote it got no device time after writing it).
 constexpr int kXoRows = 32;
-constexpr int kXoThreads = 32 * kXoRows;
 
-template <class F, bool kGlu, int NM, int U, bool kPrefetch>
-__global__ void __launch_bounds__(kXoThreads, 1) gemv_xq_out_kernel(const __grid_constant__ GemvMats m, int64_t cols,
-                                                                    int8_t* __restrict__ oq, float2* __restrict__ ods) {
+// RW rows per warp (1: 32 warps; 2: 16 warps, each x load serving both rows, half the threads).
+template <class F, bool kGlu, int NM, int U, bool kPrefetch, int RW>
+__global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                                           int8_t* __restrict__ oq, float2* __restrict__ ods) {
   static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
-  constexpr int R = kGlu ? 2 : 1;
+  static_assert(RW == 1 || RW == 2, "one or two rows per warp");
+  constexpr int R = kGlu ? 2 * RW : RW;  // weight rows per warp (the SwiGLU: gate and up of each row)
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kXoRows + warp;  // rows % kXoRows == 0: every row exists
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;  // rows % kXoRows == 0: every row exists
   const uint8_t* rp[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) rp[r] = m.w[r] + static_cast<uint64_t>(row) * m.row_bytes[r];
+  for (int k = 0; k < RW; ++k) {
+    if constexpr (kGlu) {
+      rp[2 * k] = m.w[0] + static_cast<uint64_t>(row0 + k) * m.row_bytes[0];
+      rp[2 * k + 1] = m.w[1] + static_cast<uint64_t>(row0 + k) * m.row_bytes[1];
+    } else {
+      rp[k] = m.w[0] + static_cast<uint64_t>(row0 + k) * m.row_bytes[0];
+    }
+  }
   const int n_pieces = static_cast<int>(cols / F::kPieceElems);
   float acc[R][1];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
-  float pg = 0.0f, px = 0.0f;  // NM = 1: g and x of the warp's row (gemv_kernel's kEarly)
-  if constexpr (NM == 1) pg = m.ng[row];
+  float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows (gemv_kernel's kEarly)
+#pragma unroll
+  for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
+  }
   typename F::Raw raw[U][R];
   if constexpr (kPrefetch) {
     load_pieces<F, R, U>(raw, rp, lane, n_pieces);
-    pdl_wait();
-    pdl_trigger();
-    if constexpr (NM == 2) {
-      if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
-    }
-    if constexpr (NM == 1) px = m.nx[row];
+  } else {
+    if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+  }
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (NM == 2) {
+    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+  }
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
+  }
+  if constexpr (kPrefetch) {
     for (int g = 0; g < n_pieces; g += 32 * U) {
       typename F::Raw nxt[U][R];
       const bool more = g + 32 * U < n_pieces;  // warp-uniform
@@ -1270,13 +1290,6 @@ __global__ void __launch_bounds__(kXoThreads, 1) gemv_xq_out_kernel(const __grid
         for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
     }
   } else {
-    if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
-    pdl_wait();
-    pdl_trigger();
-    if constexpr (NM == 2) {
-      if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
-    }
-    if constexpr (NM == 1) px = m.nx[row];
     for (int base = lane; base < n_pieces; base += 32 * U) {
       if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
       consume_pieces<F, 1, R, U, true>(raw, base, n_pieces, nullptr, cols, acc, m.xq, m.xds);
@@ -1311,18 +1324,22 @@ __global__ void __launch_bounds__(kXoThreads, 1) gemv_xq_out_kernel(const __grid
   __shared__ float out[kXoRows];  // the block's outputs (h, or the SwiGLU's), to quantize
   __shared__ float sq[kXoRows];   // NM = 1: the squares of the x values
   if (lane == 0) {
-    if constexpr (kGlu) {
-      const float g = acc[0][0];
-      const float v = g / (1.0f + expf(-g)) * acc[1][0];
-      m.y[0][row] = v;
-      out[warp] = v;
-    } else {
-      const float xn = px + acc[0][0];  // add()'s arithmetic
-      m.nx[row] = xn;
-      const float h = xn * pg;
-      m.nh[row] = h;
-      out[warp] = h;
-      sq[warp] = __fmul_rn(xn, xn);
+#pragma unroll
+    for (int k = 0; k < RW; ++k) {
+      const int i = warp * RW + k;
+      if constexpr (kGlu) {
+        const float g = acc[2 * k][0];
+        const float v = g / (1.0f + expf(-g)) * acc[2 * k + 1][0];
+        m.y[0][row0 + k] = v;
+        out[i] = v;
+      } else {
+        const float xn = px[k] + acc[k][0];  // add()'s arithmetic
+        m.nx[row0 + k] = xn;
+        const float h = xn * pg[k];
+        m.nh[row0 + k] = h;
+        out[i] = h;
+        sq[i] = __fmul_rn(xn, xn);
+      }
     }
   }
   __syncthreads();
@@ -1337,7 +1354,7 @@ __global__ void __launch_bounds__(kXoThreads, 1) gemv_xq_out_kernel(const __grid
       if (part < m.n_parts) m.parts[part] = t;
     }
   }
-  if (warp == kXoRows - 1) {
+  if (warp == kXoRows / RW - 1) {
     xq_store_warp(out[lane], lane, oq + static_cast<int64_t>(blockIdx.x) * kXoRows,
                   ods + static_cast<int64_t>(blockIdx.x) * (kXoRows / 16));
   }
@@ -1770,33 +1787,43 @@ void use_xq(GgmlType type, GemvLaunch& l, const float* x, int64_t n, GemvXq xq, 
 
 std::atomic<int64_t> g_xq_out_launches{0};
 
-// gemv_xq_out_kernel for format F: U pieces per lane as gemv_kernel would take them at one row,
-// at most 2 (or 1 for the SwiGLU's two rows) where rows are long, so that the 1,024 threads of a
-// block keep within 64 registers.
-template <class F, bool kGlu, int NM>
+// gemv_xq_out_kernel for format F with RW rows per warp: U pieces per lane as gemv_kernel would
+// take them at one row, at most 2 (or 1 for two rows' SwiGLU) where rows are long, so that the
+// block keeps within its registers.
+template <class F, bool kGlu, int NM, int RW>
 void launch_xq_out_fmt(const GemvLaunch& l, void* out, cudaStream_t s) {
   const int64_t rows = l.m.rows[0];
   auto* q = static_cast<int8_t*>(out);
   auto* ds = reinterpret_cast<float2*>(q + rows);
   const int64_t n_pieces = l.cols / F::kPieceElems;
-  const dim3 grid(static_cast<unsigned>(rows / kXoRows)), block(kXoThreads);
+  const dim3 grid(static_cast<unsigned>(rows / kXoRows)), block(32 * kXoRows / RW);
+  constexpr int kLongU = kGlu ? 1 : 2;
   if (n_pieces <= 32) {
-    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, 1, false>, grid, block, 0, s, l.m, l.cols, q, ds);
+    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, 1, false, RW>, grid, block, 0, s, l.m, l.cols, q, ds);
   } else if (n_pieces <= 64) {
-    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, 2, false>, grid, block, 0, s, l.m, l.cols, q, ds);
+    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, 2, false, RW>, grid, block, 0, s, l.m, l.cols, q, ds);
   } else {
-    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, kGlu ? 1 : 2, true>, grid, block, 0, s, l.m, l.cols, q, ds);
+    launch_pdl(gemv_xq_out_kernel<F, kGlu, NM, kLongU, true, RW>, grid, block, 0, s, l.m, l.cols, q, ds);
   }
   g_xq_out_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-template <bool kGlu, int NM>
-void launch_xq_out(GgmlType type, const GemvLaunch& l, void* out, cudaStream_t s) {
+template <bool kGlu, int NM, int RW>
+void launch_xq_out_rw(GgmlType type, const GemvLaunch& l, void* out, cudaStream_t s) {
   switch (type) {
-    case GgmlType::kQ4_K: launch_xq_out_fmt<FmtQ4_K, kGlu, NM>(l, out, s); break;
-    case GgmlType::kQ6_K: launch_xq_out_fmt<FmtQ6_K, kGlu, NM>(l, out, s); break;
-    case GgmlType::kQ8_0: launch_xq_out_fmt<FmtQ8_0, kGlu, NM>(l, out, s); break;
+    case GgmlType::kQ4_K: launch_xq_out_fmt<FmtQ4_K, kGlu, NM, RW>(l, out, s); break;
+    case GgmlType::kQ6_K: launch_xq_out_fmt<FmtQ6_K, kGlu, NM, RW>(l, out, s); break;
+    case GgmlType::kQ8_0: launch_xq_out_fmt<FmtQ8_0, kGlu, NM, RW>(l, out, s); break;
     default: throw_cuda_error(cudaErrorInvalidValue, "gemv: no 8-bit output for this weight type", __FILE__, __LINE__);
+  }
+}
+
+template <bool kGlu, int NM>
+void launch_xq_out(GgmlType type, const GemvLaunch& l, void* out, int rows_per_warp, cudaStream_t s) {
+  if (rows_per_warp == 2) {
+    launch_xq_out_rw<kGlu, NM, 2>(type, l, out, s);
+  } else {
+    launch_xq_out_rw<kGlu, NM, 1>(type, l, out, s);
   }
 }
 
@@ -1818,7 +1845,7 @@ bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq
   if (l.m.xq == nullptr || !gemv_xq_out(type, n, l.m.rows[0], l.cols, l.m.row_bytes[0])) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: an 8-bit output asked where gemv_xq_out says no", __FILE__, __LINE__);
   }
-  launch_xq_out<kGlu, NM>(type, l, xq.out, s);
+  launch_xq_out<kGlu, NM>(type, l, xq.out, xq.out_rows_per_warp, s);
   return true;
 }
 
