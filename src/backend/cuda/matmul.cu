@@ -812,6 +812,33 @@ __device__ __forceinline__ void consume_pieces(const typename F::Raw (&raw)[U][R
   }
 }
 
+// A warp's main loop over its rows' pieces, after the PDL wait: raw holds the lane's first U pieces
+// of each row (loaded before the wait). kPrefetch: the next U pieces are loaded before the current
+// ones are used; otherwise (rows of at most 32 U pieces, one iteration) each group is loaded in turn.
+template <class F, int N, int R, int U, bool kXq, bool kPrefetch>
+__device__ __forceinline__ void stream_pieces(typename F::Raw (&raw)[U][R], const uint8_t* const (&rp)[R], int lane,
+                                              int n_pieces, const float* __restrict__ x, int64_t cols, float (&acc)[R][N],
+                                              const int8_t* xq, const float2* xds) {
+  if constexpr (kPrefetch) {
+    for (int g = 0; g < n_pieces; g += 32 * U) {
+      typename F::Raw nxt[U][R];
+      const bool more = g + 32 * U < n_pieces;  // warp-uniform
+      if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
+      consume_pieces<F, N, R, U, kXq>(raw, g + lane, n_pieces, x, cols, acc, xq, xds);
+      if (!more) break;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
+    }
+  } else {
+    for (int base = lane; base < n_pieces; base += 32 * U) {
+      if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
+      consume_pieces<F, N, R, U, kXq>(raw, base, n_pieces, x, cols, acc, xq, xds);
+    }
+  }
+}
+
 // Matrix that owns block b. The parameters are __grid_constant__, so m.w[k] etc. with this k are
 // indexed constant-bank loads (no local copy) and need not stay in registers.
 __host__ __device__ __forceinline__ int mat_of_block(const GemvMats& m, uint32_t b) {
@@ -1045,17 +1072,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     pdl_trigger();
     if constexpr (NM == 2) norm_prefetch<N>(m);
     if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
-    for (int g = 0; g < n_pieces; g += 32 * U) {
-      typename F::Raw nxt[U][R];
-      const bool more = g + 32 * U < n_pieces;  // warp-uniform
-      if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
-      consume_pieces<F, N, R, U, kXq>(raw, g + lane, n_pieces, xs, cols, acc, xq, xds);
-      if (!more) break;
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
-    }
+    stream_pieces<F, N, R, U, kXq, true>(raw, rp, lane, n_pieces, xs, cols, acc, xq, xds);
   } else {
     typename F::Raw raw[U][R];
     if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
@@ -1063,10 +1080,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
     pdl_trigger();
     if constexpr (NM == 2) norm_prefetch<N>(m);
     if constexpr (kEarly) producer_load_x<N, R, KS>(m, px);
-    for (int base = lane; base < n_pieces; base += 32 * U) {
-      if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
-      consume_pieces<F, N, R, U, kXq>(raw, base, n_pieces, xs, cols, acc, xq, xds);
-    }
+    stream_pieces<F, N, R, U, kXq, false>(raw, rp, lane, n_pieces, xs, cols, acc, xq, xds);
   }
 
 #pragma unroll
@@ -1277,24 +1291,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
 #pragma unroll
     for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
   }
-  if constexpr (kPrefetch) {
-    for (int g = 0; g < n_pieces; g += 32 * U) {
-      typename F::Raw nxt[U][R];
-      const bool more = g + 32 * U < n_pieces;  // warp-uniform
-      if (more) load_pieces<F, R, U>(nxt, rp, g + 32 * U + lane, n_pieces);
-      consume_pieces<F, 1, R, U, true>(raw, g + lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
-      if (!more) break;
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < R; ++r) raw[u][r] = nxt[u][r];
-    }
-  } else {
-    for (int base = lane; base < n_pieces; base += 32 * U) {
-      if (base != lane) load_pieces<F, R, U>(raw, rp, base, n_pieces);
-      consume_pieces<F, 1, R, U, true>(raw, base, n_pieces, nullptr, cols, acc, m.xq, m.xds);
-    }
-  }
+  stream_pieces<F, 1, R, U, true, kPrefetch>(raw, rp, lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float v = acc[r][0];
