@@ -1842,6 +1842,9 @@ bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq
   if (l.m.xq == nullptr || !gemv_xq_out(type, n, l.m.rows[0], l.cols, l.m.row_bytes[0])) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: an 8-bit output asked where gemv_xq_out says no", __FILE__, __LINE__);
   }
+  if (xq.out == xq.buf) {
+    throw_cuda_error(cudaErrorInvalidValue, "gemv: the 8-bit output must not be the buffer the GEMV reads", __FILE__, __LINE__);
+  }
   launch_xq_out<kGlu, NM>(type, l, xq.out, xq.out_rows_per_warp, s);
   return true;
 }
