@@ -505,13 +505,14 @@ struct CudaBackend::Impl {
   }
   // Where a one-row producer of `rows` outputs (weights w) reading x by `in` writes its output's
   // 8-bit form (cuda::GemvXq::out): the buffer of xq and xq2 that `in` does not read, where
-  // cuda::gemv_xq_out says the launch writes one and the last GEMV read 8-bit x (the next
-  // GEMV of the same model will; one that does not ignores it); else null. xq_wrote, after the
-  // launch, records what it holds.
-  // Opt-in: STRATA_CUDA_XQ_OUT=1 or 2 (rows per warp; read when the backend is made); otherwise never, and the GEMV
-  // after the producer quantizes its x by a launch of its own. Not yet run on a GPU: built in a
-  // session that got no device after its first call, so its speed and its op test are unmeasured
-  // (docs/PERFORMANCE.md); the next device session measures it and decides the default.
+  // cuda::gemv_xq_out says the launch writes one and the producer itself reads 8-bit x (the next
+  // GEMV of the same model will; one that does not ignores it); else null. xq_wrote_to, after
+  // the launch, records what it holds.
+  // Opt-in: STRATA_CUDA_XQ_OUT=1 or 2 (rows per warp; read when the backend is made); otherwise
+  // never, and the GEMV after the producer quantizes its x by a launch of its own. Not yet run on
+  // a GPU: built in a session that got no device after its first call, so its speed and its op
+  // test are unmeasured (docs/PERFORMANCE.md); the next device session measures it and decides
+  // the default.
   void* xq_out_for_gemv(const cuda::GemvXq& in, const WeightMatrix& w, int64_t n) {
     if (!xq_out || in.buf == nullptr || !cuda::gemv_xq_out(w.type, n, w.rows, w.cols, w.row_bytes)) return nullptr;
     const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
@@ -654,14 +655,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
   m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
+  // STRATA_CUDA_XQ_OUT=1|2: the one-row producers write the next GEMV's 8-bit x (xq_out_for_gemv).
+  const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
+  m.xq_out = xq_out != nullptr && (std::string_view(xq_out) == "1" || std::string_view(xq_out) == "2");
+  m.xq_out_rows_per_warp = m.xq_out && std::string_view(xq_out) == "2" ? 2 : 1;
   // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float and Q4_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of
   // 2026-12-05 with the kernels of that day); 1 = every weight type and batches up to kGemvMaxRows
   // rows (or STRATA_CUDA_LAZY_NORM_ROWS); 0 = off.
-  const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
-  m.xq_out = xq_out != nullptr && (std::string_view(xq_out) == "1" || std::string_view(xq_out) == "2");
-  m.xq_out_rows_per_warp = m.xq_out && std::string_view(xq_out) == "2" ? 2 : 1;
   const char* lazy = std::getenv("STRATA_CUDA_LAZY_NORM");
   const bool lazy_off = lazy != nullptr && std::string_view(lazy) == "0";
   m.lazy_norm_every_type = lazy != nullptr && std::string_view(lazy) == "1";
