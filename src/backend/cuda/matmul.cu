@@ -1234,15 +1234,15 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // lazy-norm producer (O and down projections: x += product, h = x * g, the partial sums; h is
 // quantized) and the SwiGLU GEMV (gate/up, plain or times r; its output is quantized), over
 // weights whose GEMV reads 8-bit x, for one x row. A block holds kXoRows = 32 consecutive output
-// rows, one group of the 8-bit x (xq.cuh), with one warp per row (the SwiGLU: per row of both
-// matrices), so it quantizes its own group from shared memory: no quantize_xq_kernel launch
+// rows, one group of the 8-bit x (xq.cuh), with RW = 1 or 2 rows per warp (the SwiGLU: rows of
+// both matrices), so it quantizes its own group from shared memory: no quantize_xq_kernel launch
 // before the next GEMV, and no hand-off between blocks. Every value is the bits the two launches
 // give: each row's products are gemv_kernel's (load_pieces, consume_pieces, the same butterfly),
 // r is norm_part_sums / norm_scales' arithmetic on the block's first kGemvThreads threads, the
 // partial sums gemv_kernel's (groups of kGemvWarps rows, in row order, at KS = 1), and the bytes
 // quantize_xq_kernel's (xq_store_warp: a group's amax and integer sums do not depend on who
-// computes them). The backend asks for it only with STRATA_CUDA_XQ_OUT=1 (opt-in until measured
-// on a GPU; the session that wrote it got no device time after writing it).
+// computes them). The backend asks for it only with STRATA_CUDA_XQ_OUT=1|2 (RW; opt-in until
+// measured on a GPU: the session that wrote it got no device time after writing it).
 constexpr int kXoRows = 32;
 
 // RW rows per warp (1: 32 warps; 2: 16 warps, each x load serving both rows, half the threads).
