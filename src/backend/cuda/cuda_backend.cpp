@@ -276,7 +276,7 @@ struct CudaBackend::Impl {
   StagedMemo memo_pos, memo_slots, memo_tokens, memo_rows, memo_attn, memo_blocks, memo_imp, memo_moves;
   Scratch x16, x16_lo, w16, attn_scratch, imp_scores, imp_ml, imp_mass, imp_part, rows_out;
   Scratch xq;  // x quantized to 8 bits for a GEMV (cuda::gemv_xq_bytes)
-  Scratch xq2;  // the 8-bit output of a one-row producer that reads xq (or xq2: xq_out_for_gemv)
+  Scratch xq2;  // the 8-bit output of a one-row producer that reads xq (or xq2: producer_xq)
   // What xq holds when a kernel other than a GEMV's own quantization wrote it (the decode
   // attention: xq_out_for, xq_wrote): the 8-bit form of n rows of cols at x, in buffer buf. Any
   // GEMV's xq_for or a write overlapping x forgets it.
@@ -286,7 +286,7 @@ struct CudaBackend::Impl {
     const void* buf = nullptr;
   } xq_tag;
   bool xq_last = false;  // the last GEMV read 8-bit x
-  bool xq_out = false;   // one-row producers write their output's 8-bit form (xq_out_for_gemv)
+  bool xq_out = false;   // one-row producers write their output's 8-bit form (producer_xq)
   int xq_out_rows_per_warp = 1;  // their blocks: 32 warps of one row (STRATA_CUDA_XQ_OUT=1) or 16 of two (=2)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
@@ -503,8 +503,8 @@ struct CudaBackend::Impl {
     void* buf = scratch(xq, static_cast<uint64_t>(bytes));
     return {buf, tag.x == x && tag.n == n && tag.cols == cols && tag.buf == buf};
   }
-  // Where a one-row producer of `rows` outputs (weights w) reading x by `in` writes its output's
-  // 8-bit form (cuda::GemvXq::out): the buffer of xq and xq2 that `in` does not read, where
+  // Where a one-row producer of `rows` outputs (weights w) reading x writes its output's 8-bit
+  // form (cuda::GemvXq::out): the buffer of xq and xq2 that its own 8-bit x is not in, where
   // cuda::gemv_xq_out says the launch writes one and the producer itself reads 8-bit x (the next
   // GEMV of the same model will; one that does not ignores it); else null. xq_wrote_to, after
   // the launch, records what it holds.
@@ -513,11 +513,14 @@ struct CudaBackend::Impl {
   // a GPU: built in a session that got no device after its first call, so its speed and its op
   // test are unmeasured (docs/PERFORMANCE.md); the next device session measures it and decides
   // the default.
-  void* xq_out_for_gemv(const cuda::GemvXq& in, const WeightMatrix& w, int64_t n) {
-    if (!xq_out || in.buf == nullptr || !cuda::gemv_xq_out(w.type, n, w.rows, w.cols, w.row_bytes)) return nullptr;
+  // Returns xq_for(w.type, x, n, cols) with out (and its rows per warp) set so.
+  cuda::GemvXq producer_xq(const WeightMatrix& w, const float* x, int64_t n, int64_t cols) {
+    cuda::GemvXq in = xq_for(w.type, x, n, cols);
+    if (!xq_out || in.buf == nullptr || !cuda::gemv_xq_out(w.type, n, w.rows, w.cols, w.row_bytes)) return in;
     const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
-    if (xq2.buf && in.buf == xq2.buf->data()) return scratch(xq, bytes);
-    return scratch(xq2, bytes);
+    in.out = xq2.buf && in.buf == xq2.buf->data() ? scratch(xq, bytes) : scratch(xq2, bytes);
+    in.out_rows_per_warp = xq_out_rows_per_warp;
+    return in;
   }
   void xq_wrote_to(const float* x, int64_t n, int64_t cols, const void* buf) { xq_tag = {x, n, cols, buf}; }
   // Where a decode attention writing n rows of cols writes their 8-bit form too (for the O
@@ -655,7 +658,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
   m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
-  // STRATA_CUDA_XQ_OUT=1|2: the one-row producers write the next GEMV's 8-bit x (xq_out_for_gemv).
+  // STRATA_CUDA_XQ_OUT=1|2: the one-row producers write the next GEMV's 8-bit x (producer_xq).
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
   m.xq_out = xq_out != nullptr && (std::string_view(xq_out) == "1" || std::string_view(xq_out) == "2");
   m.xq_out_rows_per_warp = m.xq_out && std::string_view(xq_out) == "2" ? 2 : 1;
@@ -1022,9 +1025,7 @@ void CudaBackend::matmul_silu_mul(const WeightMatrix& w_gate, const WeightMatrix
                                   w_gate.cols)
                     : "",
           [&] {
-            cuda::GemvXq xq = m.xq_for(w_gate.type, x.data, x.rows, x.cols);
-            xq.out = m.xq_out_for_gemv(xq, w_gate, x.rows);
-            xq.out_rows_per_warp = m.xq_out_rows_per_warp;
+            const cuda::GemvXq xq = m.producer_xq(w_gate, x.data, x.rows, x.cols);
             cuda::gemv_silu_mul(w_gate, w_up, x.data, x.rows, gate.data, m.stream, xq);
             if (xq.out != nullptr) m.xq_wrote_to(gate.data, gate.rows, gate.cols, xq.out);
           });
@@ -1081,9 +1082,7 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
   m.wrote(h.data, h.size());
   m.timed(m.profile ? fmt::format("gemv+add+x*g {} n={} [{}x{}]", ggml_type_name(w.type), x.rows, w.rows, w.cols) : "",
           [&] {
-            cuda::GemvXq xq = m.xq_for(w.type, in.data, x.rows, in.cols);
-            xq.out = m.xq_out_for_gemv(xq, w, x.rows);
-            xq.out_rows_per_warp = m.xq_out_rows_per_warp;
+            const cuda::GemvXq xq = m.producer_xq(w, in.data, x.rows, in.cols);
             const int64_t p = cuda::gemv_add_norm(w, in.data, x.rows, x.data, weight, h.data,
                                                   static_cast<float*>(static_cast<void*>(m.norm_parts->data())), m.stream, xq);
             STRATA_CHECK(p == n_parts, "gemv_add_norm wrote {} parts per row, planned {}", p, n_parts);
@@ -1147,9 +1146,7 @@ void CudaBackend::matmul_silu_mul_normed(const WeightMatrix& w_gate, const Weigh
                                   w_gate.cols)
                     : "",
           [&] {
-            cuda::GemvXq xq = m.xq_for(w_gate.type, h.data, h.rows, h.cols);
-            xq.out = m.xq_out_for_gemv(xq, w_gate, h.rows);
-            xq.out_rows_per_warp = m.xq_out_rows_per_warp;
+            const cuda::GemvXq xq = m.producer_xq(w_gate, h.data, h.rows, h.cols);
             cuda::gemv_silu_mul_normed(w_gate, w_up, h.data, h.rows, gate.data, norm.parts, norm.n_parts, norm.eps,
                                        m.stream, xq);
             if (xq.out != nullptr) m.xq_wrote_to(gate.data, gate.rows, gate.cols, xq.out);

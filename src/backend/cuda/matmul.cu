@@ -935,8 +935,9 @@ __device__ __forceinline__ void norm_part_sums(const GemvMats& m, double (&s)[N]
 
 // The block's r_i from the threads' shares: a fixed xor butterfly per warp, then the warps in order
 // (every thread of the block must call it; the same arithmetic in every block, and in
-// norm_resolve_kernel of elementwise.cu).
-template <int N>
+// norm_resolve_kernel of elementwise.cu). kWide: a block of more than kGemvThreads threads
+// (gemv_xq_out_kernel) takes the shares of its first kGemvThreads only (the others' are 0).
+template <int N, bool kWide = false>
 __device__ __forceinline__ void norm_scales(const GemvMats& m, int64_t cols, double (&s)[N], float (&r)[N]) {
   __shared__ double sums[kGemvWarps][N];
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -946,7 +947,7 @@ __device__ __forceinline__ void norm_scales(const GemvMats& m, int64_t cols, dou
     double v = s[i];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    if (lane == 0) sums[warp][i] = v;
+    if (lane == 0 && (!kWide || warp < kGemvWarps)) sums[warp][i] = v;
   }
   __syncthreads();
 #pragma unroll
@@ -1237,8 +1238,8 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // rows, one group of the 8-bit x (xq.cuh), with RW = 1 or 2 rows per warp (the SwiGLU: rows of
 // both matrices), so it quantizes its own group from shared memory: no quantize_xq_kernel launch
 // before the next GEMV, and no hand-off between blocks. Every value is the bits the two launches
-// give: each row's products are gemv_kernel's (load_pieces, consume_pieces, the same butterfly),
-// r is norm_part_sums / norm_scales' arithmetic on the block's first kGemvThreads threads, the
+// give: each row's products are gemv_kernel's (stream_pieces, the same butterfly), r is
+// norm_part_sums / norm_scales over the shares of the block's first kGemvThreads threads, the
 // partial sums gemv_kernel's (groups of kGemvWarps rows, in row order, at KS = 1), and the bytes
 // quantize_xq_kernel's (xq_store_warp: a group's amax and integer sums do not depend on who
 // computes them). The backend asks for it only with STRATA_CUDA_XQ_OUT=1|2 (RW; opt-in until
@@ -1300,23 +1301,13 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
     acc[r][0] = v;
   }
   if constexpr (NM == 2) {
-    // norm_part_sums<1> and norm_scales<1> of a kGemvThreads-thread block: the same shares, the
-    // same butterfly, the warps' sums in the same order.
-    __shared__ double sums[kGemvWarps];
-    double s = 0.0;
-    if (threadIdx.x < kGemvThreads) {
-      for (int p = static_cast<int>(threadIdx.x); p < m.n_parts; p += kGemvThreads) s += static_cast<double>(__ldca(m.parts + p));
-    }
+    // gemv_kernel's r: the shares of the block's first kGemvThreads threads, summed as there.
+    double nss[1] = {0.0};
+    if (threadIdx.x < kGemvThreads) norm_part_sums<1>(m, nss);
+    float nr[1];
+    norm_scales<1, true>(m, cols, nss, nr);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0 && warp < kGemvWarps) sums[warp] = s;
-    __syncthreads();
-    double t = sums[0];
-#pragma unroll
-    for (int w = 1; w < kGemvWarps; ++w) t += sums[w];
-    const float nr = static_cast<float>(1.0 / sqrt(t / static_cast<double>(cols) + static_cast<double>(m.eps)));
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][0] * nr;
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][0] * nr[0];
   }
   __shared__ float out[kXoRows];  // the block's outputs (h, or the SwiGLU's), to quantize
   __shared__ float sq[kXoRows];   // NM = 1: the squares of the x values
