@@ -508,11 +508,9 @@ struct CudaBackend::Impl {
   // cuda::gemv_xq_out says the launch writes one and the producer itself reads 8-bit x (the next
   // GEMV of the same model will; one that does not ignores it); else null. xq_wrote_to, after
   // the launch, records what it holds.
-  // Opt-in: STRATA_CUDA_XQ_OUT=1 or 2 (rows per warp; read when the backend is made); otherwise
-  // never, and the GEMV after the producer quantizes its x by a launch of its own. Not yet run on
-  // a GPU: built in a session that got no device after its first call, so its speed and its op
-  // test are unmeasured (docs/PERFORMANCE.md); the next device session measures it and decides
-  // the default.
+  // On by default (two rows per warp); STRATA_CUDA_XQ_OUT=0 turns it off, and the GEMV after the
+  // producer quantizes its x by a launch of its own (read when the backend is made;
+  // docs/PERFORMANCE.md has the measurements).
   // Returns xq_for(w.type, x, n, cols) with out (and its rows per warp) set so.
   cuda::GemvXq producer_xq(const WeightMatrix& w, const float* x, int64_t n, int64_t cols) {
     cuda::GemvXq in = xq_for(w.type, x, n, cols);
@@ -658,10 +656,14 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (prof != nullptr && std::string_view(prof) == "1") m.profile = std::make_unique<OpProfile>(m.stream);
   const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
   m.graphs_enabled = m.profile == nullptr && !(graphs != nullptr && std::string_view(graphs) == "0");
-  // STRATA_CUDA_XQ_OUT=1|2: the one-row producers write the next GEMV's 8-bit x (producer_xq).
+  // STRATA_CUDA_XQ_OUT: the one-row producers write the next GEMV's 8-bit x (producer_xq), from
+  // blocks of 32 rows: unset or 2 = two rows per warp (16 warps), 1 = one (32 warps), 0 = off (the
+  // next GEMV quantizes its x by a launch of its own). Measured on an H100, llama-1b Q4_K, device
+  // call 2 of 2026-12-05's eighth session: GPU time per step 555.6 (=2), 573.3 (=1), 603.8 us (=0).
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
-  m.xq_out = xq_out != nullptr && (std::string_view(xq_out) == "1" || std::string_view(xq_out) == "2");
-  m.xq_out_rows_per_warp = m.xq_out && std::string_view(xq_out) == "2" ? 2 : 1;
+  const std::string_view xo = xq_out != nullptr ? std::string_view(xq_out) : std::string_view("2");
+  m.xq_out = xo != "0";
+  m.xq_out_rows_per_warp = xo == "1" ? 1 : 2;
   // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float and Q4_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of

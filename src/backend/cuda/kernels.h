@@ -71,12 +71,12 @@ inline constexpr int64_t kGemvMaxRows = 8;
 // gemv_xq_out says yes, else null): a buffer of xq_bytes(1, rows) other than buf, where the launch
 // also writes the 8-bit form of its output (gemv_add_norm: of h), the bytes a quantization of that
 // output would write, so that the GEMV after it takes it with ready.
-// out_rows_per_warp: 1 (blocks of 32 warps, one row each) or 2 (16 warps of two rows).
+// out_rows_per_warp: 1 (blocks of 32 warps, one row each) or 2 (16 warps of two rows: the default).
 struct GemvXq {
   void* buf = nullptr;
   bool ready = false;
   void* out = nullptr;
-  int out_rows_per_warp = 1;
+  int out_rows_per_warp = 2;
 };
 // Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
 // writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads
