@@ -409,7 +409,8 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
 // backends with them (STRATA_CUDA_XQ_OUT=1, and =2, the default: blocks of 32 warps of one row, or
-// 16 of two) and one without (=0, where each of those GEMVs quantizes its x by a launch of its own): every output the same bits, and the launches as planned (4 producers wrote the 8-bit
+// 16 of two) and one without (=0, where each of those GEMVs quantizes its x by a launch of its
+// own): every output the same bits, and the launches as planned (4 producers wrote the 8-bit
 // form, 4 quantizations fewer). Shapes: the producers' rows 2048 and 4096 (multiples of 32, one
 // block per 32), and a 1,024-wide model whose rows take one, two and more than two pieces per lane
 // (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not a multiple of 32) keeps the launch of

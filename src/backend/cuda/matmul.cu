@@ -1243,7 +1243,8 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // partial sums gemv_kernel's (groups of kGemvWarps rows, in row order, at KS = 1), and the bytes
 // quantize_xq_kernel's (xq_store_warp: a group's amax and integer sums do not depend on who
 // computes them). The backend asks for it by default with RW = 2 (STRATA_CUDA_XQ_OUT=1: RW = 1,
-// =0: never); on an H100 (llama-1b Q4_K) RW = 2 was the fastest, RW = 4 (8 warps) the slowest.
+// =0: never); on an H100 (llama-1b Q4_K) RW = 2 was the fastest; a form with RW = 4 (8 warps),
+// tried once, was far slower and is not kept.
 constexpr int kXoRows = 32;
 
 // RW rows per warp (1: 32 warps; 2: 16 warps, each x load serving both rows, half the threads).
