@@ -409,9 +409,9 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
 // backends with them (STRATA_CUDA_XQ_OUT=1, and =2, the default: blocks of 32 warps of one row, or
-// 16 of two) and one without (=0, where each of those GEMVs quantizes its x by a launch of its
-// own): every output the same bits, and the launches as planned (4 producers wrote the 8-bit
-// form, 4 quantizations fewer). Shapes: the producers' rows 2048 and 4096 (multiples of 32, one
+// 16 of two; and unset, which must be one of them) and one without (=0, where each of those GEMVs
+// quantizes its x by a launch of its own): every output the same bits, and the launches as planned
+// (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and 4096 (multiples of 32, one
 // block per 32), and a 1,024-wide model whose rows take one, two and more than two pieces per lane
 // (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not a multiple of 32) keeps the launch of
 // its own.
@@ -423,7 +423,8 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     const char* out0 = std::getenv("STRATA_CUDA_XQ_OUT");
     const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "", out_saved = out0 != nullptr ? out0 : "";
     ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type (Q6_K and Q8_0 too)
-    ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
+    if (xq_out != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
+    else ::unsetenv("STRATA_CUDA_XQ_OUT");  // the default
     std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
     if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
     else ::unsetenv("STRATA_CUDA_LAZY_NORM");
@@ -431,7 +432,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     else ::unsetenv("STRATA_CUDA_XQ_OUT");
     return b;
   };
-  const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), off = make("0");
+  const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr), off = make("0");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
@@ -486,8 +487,8 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       EXPECT_EQ(without.xq_out_launches, 0);
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
-      for (Backend* b : {on.get(), on2.get()}) {
-        SCOPED_TRACE(b == on.get() ? "one row per warp" : "two rows per warp");
+      for (Backend* b : {on.get(), on2.get(), def.get()}) {
+        SCOPED_TRACE(b == on.get() ? "one row per warp" : b == on2.get() ? "two rows per warp" : "the default");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
         // With: a, h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
