@@ -408,13 +408,13 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
-// backends with them (STRATA_CUDA_XQ_OUT=1, and =2, the default: blocks of 32 warps of one row, or
-// 16 of two; and unset, which must be one of them) and one without (=0, where each of those GEMVs
+// backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
+// unset: the default, which must write them too) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
-// (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and 4096 (multiples of 32, one
-// block per 32), and a 1,024-wide model whose rows take one, two and more than two pieces per lane
-// (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not a multiple of 32) keeps the launch of
-// its own.
+// (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
+// 4096 (multiples of 32, one block per 32), and a 1,024-wide model whose rows take one, two and
+// more than two pieces per lane (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not a
+// multiple of 32) keeps the launch of its own.
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";

@@ -287,7 +287,7 @@ struct CudaBackend::Impl {
   } xq_tag;
   bool xq_last = false;  // the last GEMV read 8-bit x
   bool xq_out = false;   // one-row producers write their output's 8-bit form (producer_xq)
-  int xq_out_rows_per_warp = 1;  // their blocks: 32 warps of one row (STRATA_CUDA_XQ_OUT=1) or 16 of two (=2)
+  int xq_out_rows_per_warp = 2;  // their blocks: 16 warps of two rows (the default) or 32 of one (STRATA_CUDA_XQ_OUT=1)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -496,12 +496,12 @@ struct CudaBackend::Impl {
     const XqTag tag = std::exchange(xq_tag, XqTag{});
     xq_last = bytes > 0;
     if (bytes <= 0) return {};
-    if (tag.x == x && tag.n == n && tag.cols == cols && tag.buf != nullptr && xq2.buf && tag.buf == xq2.buf->data() &&
-        xq2.buf->bytes() >= static_cast<uint64_t>(bytes)) {
-      return {xq2.buf->data(), true};
+    const bool same_x = tag.x == x && tag.n == n && tag.cols == cols;
+    if (same_x && xq2.buf && tag.buf == xq2.buf->data() && xq2.buf->bytes() >= static_cast<uint64_t>(bytes)) {
+      return {xq2.buf->data(), true};  // a producer wrote it there (producer_xq)
     }
     void* buf = scratch(xq, static_cast<uint64_t>(bytes));
-    return {buf, tag.x == x && tag.n == n && tag.cols == cols && tag.buf == buf};
+    return {buf, same_x && tag.buf == buf};
   }
   // Where a one-row producer of `rows` outputs (weights w) reading x writes its output's 8-bit
   // form (cuda::GemvXq::out): the buffer of xq and xq2 that its own 8-bit x is not in, where
