@@ -23,7 +23,7 @@
 // explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
 // batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
 //
-// 8-bit x (kXq: Q4_K by default, Q6_K and Q8_0 too with STRATA_CUDA_GEMV_Q8X=all; where gemv_xq_bytes gives
+// 8-bit x (kXq: Q4_K and Q6_K by default, Q8_0 too with STRATA_CUDA_GEMV_Q8X=all; where gemv_xq_bytes gives
 // a size and the entry is given the buffer): each run of 32 values of x is quantized to bytes with
 // one scale (xq.cuh), by a launch of its own before the GEMV (quantize_xq_kernel) or, for the O
 // projection of a decode step, by the attention kernel that wrote x (GemvXq::ready), and the
@@ -722,6 +722,10 @@ struct GemvMats {  // passed by value (kernel parameter space)
   uint32_t block_begin[kGemvMaxMats];  // block_begin[0] = 0
   int count;
   int l2_prefetch;  // kPrefetch kernels: 1 = bulk-prefetch each warp's whole rows into L2 at start
+  // 1: every block triggers the next kernel's launch (PDL) before anything else, so that kernel's
+  // blocks may launch, and load their weights, while this one still waits (F16/BF16 GEMVs of one x
+  // row: see launch_gemv_type).
+  int early_trigger;
   // Lazy norm (gemv_kernel's NM; see gemv_add_norm and gemv_multi_normed in kernels.h).
   // NM = 1 (producer, one matrix): nx[i][j] += product (the residual add), nh[i][j] = nx[i][j] *
   // ng[j], parts[i][q] = sum of the squares of nx[i][j] for the kGemvWarps / KS rows j of group q,
@@ -997,6 +1001,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const __grid_constan
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int sub = warp % KS;  // which part of the row (0 when KS = 1)
+  if (m.early_trigger != 0) pdl_trigger();
   bool active = true;         // KS > 1 or NM != 0: warps past the last row compute a clamped row, store nothing
 
   const uint8_t* rp[R];
@@ -1534,8 +1539,23 @@ void launch_gemv_fmt(const GemvLaunch& l, const float* x, int64_t n, cudaStream_
   }
 }
 
+// F16/BF16 GEMVs of one x row trigger the next kernel at their top (GemvMats::early_trigger): on
+// an H100, llama-1b F16 tg128, GPU time per step 937.8 / 938.0 -> 928.5 / 929.2 us, BF16 939.9 ->
+// 932.7, F16 at depth 1,024 level (2026-12-06, device call 1: two rounds, alternated). The other
+// types and batches trigger after their wait (Q4_K lost 3.7% so on an H100 in 2026-12-05's fifth
+// session). STRATA_CUDA_GEMV_EARLY_TRIGGER=0 turns it off (read once per process).
+bool gemv_early_trigger(GgmlType type, int64_t n) {
+  static const bool on = [] {
+    const char* v = std::getenv("STRATA_CUDA_GEMV_EARLY_TRIGGER");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on && n == 1 && (type == GgmlType::kF16 || type == GgmlType::kBF16);
+}
+
 template <int NM = 0, bool kGlu = false>
-void launch_gemv_type(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, cudaStream_t s) {
+void launch_gemv_type(GgmlType type, const GemvLaunch& l0, const float* x, int64_t n, cudaStream_t s) {
+  GemvLaunch l = l0;
+  l.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
   switch (type) {
     case GgmlType::kF32: launch_gemv_fmt<FmtF32, NM, kGlu>(l, x, n, s); break;
     case GgmlType::kF16: launch_gemv_fmt<Fmt16<false>, NM, kGlu>(l, x, n, s); break;
@@ -1738,21 +1758,23 @@ void check_norm_rows(int64_t n) {
 
 std::atomic<int64_t> g_xq_launches{0};
 
-// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K by default (where it
-// measured faster at one token and at 8); STRATA_CUDA_GEMV_Q8X=all adds Q6_K and Q8_0 (on an H100,
-// llama-1b: 3.6-6.7% slower at one row, where the quantization launches cost more than their dot
-// products save; 14-21% faster at 8 rows, but a choice by n would make a row's bits depend on its
-// batch), =0: none (read once per process).
+// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K and Q6_K by default;
+// STRATA_CUDA_GEMV_Q8X=all adds Q8_0, =q4_k keeps Q4_K only, =0: none (read once per process).
+// Measured on an H100, llama-1b: Q4_K faster at one token and at 8 rows. Q6_K 17% faster at 8 rows
+// (GPU time per step 2,671 -> 2,213 us) and, with the lazy norm that Q6_K now takes too
+// (CudaBackend::matmul_add_rms_norm), 1.2% faster at one (1,188.8 -> 1,174.2 us; without the lazy
+// norm 3.8% slower) (2026-12-06, device call 1). Q8_0 3% slower at one row, 14% faster at 8
+// (2026-12-05). A choice by n would make a row's bits depend on its batch.
 bool xq_type(GgmlType type) {
-  enum class Set { kNone, kQ4K, kAll };
+  enum class Set { kNone, kQ4K, kDefault, kAll };
   static const Set set = [] {
     const char* v = std::getenv("STRATA_CUDA_GEMV_Q8X");
     const std::string_view s = v != nullptr ? v : "";
-    return s == "0" ? Set::kNone : s == "all" ? Set::kAll : Set::kQ4K;
+    return s == "0" ? Set::kNone : s == "all" ? Set::kAll : s == "q4_k" ? Set::kQ4K : Set::kDefault;
   }();
   switch (type) {
     case GgmlType::kQ4_K: return set != Set::kNone;
-    case GgmlType::kQ6_K:
+    case GgmlType::kQ6_K: return set == Set::kDefault || set == Set::kAll;
     case GgmlType::kQ8_0: return set == Set::kAll;
     default: return false;
   }
