@@ -1762,7 +1762,7 @@ std::atomic<int64_t> g_xq_launches{0};
 // measured faster at one token and at 8); STRATA_CUDA_GEMV_Q8X=all adds Q6_K and Q8_0, =0: none (read
 // once per process). Q6_K on an H100, llama-1b (2026-12-06, device call 1): 17% faster at 8 rows,
 // 3.8% slower at one (1.2% faster with the lazy norm for Q6_K too); not the default, because
-// cuda_model_test's small llama Q6_K model then gave wrong one-token logits (device call 3; not yet
+// cuda_model_test's small llama Q6_K model then gave wrong one-token logits (device call 5; not yet
 // found). Q8_0 3% slower at one row, 14% faster at 8 (2026-12-05). A choice by n would make a row's
 // bits depend on its batch.
 bool xq_type(GgmlType type) {
