@@ -412,9 +412,10 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // unset: the default, which must write them too) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
 // (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
-// 4096 (multiples of 32, one block per 32), and a 1,024-wide model whose rows take one, two and
-// more than two pieces per lane (1,024 / 2,048 / 2,816 columns); a SwiGLU of 40 rows (not a
-// multiple of 32) keeps the launch of its own.
+// 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
+// than two pieces per lane (1,024 / 2,048 / 2,816 columns), and a 256-wide one (cuda_model_test's
+// width: rows of one weight block); a SwiGLU of 40 rows (not a multiple of 32) keeps the launch of
+// its own.
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
