@@ -350,7 +350,7 @@ TEST_P(BackendOps, MatmulLongRowsAndBatchInvariance) {
   }
 }
 
-// Q4_K GEMVs on CUDA (Q6_K and Q8_0 with STRATA_CUDA_GEMV_Q8X=all) read x quantized to 8 bits
+// Q4_K and Q6_K GEMVs on CUDA (Q8_0 too with STRATA_CUDA_GEMV_Q8X=all) read x quantized to 8 bits
 // in groups of 32 (one launch before each GEMV): the plain and the fused gate/up forms take that path (launch counter), stay within
 // the quantized types' tolerance of the CPU reference on an x whose groups differ in magnitude
 // by 10^7, the fused form gives the plain products' SiLU-gate bits, and a row's result is the
@@ -358,7 +358,7 @@ TEST_P(BackendOps, MatmulLongRowsAndBatchInvariance) {
 TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
-  // Q6_K and Q8_0 only with STRATA_CUDA_GEMV_Q8X=all (ctest runs the suite's matmul tests so too).
+  // Q8_0 only with STRATA_CUDA_GEMV_Q8X=all (ctest runs the suite's matmul tests so too).
   for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     if (!cuda_gemv_xq(type)) continue;
     SCOPED_TRACE(ggml_type_name(type));

@@ -5,7 +5,8 @@
 //    and 7, alone and all prompts batched together; with a warm tier (int8) in HBM as well;
 //  - the same with the lazy norm of decode steps (STRATA_CUDA_LAZY_NORM=1), graphs on and off;
 //  - random-weight models (llama F16/BF16/Q8_0/Q4_K/Q6_K, qwen2 F16) give logits within a stated
-//    tolerance of the CPU backend on the same prompts, and the same greedy tokens;
+//    tolerance of the CPU backend on the same inputs (the GPU's decode steps read the CPU's tokens),
+//    and the same greedy tokens but for near-ties;
 //  - decode passes of one sequence taken by the fused decode kernel (every layer in one persistent
 //    kernel) give the layer loop's logits within 1e-4 (bf16 KV: 1e-3) and its greedy tokens, and the CPU's within the
 //    tolerance below, for F16/BF16 weights, f32/f16/bf16 KV, head_dim 32/64/128, GQA 1/4/8,
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "backend/backend.h"
@@ -312,8 +315,10 @@ struct ModelRun {
   std::vector<TokenId> greedy;
 };
 
+// forced: the tokens each decode step reads (another run's greedy tokens), so that two backends'
+// logits are compared on the same inputs; null: this run's own greedy tokens.
 ModelRun run_model(Model& model, const std::vector<TokenId>& prompt, int32_t n_decode, int32_t chunk,
-                   KvDtype kv_dtype = KvDtype::kF32) {
+                   KvDtype kv_dtype = KvDtype::kF32, const std::vector<TokenId>* forced = nullptr) {
   const ModelConfig& mc = model.config();
   KvConfig kvc;
   kvc.block_size = 16;
@@ -343,7 +348,7 @@ ModelRun run_model(Model& model, const std::vector<TokenId>& prompt, int32_t n_d
   while (pos < n) next = step(std::min(chunk, n - pos));
   for (int32_t i = 0; i < n_decode; ++i) {
     run.greedy.push_back(next);
-    toks.push_back(next);
+    toks.push_back(forced != nullptr ? forced->at(static_cast<size_t>(i)) : next);
     next = step(1);
   }
   return run;
@@ -364,7 +369,14 @@ class CudaVsCpu : public ::testing::TestWithParam<std::pair<std::string, GgmlTyp
 // order than the CPU (and, for prefill chunks of more than 8 tokens, multiplies 16-bit weights by
 // activations rounded to 16 bits through cuBLAS; quantized weights by f32 activations where the CPU
 // quantizes activations to 8 bits), so logits differ by rounding: within 2e-2 here (BF16 and the
-// quantized types), 5e-3 for F16. Greedy tokens: at least 15 of 16 equal.
+// quantized types), 5e-3 for F16 (the largest seen on an H100: F16 3.1e-4, BF16 4e-6, Q8_0 1.0e-2,
+// Q4_K 1.6e-2, Q6_K 1.7e-2). The GPU's decode steps read the CPU's greedy tokens, so every step
+// compares the two backends on the same inputs: a random model's logits are nearly flat, and when
+// the GPU followed its own tokens one near-tie decided the other way (Q6_K on 8-bit x, decode 1)
+// made every later step a comparison of two different texts. Greedy tokens (each backend's argmax
+// at the same step): where they differ, the GPU's choice must be a near-tie in the CPU's logits
+// (its CPU logit within 0.1 of the logits' RMS of the maximum: errors of 2e-2 of the RMS can swap
+// such a pair; Q6_K's two swaps on an H100 were 0.021 and 0.0044), and at least 14 of 16 equal.
 TEST_P(CudaVsCpu, LogitsCloseAndGreedyTokensAgree) {
   SKIP_WITHOUT_CUDA();
   const auto [arch, dtype] = GetParam();
@@ -379,13 +391,36 @@ TEST_P(CudaVsCpu, LogitsCloseAndGreedyTokensAgree) {
   std::vector<TokenId> prompt(40);
   for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<unsigned>(cpu->config().n_vocab));
   const ModelRun a = run_model(*cpu, prompt, 16, 24);
-  const ModelRun b = run_model(*gpu, prompt, 16, 24);
+  const ModelRun b = run_model(*gpu, prompt, 16, 24, KvDtype::kF32, &a.greedy);
   const double tol = dtype == GgmlType::kF16 ? 5e-3 : 2e-2;
   ASSERT_EQ(a.logits.size(), b.logits.size());
-  for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_LE(rel_err(b.logits[i], a.logits[i]), tol) << "step " << i;
+  double worst = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i) {
+    const double e = rel_err(b.logits[i], a.logits[i]);
+    worst = std::max(worst, e);
+    EXPECT_LE(e, tol) << "step " << i;
+  }
+  std::printf("%s %s: logits' largest relative error %.3g (allowed %.3g)\n", arch.c_str(),
+              std::string(ggml_type_name(dtype)).c_str(), worst, tol);
+  ASSERT_EQ(a.greedy.size(), b.greedy.size());
   int same = 0;
-  for (size_t i = 0; i < a.greedy.size(); ++i) same += a.greedy[i] == b.greedy[i];
-  EXPECT_GE(same, 15);
+  for (size_t i = 0; i < a.greedy.size(); ++i) {
+    if (a.greedy[i] == b.greedy[i]) {
+      ++same;
+      continue;
+    }
+    // Step i's logits are those of the step before decode i. The CPU's logit at the GPU's choice
+    // against its own maximum, in units of the CPU logits' RMS: a near-tie is a small fraction.
+    const std::vector<float>& l = a.logits[a.logits.size() - a.greedy.size() - 1 + i];
+    double ms = 0;
+    for (float v : l) ms += double{v} * v;
+    const double rms = std::sqrt(ms / static_cast<double>(l.size()));
+    const double gap = (double{l[static_cast<size_t>(a.greedy[i])]} - l[static_cast<size_t>(b.greedy[i])]) / rms;
+    std::printf("  decode %zu: CPU token %d, GPU token %d, CPU logit gap %.4f of the logits' RMS\n", i, a.greedy[i],
+                b.greedy[i], gap);
+    EXPECT_LE(gap, 0.1) << "decode " << i << ": CPU token " << a.greedy[i] << ", GPU token " << b.greedy[i];
+  }
+  EXPECT_GE(same, 14);
   std::filesystem::remove_all(dir);
 }
 

@@ -664,7 +664,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   const std::string_view xo = xq_out != nullptr ? std::string_view(xq_out) : std::string_view("2");
   m.xq_out = xo != "0";
   m.xq_out_rows_per_warp = xo == "1" ? 1 : 2;
-  // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float and Q4_K
+  // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float, Q4_K and Q6_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of
   // 2026-12-05 with the kernels of that day); 1 = every weight type and batches up to kGemvMaxRows
@@ -1068,9 +1068,10 @@ PendingNorm CudaBackend::matmul_add_rms_norm(const WeightMatrix& w, ActView in, 
                    h.rows == x.rows && h.cols == x.cols,
                "matmul_add_rms_norm shapes");
   // The types that take it by default (measured on the H200, llama-1b, B = 1: F16 tg128 +3.7% in
-  // 2026-12-03's call 6; Q4_K +3.0% in call 5 of 2026-12-05, 733.5 -> 710-713 us of GPU per step).
+  // 2026-12-03's call 6; Q4_K +3.0% in call 5 of 2026-12-05, 733.5 -> 710-713 us of GPU per step;
+  // on an H100, Q6_K on 8-bit x 1,234.1 -> 1,174.2 us in 2026-12-06's call 1).
   const bool default_type = w.type == GgmlType::kF16 || w.type == GgmlType::kBF16 || w.type == GgmlType::kF32 ||
-                            w.type == GgmlType::kQ4_K;
+                            w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ6_K;
   const int64_t n_parts = lazy && supports_lazy_norm(x.rows) && cuda::matmul_type_supported(w.type) &&
                                   (impl_->lazy_norm_every_type || default_type)
                               ? cuda::gemv_add_norm_parts(w, x.rows)

@@ -84,7 +84,7 @@ struct GemvXq {
 bool gemv_xq_out(GgmlType type, int64_t n, int64_t rows, int64_t cols, uint64_t row_bytes);
 void gemv(const WeightMatrix& w, const float* x, int64_t n, float* y, cudaStream_t s, GemvXq xq = {});
 // Bytes of the quantized x for a GEMV of n rows of cols over weights of `type`: xq_bytes(n, cols)
-// where the GEMVs take it (Q4_K; STRATA_CUDA_GEMV_Q8X=0: none, =all: Q6_K and Q8_0 too), else 0
+// where the GEMVs take it (Q4_K and Q6_K; STRATA_CUDA_GEMV_Q8X=0: none, =q4_k: Q4_K, =all: Q8_0 too), else 0
 // (f32 x).
 int64_t gemv_xq_bytes(GgmlType type, int64_t n, int64_t cols);
 // Bytes of n rows of cols quantized to 8 bits (1.5 n cols; 0 unless cols % 32 == 0): n cols bytes,

@@ -23,7 +23,7 @@
 // explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
 // batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
 //
-// 8-bit x (kXq: Q4_K by default, Q6_K and Q8_0 too with STRATA_CUDA_GEMV_Q8X=all; where gemv_xq_bytes gives
+// 8-bit x (kXq: Q4_K and Q6_K by default, Q8_0 too with STRATA_CUDA_GEMV_Q8X=all; where gemv_xq_bytes gives
 // a size and the entry is given the buffer): each run of 32 values of x is quantized to bytes with
 // one scale (xq.cuh), by a launch of its own before the GEMV (quantize_xq_kernel) or, for the O
 // projection of a decode step, by the attention kernel that wrote x (GemvXq::ready), and the
@@ -1758,23 +1758,23 @@ void check_norm_rows(int64_t n) {
 
 std::atomic<int64_t> g_xq_launches{0};
 
-// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K by default (where it
-// measured faster at one token and at 8); STRATA_CUDA_GEMV_Q8X=all adds Q6_K and Q8_0, =0: none (read
-// once per process). Q6_K on an H100, llama-1b (2026-12-06, device call 1): 17% faster at 8 rows,
-// 3.8% slower at one (1.2% faster with the lazy norm for Q6_K too); not the default, because
-// cuda_model_test's small llama Q6_K model then gave wrong one-token logits (device call 5; not yet
-// found). Q8_0 3% slower at one row, 14% faster at 8 (2026-12-05). A choice by n would make a row's
-// bits depend on its batch.
+// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K and Q6_K by default;
+// STRATA_CUDA_GEMV_Q8X=all adds Q8_0, =q4_k keeps Q4_K only, =0: none (read once per process).
+// Measured on an H100, llama-1b: Q4_K faster at one token and at 8 rows. Q6_K 17% faster at 8 rows
+// (GPU time per step 2,671 -> 2,213 us) and, with the lazy norm that Q6_K takes too
+// (CudaBackend::matmul_add_rms_norm), 1.2% faster at one (1,188.8 -> 1,174.2 us; without the lazy
+// norm 3.8% slower) (2026-12-06, device call 1). Q8_0 3% slower at one row, 14% faster at 8
+// (2026-12-05). A choice by n would make a row's bits depend on its batch.
 bool xq_type(GgmlType type) {
-  enum class Set { kNone, kQ4K, kAll };
+  enum class Set { kNone, kQ4K, kDefault, kAll };
   static const Set set = [] {
     const char* v = std::getenv("STRATA_CUDA_GEMV_Q8X");
     const std::string_view s = v != nullptr ? v : "";
-    return s == "0" ? Set::kNone : s == "all" ? Set::kAll : Set::kQ4K;
+    return s == "0" ? Set::kNone : s == "all" ? Set::kAll : s == "q4_k" ? Set::kQ4K : Set::kDefault;
   }();
   switch (type) {
     case GgmlType::kQ4_K: return set != Set::kNone;
-    case GgmlType::kQ6_K:
+    case GgmlType::kQ6_K: return set == Set::kDefault || set == Set::kAll;
     case GgmlType::kQ8_0: return set == Set::kAll;
     default: return false;
   }
