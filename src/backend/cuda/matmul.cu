@@ -723,8 +723,8 @@ struct GemvMats {  // passed by value (kernel parameter space)
   int count;
   int l2_prefetch;  // kPrefetch kernels: 1 = bulk-prefetch each warp's whole rows into L2 at start
   // 1: every block triggers the next kernel's launch (PDL) before anything else, so that kernel's
-  // blocks may launch, and load their weights, while this one still waits (F16/BF16 GEMVs of one x
-  // row: see launch_gemv_type).
+  // blocks may launch, and load their weights, while this one still waits (F16/BF16/Q4_K GEMVs of
+  // one x row: see gemv_early_trigger).
   int early_trigger;
   // Lazy norm (gemv_kernel's NM; see gemv_add_norm and gemv_multi_normed in kernels.h).
   // NM = 1 (producer, one matrix): nx[i][j] += product (the residual add), nh[i][j] = nx[i][j] *
@@ -1261,6 +1261,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
   constexpr int R = kGlu ? 2 * RW : RW;  // weight rows per warp (the SwiGLU: gate and up of each row)
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (m.early_trigger != 0) pdl_trigger();
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;  // rows % kXoRows == 0: every row exists
   const uint8_t* rp[R];
 #pragma unroll
@@ -1539,17 +1540,22 @@ void launch_gemv_fmt(const GemvLaunch& l, const float* x, int64_t n, cudaStream_
   }
 }
 
-// F16/BF16 GEMVs of one x row trigger the next kernel at their top (GemvMats::early_trigger): on
-// an H100, llama-1b F16 tg128, GPU time per step 937.8 / 938.0 -> 928.5 / 929.2 us, BF16 939.9 ->
-// 932.7, F16 at depth 1,024 level (2026-12-06, device call 1: two rounds, alternated). The other
-// types and batches trigger after their wait (Q4_K lost 3.7% so on an H100 in 2026-12-05's fifth
-// session). STRATA_CUDA_GEMV_EARLY_TRIGGER=0 turns it off (read once per process).
+// F16/BF16 and Q4_K GEMVs of one x row (gemv_kernel, and gemv_xq_out_kernel for the producers)
+// trigger the next kernel at their top (GemvMats::early_trigger). On an H100, llama-1b, GPU time
+// per step, alternated: F16 937.8 / 938.0 -> 928.5 / 929.2 us, BF16 939.9 -> 932.7 (2026-12-06,
+// device call 1); Q4_K 560.0 / 559.1 / 559.6 -> 542.8 / 543.1 / 543.4 (second session of
+// 2026-12-06, calls 8 and 9; before the producers it lost 3.7%). Q6_K lost 1.9% (1,183.1 / 1,183.4
+// -> 1,205.7 / 1,205.5), so it and the other types trigger after their wait, as do batches.
+// STRATA_CUDA_GEMV_EARLY_TRIGGER=0 turns it off, =all turns it on for every type (read once per
+// process).
 bool gemv_early_trigger(GgmlType type, int64_t n) {
-  static const bool on = [] {
+  static const int on = [] {
     const char* v = std::getenv("STRATA_CUDA_GEMV_EARLY_TRIGGER");
-    return v == nullptr || std::string_view(v) != "0";
+    const std::string_view s = v != nullptr ? v : "";
+    return s == "0" ? 0 : s == "all" ? 2 : 1;
   }();
-  return on && n == 1 && (type == GgmlType::kF16 || type == GgmlType::kBF16);
+  return on != 0 && n == 1 &&
+         (on == 2 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ4_K);
 }
 
 template <int NM = 0, bool kGlu = false>
@@ -1859,7 +1865,9 @@ bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq
   if (xq.out == xq.buf) {
     throw_cuda_error(cudaErrorInvalidValue, "gemv: the 8-bit output must not be the buffer the GEMV reads", __FILE__, __LINE__);
   }
-  launch_xq_out<kGlu, NM>(type, l, xq.out, xq.out_rows_per_warp, s);
+  GemvLaunch e = l;
+  e.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
+  launch_xq_out<kGlu, NM>(type, e, xq.out, xq.out_rows_per_warp, s);
   return true;
 }
 
