@@ -7,7 +7,9 @@
 set -euo pipefail
 bundle=$(cd "$1" && pwd); shift
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-[[ -d $bundle/bin ]] || tar xzf "$bundle/bundle.tgz" -C "$bundle"
+if [[ ! -d $bundle/bin ]]; then
+  if [[ -f $bundle/bundle.txz ]]; then tar xJf "$bundle/bundle.txz" -C "$bundle"; else tar xzf "$bundle/bundle.tgz" -C "$bundle"; fi
+fi
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bundle/bin:$PATH"
 mkdir -p /work
