@@ -123,9 +123,13 @@ constexpr bool kBiasedSigned = false;
 // float scale, exactly: fma(float(2^k·i), sc / 2^k, A) is fma(float(i), sc, A) (the same real
 // product; 2^k·i stays below 2^24). maddubs's int16 pair sums would saturate.
 constexpr bool kScaledDots = HWY_TARGET == HWY_AVX3_DL;
+#if HWY_TARGET == HWY_AVX3_DL
+// w + 128 per byte (kBiasedSigned): the unsigned operand of vpdpbusd for signed weights.
+HWY_INLINE VU BiasSigned(VU w) { return VU{_mm512_xor_si512(w.raw, _mm512_set1_epi8(static_cast<char>(0x80)))}; }
+#endif
 HWY_INLINE VI SignedDot(VI acc, VU w, VI x) {
 #if HWY_TARGET == HWY_AVX3_DL
-  return VI{_mm512_dpbusd_epi32(acc.raw, _mm512_xor_si512(w.raw, _mm512_set1_epi8(static_cast<char>(0x80))), x.raw)};
+  return VI{_mm512_dpbusd_epi32(acc.raw, BiasSigned(w).raw, x.raw)};
 #elif HWY_TARGET == HWY_AVX3
   const __m512i xs = _mm512_mask_sub_epi8(x.raw, _mm512_movepi8_mask(w.raw), _mm512_setzero_si512(), x.raw);
   return hn::Add(acc, VI{_mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w.raw), xs), _mm512_set1_epi16(1))});
@@ -161,8 +165,8 @@ HWY_INLINE int32_t Word(const int8_t* p) {
 // DotQuads, QuadPart and SignedDot against the four activation bytes at p broadcast to every lane.
 // On AVX3_DL the broadcast is vpdpbusd's own memory operand ({1to16}, inline asm): GCC kept a
 // separate vpbroadcastd for each dot, 64 of the Q6_K loop's 526 instructions per super-block and
-// 64 of Q4_K's 401. Fewer instructions let the loop overlap the stream better (Xeon VM, llama-1b
-// decode: +0.5 to +2.7% tok/s for Q4_K, Q6_K, Q8_0; docs/PERFORMANCE.md). The same integers.
+// 64 of Q4_K's 401 (Xeon VM, llama-1b decode: +0.5 to +2.7% tok/s in 5 of 6 old/new pairs of
+// Q4_K, Q6_K, Q8_0, near that machine's noise; docs/PERFORMANCE.md). The same integers.
 #if HWY_TARGET == HWY_AVX3_DL
 using AliasedWord = int32_t __attribute__((may_alias));
 HWY_INLINE VI DotQuadsAt(VI acc, VU w, const int8_t* p) {
@@ -171,9 +175,7 @@ HWY_INLINE VI DotQuadsAt(VI acc, VU w, const int8_t* p) {
   return VI{a};
 }
 HWY_INLINE VI QuadPartAt(VI part, VU w, const int8_t* p) { return DotQuadsAt(part, w, p); }
-HWY_INLINE VI SignedDotAt(VI acc, VU w, const int8_t* p) {
-  return DotQuadsAt(acc, VU{_mm512_xor_si512(w.raw, _mm512_set1_epi8(static_cast<char>(0x80)))}, p);
-}
+HWY_INLINE VI SignedDotAt(VI acc, VU w, const int8_t* p) { return DotQuadsAt(acc, BiasSigned(w), p); }
 #else
 HWY_INLINE VI DotQuadsAt(VI acc, VU w, const int8_t* p) { return DotQuads(acc, w, hn::Set(DI(), Word(p))); }
 HWY_INLINE VI QuadPartAt(VI part, VU w, const int8_t* p) { return QuadPart(part, w, hn::Set(DI(), Word(p))); }
