@@ -63,6 +63,25 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // ---- activation quantization (all targets) ----
 
+// The words of nsb super-blocks (QuantActs::words) from their 16-sums.
+void FillActWords(const int16_t* sums, int64_t nsb, int32_t* words) {
+  for (int64_t sb = 0; sb < nsb; ++sb, sums += 16, words += QuantActs::kActWords) {
+    uint32_t q[2] = {0, 0}, r[2] = {0, 0};
+    for (int j = 0; j < 8; ++j) {
+      const int32_t b = sums[2 * j] + sums[2 * j + 1];
+      q[j / 4] |= (static_cast<uint32_t>(b >> 7) & 0xffu) << (8 * (j % 4));
+      r[j / 4] |= static_cast<uint32_t>(b & 127) << (8 * (j % 4));
+    }
+    for (int k = 0; k < 2; ++k) {
+      words[QuantActs::kActWordQ + k] = static_cast<int32_t>(q[k]);
+      words[QuantActs::kActWordR + k] = static_cast<int32_t>(r[k]);
+    }
+    for (int s = 0; s < 16; ++s) words[QuantActs::kActWordZero + s] = -32 * sums[s];
+    constexpr int kRun2[4] = {4, 5, 12, 13};
+    for (int i = 0; i < 4; ++i) words[QuantActs::kActWordZero4 + i] = -128 * sums[kRun2[i]];
+  }
+}
+
 void QuantizeActs(const float* x, int64_t t0, int64_t t1, const QuantActs& a) {
   const DF d;
   const hn::RebindToSigned<DF> di;
@@ -91,6 +110,7 @@ void QuantizeActs(const float* x, int64_t t0, int64_t t1, const QuantActs& a) {
         sums[(b0 + g) / 16] = static_cast<int16_t>(hn::GetLane(hn::SumOfLanes(di, group)));
       }
     }
+    if (a.words != nullptr) FillActWords(sums, K / 256, a.words + t * (K / 256) * QuantActs::kActWords);
   }
 }
 
@@ -728,10 +748,16 @@ namespace {
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
+namespace {
+size_t word_bytes(size_t n, size_t cols, int32_t block) {
+  return block == 256 ? align64(n * (cols / 256) * QuantActs::kActWords * sizeof(int32_t)) : 0;
+}
+}  // namespace
+
 size_t QuantActs::bytes(int64_t n, int64_t cols, int32_t block) {
   const auto un = static_cast<size_t>(n), uc = static_cast<size_t>(cols);
   return align64(un * uc) + align64(un * (uc / static_cast<size_t>(block)) * sizeof(float)) +
-         align64(un * (uc / 16) * sizeof(int16_t));
+         align64(un * (uc / 16) * sizeof(int16_t)) + word_bytes(un, uc, block);
 }
 
 QuantActs QuantActs::carve(uint8_t* mem, int64_t n, int64_t cols, int32_t block) {
@@ -744,6 +770,8 @@ QuantActs QuantActs::carve(uint8_t* mem, int64_t n, int64_t cols, int32_t block)
   a.d = reinterpret_cast<float*>(mem);
   mem += align64(un * (uc / static_cast<size_t>(block)) * sizeof(float));
   a.sums = reinterpret_cast<int16_t*>(mem);
+  mem += align64(un * (uc / 16) * sizeof(int16_t));
+  if (block == 256) a.words = reinterpret_cast<int32_t*>(mem);
   return a;
 }
 

@@ -22,13 +22,24 @@ namespace strata::cpu {
 // Activations of n rows quantized to 8 bits: x[t][k] ≈ d[t][k / block] · qs[t][k], with the
 // scale chosen per block as max|x| / 127 (so |qs| <= 127). Layout: qs [n][cols] (rows 32-byte
 // aligned when the base is), d [n][cols / block], sums [n][cols / 16] (sum of each 16 qs, for the
-// zero points and mins of the weight types).
+// zero points and mins of the weight types), and for the K-quants (block 256) words [n][cols / 256]
+// [kActWords]: per super-block, terms of its sums that the grouped kernels (matmul_quant_groups-inl.h)
+// read as broadcast operands instead of computing them per group of rows (kActWord* below).
 struct QuantActs {
   int32_t block = 32;  // 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for the K-quants
   int64_t cols = 0;
   int8_t* qs = nullptr;
   float* d = nullptr;
   int16_t* sums = nullptr;
+  int32_t* words = nullptr;  // block 256 only (null otherwise)
+
+  // A super-block's words. b_j = sums[2j] + sums[2j + 1] is the sum of its 32-column run j (|b_j| <=
+  // 32 · 127), split as b_j = 128 · q_j + r_j (q_j = b_j >> 7 in -32..31, r_j = b_j & 127): words
+  // kActWordQ + k and kActWordR + k hold q_{4k..4k+3} and r_{4k..4k+3} as signed bytes, so a byte
+  // dot of 4 mins against each gives Σ m_j · b_j = 128 · Σ m_j q_j + Σ m_j r_j exactly (Q4_K, Q5_K).
+  // kActWordZero + s: -32 · sums[s], the zero point of Q6_K's sub-block s of 16; kActWordZero4 + i:
+  // -128 · sums[s] for s = 4, 5, 12, 13 (i = 0..3), the same for a run dotted at 4 times its value.
+  static constexpr int kActWordQ = 0, kActWordR = 2, kActWordZero = 4, kActWordZero4 = 20, kActWords = 24;
 
   // Scratch bytes for n rows (each array 64-byte aligned within it).
   static size_t bytes(int64_t n, int64_t cols, int32_t block);

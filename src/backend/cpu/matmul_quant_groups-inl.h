@@ -205,7 +205,7 @@ HWY_INLINE VU MoveBit(VU v) {
   }
 }
 
-// The integer sums of a quarter super-block's four 32-column runs for RN tokens (Q2_K, Q3_K, Q6_K), zeroed.
+// The integer sums of a quarter super-block's four 32-column runs for RN tokens (Q2_K, Q3_K), zeroed.
 template <int RN>
 HWY_INLINE void ZeroRunSums(VI (&is)[4][RN]) {
   for (int k = 0; k < 4; ++k)
@@ -220,9 +220,10 @@ constexpr bool kWideRegisters = HWY_TARGET <= HWY_AVX3;
 // the start of a unit, the others by Super between its loads; Q4_K and Q6_K prefetch all theirs
 // between the loads: their 4 and 5 scale and d lines at once at the start cost Q6_K 1-5% of its
 // stream in BM_DecodeStep), kMaxRN, and
-// Super<RN>(blk, pf, lane0, xq, xs, dx, acc): one unit of the lane block's rows against RN tokens
-// (xq: their int8 activations of the unit, xs: their sums of 16, dx: their activation scales of
-// the unit, one per 256 or per 32 columns) into acc.
+// Super<RN>(blk, pf, lane0, xq, xs, xw, dx, acc): one unit of the lane block's rows against RN tokens
+// (xq: their int8 activations of the unit, xs: their sums of 16, xw: their QuantActs::words of the
+// unit (K-quants only), dx: their activation scales of the unit, one per 256 or per 32 columns) into
+// acc.
 
 // Q4_K (quant_groups.h): per sub-block j the integer dot i_j, A = Σ_j float(i_j)·sc_j and
 // M = Σ_j m_j·bsum_j in order j = 0..7, then acc += A·(d·dx) − M·(dmin·dx).
@@ -239,6 +240,12 @@ struct Q4KOr5K {
   // kScaledDots: the high sub-block's weights dotted times 16 (Q4_K: the nibbles in place) or 8
   // (Q5_K: its recoded bits 5-7 in place); the tail divides the factor out of its scale.
   static constexpr float kHighFactor = kFifth ? 8.0f : 16.0f;
+  // M = Σ_j m_j · b_j is an integer below 2^24 (8 · 63 · 32 · 127), and so is every partial sum of
+  // the float form (each product and sum exact): with a byte dot that cannot saturate it is taken as
+  // four byte dots of the mins against the activations' split run sums (QuantActs::words) and one
+  // conversion, the same value, instead of 8 extractions, conversions and broadcasts per super-block
+  // (kIntegerMins). Elsewhere the float form.
+  static constexpr bool kIntegerMins = kScaledDots;
 
   // Sub-block pair c (2c: low nibbles, 2c + 1: high nibbles of qs words 8c .. 8c + 7).
   template <int c, int RN>
@@ -294,19 +301,24 @@ struct Q4KOr5K {
     const VF sl = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(sc)));
     VF sh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(sc)));
     if constexpr (kScaledDots) sh = hn::Mul(sh, hn::Set(df, 1.0f / kHighFactor));
-    const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
     for (int t = 0; t < RN; ++t) {
       A[t] = hn::MulAdd(hn::ConvertTo(df, lo[t]), sl, A[t]);
       A[t] = hn::MulAdd(hn::ConvertTo(df, hi[t]), sh, A[t]);
-      const int16_t* s = xs[t] + 4 * c;  // 16-sums: sub-block 2c is sums 4c, 4c + 1
-      M[t] = hn::MulAdd(ml, hn::Set(df, static_cast<float>(s[0] + s[1])), M[t]);
-      M[t] = hn::MulAdd(mh, hn::Set(df, static_cast<float>(s[2] + s[3])), M[t]);
+    }
+    if constexpr (!kIntegerMins) {
+      const VF ml = hn::ConvertTo(df, hn::BitCast(di, Byte<k>(mn))), mh = hn::ConvertTo(df, hn::BitCast(di, Byte<k + 1>(mn)));
+      for (int t = 0; t < RN; ++t) {
+        const int16_t* s = xs[t] + 4 * c;  // 16-sums: sub-block 2c is sums 4c, 4c + 1
+        M[t] = hn::MulAdd(ml, hn::Set(df, static_cast<float>(s[0] + s[1])), M[t]);
+        M[t] = hn::MulAdd(mh, hn::Set(df, static_cast<float>(s[2] + s[3])), M[t]);
+      }
     }
   }
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+                               const int8_t* const* xq, const int16_t* const* xs, const int32_t* const* xw, const float* const* dx,
+                               VF* acc) {
     const DU du;
     const DF df;
     const DH dh;
@@ -325,6 +337,17 @@ struct Q4KOr5K {
     Pair<1, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
     Pair<2, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
     Pair<3, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
+    if constexpr (!kIntegerMins) (void)xw;
+    if constexpr (kIntegerMins) {
+      const DI di;
+      for (int u = 0; u < RN; ++u) {
+        const auto* w = reinterpret_cast<const int8_t*>(xw[u]);
+        constexpr int kQ = 4 * QuantActs::kActWordQ, kR = 4 * QuantActs::kActWordR;
+        const VI q = DotQuadsAt(DotQuadsAt(hn::Zero(di), mn03, w + kQ), mn47, w + kQ + 4);
+        const VI r = DotQuadsAt(DotQuadsAt(hn::Zero(di), mn03, w + kR), mn47, w + kR + 4);
+        M[u] = hn::ConvertTo(df, hn::Add(hn::ShiftLeft<7>(q), r));
+      }
+    }
     const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kD) + lane0));
     const VF dmin = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kDmin) + lane0));
     for (int u = 0; u < RN; ++u) {
@@ -353,13 +376,18 @@ struct Q6K {
   // (h a template parameter: every offset is a constant, where a runtime h left them in stack slots.)
   template <int h, int e, int RN>
   static HWY_INLINE void Quarter(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                                 const int8_t* const* xq, const int16_t* const* xs, VF* A) {
+                                 const int8_t* const* xq, const int32_t* const* xw, VF* A) {
     const DI di;
     const DU du;
     const DF df;
     const VU m6 = hn::Set(du, 0x3F3F3F3Fu), m0c = hn::Set(du, 0x0C0C0C0Cu), m30 = hn::Set(du, 0x30303030u);
+    // Run k's sums start at its sub-block's zero point, -32 · times · (the activations' 16-sum)
+    // (QuantActs::words, broadcast from memory): the exact integer i_s - 32 · times · bsum_s at the end.
     VI is[4][RN];
-    ZeroRunSums(is);
+    for (int k = 0; k < 4; ++k) {
+      const int w = kScaledDots && k == 2 ? QuantActs::kActWordZero4 + 2 * h + e : QuantActs::kActWordZero + 8 * h + 2 * k + e;
+      for (int u = 0; u < RN; ++u) is[k][u] = hn::Set(di, xw[u][w]);
+    }
     HWY_UNROLL(4)
     for (int q = 4 * e; q < 4 * e + 4; ++q) {
       VU a = Words(blk, 0, 16 * h + q, lane0), b = Words(blk, 0, 16 * h + 8 + q, lane0);
@@ -390,10 +418,7 @@ struct Q6K {
       const int times = kScaledDots && k == 2 ? 4 : 1;  // run 2's dots: 4 times the value
       VF sc = hn::ConvertTo(df, Scale(blk, 8 * h + 2 * k + e, lane0));
       if (times != 1) sc = hn::Mul(sc, hn::Set(df, 0.25f));
-      for (int u = 0; u < RN; ++u) {
-        const int32_t zero = 32 * times * xs[u][8 * h + 2 * k + e];
-        A[u] = hn::MulAdd(hn::ConvertTo(df, hn::Sub(is[k][u], hn::Set(di, zero))), sc, A[u]);
-      }
+      for (int u = 0; u < RN; ++u) A[u] = hn::MulAdd(hn::ConvertTo(df, is[k][u]), sc, A[u]);
     }
   }
 
@@ -405,15 +430,16 @@ struct Q6K {
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+                               const int8_t* const* xq, const int16_t* const* /*xs*/, const int32_t* const* xw, const float* const* dx,
+                               VF* acc) {
     const DF df;
     const DH dh;
     VF A[RN];
     for (int u = 0; u < RN; ++u) A[u] = hn::Zero(df);
-    Quarter<0, 0, RN>(blk, pf, lane0, xq, xs, A);
-    Quarter<0, 1, RN>(blk, pf, lane0, xq, xs, A);
-    Quarter<1, 0, RN>(blk, pf, lane0, xq, xs, A);
-    Quarter<1, 1, RN>(blk, pf, lane0, xq, xs, A);
+    Quarter<0, 0, RN>(blk, pf, lane0, xq, xw, A);
+    Quarter<0, 1, RN>(blk, pf, lane0, xq, xw, A);
+    Quarter<1, 0, RN>(blk, pf, lane0, xq, xw, A);
+    Quarter<1, 1, RN>(blk, pf, lane0, xq, xw, A);
     const VF d = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk + kQ6KGroupD) + lane0));
     for (int u = 0; u < RN; ++u) acc[u] = hn::MulAdd(A[u], hn::Mul(d, hn::Set(df, dx[u][0])), acc[u]);
   }
@@ -511,7 +537,8 @@ struct Q2KOr3K {
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+                               const int8_t* const* xq, const int16_t* const* xs, const int32_t* const* /*xw*/, const float* const* dx,
+                               VF* acc) {
     const DU du;
     const DF df;
     const DH dh;
@@ -606,7 +633,8 @@ struct BlockPairs {
 
   template <int RN>
   static HWY_INLINE void Super(const uint8_t* HWY_RESTRICT blk, const uint8_t* pf, size_t lane0,
-                               const int8_t* const* xq, const int16_t* const* xs, const float* const* dx, VF* acc) {
+                               const int8_t* const* xq, const int16_t* const* xs, const int32_t* const* /*xw*/, const float* const* dx,
+                               VF* acc) {
     const DI di;
     const DF df;
     const DH dh;
@@ -684,6 +712,7 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
   for (int u = 0; u < RN; ++u) acc[u] = hn::Zero(df);
   const int8_t* xq[RN];
   const int16_t* xs[RN];
+  const int32_t* xw[RN] = {};
   const float* dx[RN];
   constexpr int64_t C = F::kUnitCols;
   for (int64_t s = 0; s < nsb; ++s) {
@@ -701,9 +730,10 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
     for (int u = 0; u < RN; ++u) {
       xq[u] = a.qs + (t + u) * K + C * s;
       xs[u] = a.sums + (t + u) * (K / 16) + C / 16 * s;
+      if constexpr (C == 256) xw[u] = a.words + ((t + u) * (K / 256) + s) * QuantActs::kActWords;
       dx[u] = a.d + (t + u) * (K / a.block) + C / a.block * s;
     }
-    F::template Super<RN>(blk, pf, lane0, xq, xs, dx, acc);
+    F::template Super<RN>(blk, pf, lane0, xq, xs, xw, dx, acc);
   }
   const size_t N = hn::Lanes(df);
   for (int u = 0; u < RN; ++u) {
