@@ -1279,12 +1279,14 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
       nval[d] = d < hd ? f.v[krow + d] : 0.0f;
     }
     __syncthreads();
+    step_trace_stamp(1);  // the step trace's phases (launch.cuh): 1 q, k, v loaded
     const int32_t half = f.rope.n_rot / 2;
     for (int32_t w = tid; w < (G + 1) * half; w += nt) {  // rows 0..G-1: q; G: the key
       const int32_t r = w / half, i = w % half;
       rope_rotate(r < G ? Qs + r * D : nkey, i, half, f.rope.neox, cs[i], sn[i]);
     }
     __syncthreads();
+    step_trace_stamp(2);  // 2 rotated
     const int32_t slot = f.slots[sd.q_begin];
     const bool writer = split == nsplit - 1 && slot >= 0;
     for (int d = tid; d < hd; d += nt) {
@@ -1296,6 +1298,7 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
   }
   put_new(r0, r1);
   __syncthreads();
+  step_trace_stamp(3);  // 3 stored; the scores start
 
   const int g = warp % G, kw = warp / G;
   const float* qg = Qs + g * D;
@@ -1362,6 +1365,7 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
       __syncthreads();
     }
   }
+  step_trace_stamp(4);  // 4 warp 0's tiles done
   const float L = warp_sum(l);
   // The KW partials of each head: warp w's at mg + w * (2 + D); warp kw == 0 of the head merges.
   float* my = mg + warp * (2 + D);
@@ -1372,6 +1376,7 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
 #pragma unroll
   for (int i = 0; i < VEC; ++i) my[2 + lane + 32 * i] = acc[i];
   __syncthreads();
+  step_trace_stamp(5);  // 5 every warp's partial in shared memory
   if (kw != 0) return;
   float M = m, Lt = L;
 #pragma unroll
@@ -1399,7 +1404,9 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
     for (int i = 0; i < VEC; ++i) {
       if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
     }
+    step_trace_stamp(6);  // 6 merged, out written
     store_xq_row<VEC>(acc, inv, row, hd, lane, xq, xds);
+    step_trace_stamp(7);  // 7 the 8-bit x written
   } else {
     float* part = b.scratch + (row * nsplit + split) * (hd + 2);
     if (lane == 0) {
@@ -1609,5 +1616,11 @@ bool paged_attention(const float* q, const KvLayerView& kv, const AttnBatch& b, 
                                   " (the CUDA kernels take up to 256)");
   }
 }
+
+#if defined(STRATA_CUDA_STEP_TRACE)
+void step_trace_set_attention(const StepTraceDev& t, cudaStream_t s) { step_trace_set_local(t, s); }
+#else
+void step_trace_set_attention(const StepTraceDev&, cudaStream_t) {}
+#endif
 
 }  // namespace strata::cuda

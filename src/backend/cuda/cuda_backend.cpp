@@ -13,10 +13,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_fused.cuh"
@@ -395,6 +398,59 @@ struct CudaBackend::Impl {
     }
   };
   std::unique_ptr<ReplayTiming> replay_timing;
+  // STRATA_CUDA_STEP_TRACE=N (a build with -DSTRATA_CUDA_STEP_TRACE=ON): the N-th graph launch of
+  // the process (counted from 0) is traced (launch.cuh) and its records written as CSV to
+  // STRATA_CUDA_STEP_TRACE_FILE (default /tmp/step_trace.csv); scripts/cuda/step_trace.py reads it.
+  struct StepTrace {
+    static constexpr unsigned kCap = 1u << 18;  // records (8 MB)
+    int64_t at = -1, launches = 0;
+    std::string file = "/tmp/step_trace.csv";
+    std::unique_ptr<CudaBuffer> buf;  // the count (256 bytes), then the records
+    static void set(const cuda::StepTraceDev& d, cudaStream_t s) {
+      cuda::step_trace_set_attention(d, s);
+      cuda::step_trace_set_elementwise(d, s);
+      cuda::step_trace_set_importance(d, s);
+      cuda::step_trace_set_matmul(d, s);
+    }
+    // Arms the trace for this launch if it is the one asked for; true if armed.
+    bool arm(cudaStream_t s) {
+      if (launches++ != at) return false;
+      buf = std::make_unique<CudaBuffer>(size_t{kCap} * 32 + 256);
+      STRATA_CUDA(cudaMemsetAsync(buf->data(), 0, 256, s));
+      cuda::StepTraceDev d;
+      d.n = reinterpret_cast<unsigned*>(buf->data());
+      d.rec = reinterpret_cast<unsigned long long*>(buf->data() + 256);
+      d.cap = kCap;
+      set(d, s);
+      return true;
+    }
+    // After the traced launch: disarms, waits for it, writes the file.
+    void finish(cudaStream_t s) {
+      set(cuda::StepTraceDev{}, s);
+      STRATA_CUDA(cudaStreamSynchronize(s));
+      unsigned n = 0;
+      STRATA_CUDA(cudaMemcpy(&n, buf->data(), sizeof n, cudaMemcpyDeviceToHost));
+      n = std::min(n, kCap);
+      std::vector<unsigned long long> rec(size_t{n} * 4);
+      STRATA_CUDA(cudaMemcpy(rec.data(), buf->data() + 256, rec.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      buf.reset();
+      FILE* out = std::fopen(file.c_str(), "w");
+      if (out == nullptr) {
+        std::fprintf(stderr, "STRATA_CUDA_STEP_TRACE: cannot write %s\n", file.c_str());
+        return;
+      }
+      std::fprintf(out, "i,t_arrive,t_release,grid,block,threads,smid\n");
+      for (unsigned i = 0; i < n; ++i) {
+        const unsigned long long* r = &rec[size_t{i} * 4];
+        std::fprintf(out, "%u,%llu,%llu,%llu,%llu,%llu,%llu\n", i, r[0], r[1], r[2] >> 32, r[2] & 0xffffffffull,
+                     r[3] >> 32, r[3] & 0xffffffffull);
+      }
+      std::fclose(out);
+      std::fprintf(stderr, "STRATA_CUDA_STEP_TRACE: graph launch %lld, %u records in %s%s\n", static_cast<long long>(at), n,
+                   file.c_str(), n == kCap ? " (full: later records lost)" : "");
+    }
+  };
+  std::unique_ptr<StepTrace> step_trace;
   // The KV views the ops of a recorded or replayed pass took, chained in call order
   // (kv_view_digest): kernels take a view by value, so a recording holds its fields. Kept per
   // recording and compared at each replay: a replay key that missed a field of the views (as it
@@ -683,6 +739,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   const char* fused = std::getenv("STRATA_CUDA_FUSED_DECODE");
   m.fused_decode = fused != nullptr && std::string_view(fused) == "1";
   if (m.lazy_norm) m.norm_parts = std::make_unique<CudaBuffer>(kNormPartsPerRow * cuda::kGemvMaxRows * sizeof(float));
+  if (const char* e = std::getenv("STRATA_CUDA_STEP_TRACE"); e != nullptr && *e != '\0') {
+#if defined(STRATA_CUDA_STEP_TRACE)
+    m.step_trace = std::make_unique<Impl::StepTrace>();
+    m.step_trace->at = std::atoll(e);
+    if (const char* f = std::getenv("STRATA_CUDA_STEP_TRACE_FILE"); f != nullptr && *f != '\0') m.step_trace->file = f;
+#else
+    std::fprintf(stderr, "STRATA_CUDA_STEP_TRACE is set, but this build has no step trace (configure with -DSTRATA_CUDA_STEP_TRACE=ON)\n");
+#endif
+  }
   const char* rt = std::getenv("STRATA_CUDA_REPLAY_TIMING");
   if (rt != nullptr && std::string_view(rt) == "1") {
     m.replay_timing = std::make_unique<Impl::ReplayTiming>();
@@ -1818,7 +1883,9 @@ void CudaBackend::end_replay() {
   }
   STRATA_CUDA(cudaEventRecord(m.arena_read[m.arena_half], m.stream));
   m.arena_read_pending[m.arena_half] = true;
+  const bool traced = m.step_trace != nullptr && m.step_trace->arm(m.stream);
   STRATA_CUDA(cudaGraphLaunch(m.graphs.at(m.key), m.stream));
+  if (traced) m.step_trace->finish(m.stream);
   if (t != nullptr) {
     STRATA_CUDA(cudaEventRecord(t->stop[slot], m.stream));
     ++t->launches;

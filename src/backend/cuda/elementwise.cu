@@ -431,4 +431,10 @@ void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s) {
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
+#if defined(STRATA_CUDA_STEP_TRACE)
+void step_trace_set_elementwise(const StepTraceDev& t, cudaStream_t s) { step_trace_set_local(t, s); }
+#else
+void step_trace_set_elementwise(const StepTraceDev&, cudaStream_t) {}
+#endif
+
 }  // namespace strata::cuda

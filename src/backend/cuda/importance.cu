@@ -387,4 +387,10 @@ void kv_move_rows(const KvLayerView& kv, const int32_t* src, const int32_t* dst,
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
+#if defined(STRATA_CUDA_STEP_TRACE)
+void step_trace_set_importance(const StepTraceDev& t, cudaStream_t s) { step_trace_set_local(t, s); }
+#else
+void step_trace_set_importance(const StepTraceDev&, cudaStream_t) {}
+#endif
+
 }  // namespace strata::cuda

@@ -19,6 +19,20 @@
 
 namespace strata::cuda {
 
+// The step trace's buffer (launch.cuh; -DSTRATA_CUDA_STEP_TRACE=ON): rec = 4 words per record, n its
+// count (zeroed by the caller), cap the records it holds; rec null: off. One setter per
+// translation unit of kernels (each has its own copy of the constant).
+struct StepTraceDev {
+  unsigned long long* rec = nullptr;
+  unsigned* n = nullptr;
+  unsigned cap = 0;
+};
+void step_trace_set_attention(const StepTraceDev& t, cudaStream_t s);
+void step_trace_set_elementwise(const StepTraceDev& t, cudaStream_t s);
+void step_trace_set_importance(const StepTraceDev& t, cudaStream_t s);
+void step_trace_set_matmul(const StepTraceDev& t, cudaStream_t s);
+
+
 // --- elementwise (elementwise.cu) ------------------------------------------------------------
 
 // out[t][:] = row tokens[t] of an F32/F16/BF16 table as f32 (quantized tables: dequantize_rows_f32).

@@ -30,12 +30,68 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
 
 namespace strata::cuda {
 
+// The step trace (a diagnostic, built with -DSTRATA_CUDA_STEP_TRACE=ON; cuda_backend.cpp): while
+// c_step_trace.rec is set, thread 0 of every block appends one record of 4 words to it: the
+// globaltimer before and after its pdl_wait(), (blocks of the grid << 32 | linear block index),
+// (threads of the block << 32 | multiprocessor); step_trace_stamp(ph) appends (t, t, (900000 + ph)
+// << 32 | block, 0), a phase of that block. A kernel's records follow its predecessor's (its waits
+// return after the predecessor completes), which is what scripts/cuda/step_trace.py groups by. Each
+// record costs thread 0 an atomic round trip (~0.25 us on an H100), so traced times run long.
+// Without the option the hooks are empty.
+#if defined(STRATA_CUDA_STEP_TRACE)
+namespace {
+__constant__ StepTraceDev c_step_trace;
+[[maybe_unused]] void step_trace_set_local(const StepTraceDev& t, cudaStream_t s) {
+  STRATA_CUDA(cudaMemcpyToSymbolAsync(c_step_trace, &t, sizeof t, 0, cudaMemcpyHostToDevice, s));
+}
+}  // namespace
+
+__device__ __forceinline__ unsigned long long* step_trace_slot() {
+  const unsigned i = atomicAdd(c_step_trace.n, 1u);
+  return i < c_step_trace.cap ? c_step_trace.rec + 4ull * i : nullptr;
+}
+#endif
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(STRATA_CUDA_STEP_TRACE)
+  if (c_step_trace.rec != nullptr && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    unsigned long long t0, t1;
+    unsigned smid;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)::"memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)::"memory");
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (unsigned long long* r = step_trace_slot()) {
+      r[0] = t0;
+      r[1] = t1;
+      r[2] = (static_cast<unsigned long long>(gridDim.x * gridDim.y * gridDim.z) << 32) |
+             (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+      r[3] = (static_cast<unsigned long long>(blockDim.x * blockDim.y * blockDim.z) << 32) | smid;
+    }
+    return;
+  }
+#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Phase ph of this block in the step trace (thread 0; nothing without the option).
+__device__ __forceinline__ void step_trace_stamp([[maybe_unused]] int ph) {
+#if defined(__CUDA_ARCH__) && defined(STRATA_CUDA_STEP_TRACE)
+  if (c_step_trace.rec != nullptr && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    if (unsigned long long* r = step_trace_slot()) {
+      r[0] = r[1] = t;
+      r[2] = (static_cast<unsigned long long>(900000 + ph) << 32) | blockIdx.x;
+      r[3] = 0;
+    }
+  }
 #endif
 }
 

@@ -1300,6 +1300,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
     for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
   }
   stream_pieces<F, 1, R, U, true, kPrefetch>(raw, rp, lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
+  step_trace_stamp(11);  // the step trace's phases (launch.cuh): 11 warp 0's dot products done
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float v = acc[r][0];
@@ -1338,6 +1339,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
     }
   }
   __syncthreads();
+  step_trace_stamp(12);  // 12 every warp's outputs in shared memory
   if constexpr (NM == 1) {
     constexpr int G = kGemvWarps;  // gemv_kernel's rows per partial at KS = 1
     if (threadIdx.x < kXoRows / G) {
@@ -2002,5 +2004,11 @@ void f32_to_16bit(const float* src, int64_t n, void* dst, bool bf16, cudaStream_
   }
   STRATA_CUDA_LAUNCH_CHECK();
 }
+
+#if defined(STRATA_CUDA_STEP_TRACE)
+void step_trace_set_matmul(const StepTraceDev& t, cudaStream_t s) { step_trace_set_local(t, s); }
+#else
+void step_trace_set_matmul(const StepTraceDev&, cudaStream_t) {}
+#endif
 
 }  // namespace strata::cuda
