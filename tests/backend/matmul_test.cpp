@@ -285,16 +285,27 @@ TEST(MatmulQuantGroups, X86TargetsGiveTheSameBits) {
     const auto m = random_matrix(type, 45, 1024, rng);
     const WeightMatrix up = backend.upload_matrix(m.w);
     ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
-    const auto x = random_floats(5 * 1024, rng);
-    std::vector<float> first;
-    for (int64_t target : x86) {
-      test::TargetScope scope(target);
-      std::vector<float> y(5 * 45);
-      matmul(up, x.data(), 5, y.data(), pool, scratch);
-      if (first.empty()) {
-        first = y;
-      } else {
-        EXPECT_TRUE(test::bitwise_equal(first.data(), y.data(), y.size())) << ggml_type_name(type) << " " << hwy::TargetName(target);
+    // Random activations, and activations at the ends of the 8-bit range: runs of 32 all +1 or all -1
+    // (their quantized sums +-4064, the extremes of QuantActs::words' split sums), alternating by run.
+    const auto random_x = random_floats(5 * 1024, rng);
+    std::vector<float> extreme_x(5 * 1024);
+    for (size_t i = 0; i < extreme_x.size(); ++i) {
+      const size_t t = i / 1024, run = i % 1024 / 32;
+      extreme_x[i] = t == 0 ? 1.0f : t == 1 ? -1.0f : t == 2 ? (run % 2 == 0 ? 1.0f : -1.0f) : t == 3 ? (run % 3 == 0 ? -1.0f : 0.5f) : random_x[i];
+    }
+    const std::vector<float>* const sets[] = {&random_x, &extreme_x};
+    for (const std::vector<float>* x : sets) {
+      std::vector<float> first;
+      for (int64_t target : x86) {
+        test::TargetScope scope(target);
+        std::vector<float> y(5 * 45);
+        matmul(up, x->data(), 5, y.data(), pool, scratch);
+        if (first.empty()) {
+          first = y;
+        } else {
+          EXPECT_TRUE(test::bitwise_equal(first.data(), y.data(), y.size()))
+              << ggml_type_name(type) << " " << hwy::TargetName(target) << (x == &extreme_x ? " (extreme activations)" : "");
+        }
       }
     }
   }
