@@ -746,9 +746,6 @@ HWY_EXPORT(MatmulQuantGroups);
 
 namespace {
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-}  // namespace
-
-namespace {
 size_t word_bytes(size_t n, size_t cols, int32_t block) {
   return block == 256 ? align64(n * (cols / 256) * QuantActs::kActWords * sizeof(int32_t)) : 0;
 }

@@ -741,8 +741,13 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   if (m.lazy_norm) m.norm_parts = std::make_unique<CudaBuffer>(kNormPartsPerRow * cuda::kGemvMaxRows * sizeof(float));
   if (const char* e = std::getenv("STRATA_CUDA_STEP_TRACE"); e != nullptr && *e != '\0') {
 #if defined(STRATA_CUDA_STEP_TRACE)
+    char* end = nullptr;
+    const long long at = std::strtoll(e, &end, 10);
+    if (end == e || *end != '\0' || at < 0) {
+      throw Error(fmt::format("STRATA_CUDA_STEP_TRACE={}: expected the number of a graph launch (0, 1, ...)", e));
+    }
     m.step_trace = std::make_unique<Impl::StepTrace>();
-    m.step_trace->at = std::atoll(e);
+    m.step_trace->at = at;
     if (const char* f = std::getenv("STRATA_CUDA_STEP_TRACE_FILE"); f != nullptr && *f != '\0') m.step_trace->file = f;
 #else
     std::fprintf(stderr, "STRATA_CUDA_STEP_TRACE is set, but this build has no step trace (configure with -DSTRATA_CUDA_STEP_TRACE=ON)\n");
