@@ -337,8 +337,9 @@ struct Q4KOr5K {
     Pair<1, RN>(blk, pf, lane0, xq, xs, sc03, mn03, A, M);
     Pair<2, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
     Pair<3, RN>(blk, pf, lane0, xq, xs, sc47, mn47, A, M);
-    if constexpr (!kIntegerMins) (void)xw;
-    if constexpr (kIntegerMins) {
+    if constexpr (!kIntegerMins) {
+      (void)xw;
+    } else {
       const DI di;
       for (int u = 0; u < RN; ++u) {
         const auto* w = reinterpret_cast<const int8_t*>(xw[u]);
