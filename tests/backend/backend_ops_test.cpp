@@ -409,13 +409,14 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
 // backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
-// unset: the default, which must write them too) and one without (=0, where each of those GEMVs
+// unset: the default, which must write them too; =s, s2, s4: the staged form, weights copied into
+// shared memory, where they fit) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
 // (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
 // 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
 // than two pieces per lane (1,024 / 2,048 / 2,816 columns), and a 256-wide one (cuda_model_test's
-// width: rows of one weight block); a SwiGLU of 40 rows (not a multiple of 32) keeps the launch of
-// its own.
+// width: rows of one weight block), and llama-1b's FFN of 8,192 (staged or not by its size); a SwiGLU
+// of 40 rows (not a multiple of 32) keeps the launch of its own.
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
@@ -434,13 +435,26 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     return b;
   };
   const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr), off = make("0");
+  const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
   };
+  // The staged producers (STRATA_CUDA_XQ_OUT=s...) take a launch whose block's 32 rows (of both
+  // matrices for the SwiGLU) fit the shared memory an sm_90 block may opt into (227 KB) less 1 KB;
+  // the others keep the register form: Q8_0's down of 8,192 columns (32 rows of 8,704 B).
+  auto expected_staged = [](GgmlType t, int64_t d, int64_t ffn) {
+    auto row_bytes = [t](int64_t cols) {
+      return t == GgmlType::kQ4_K ? cols / 256 * 144 : t == GgmlType::kQ6_K ? cols / 256 * 210 : cols / 32 * 34;
+    };
+    const int64_t limit = 232448 - 1024;
+    const int64_t glu = 2 * 32 * row_bytes(d) <= limit ? 2 : 0;  // gate/up times r, the plain one
+    return (32 * row_bytes(d) <= limit ? 1 : 0) + glu + (32 * row_bytes(ffn) <= limit ? 1 : 0);
+  };
   for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     if (!cuda_gemv_xq(type)) continue;
-    for (const Shape sh : {Shape{2048, 4096}, Shape{1024, 2816}, Shape{256, 512}}) {  // 256: cuda_model_test's width
+    // 256: cuda_model_test's width; 8,192: llama-1b's FFN (Q8_0's down too wide to stage)
+    for (const Shape sh : {Shape{2048, 4096}, Shape{1024, 2816}, Shape{256, 512}, Shape{1024, 8192}}) {
       SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " d " << sh.d << " ffn " << sh.ffn);
       std::mt19937 rng(31);
       const int64_t D = sh.d, F = sh.ffn, rq = 64, rs = 40;
@@ -452,7 +466,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       const auto x0 = random_floats(static_cast<size_t>(D), rng, -4.0f, 4.0f);
       struct Got {
         std::vector<std::vector<float>> outs;
-        int64_t xq_launches = 0, xq_out_launches = 0;
+        int64_t xq_launches = 0, xq_out_launches = 0, xq_staged_launches = 0;
       };
       auto run = [&](Backend& b) {
         const WeightMatrix wo = b.upload_matrix(mo.w), wg = b.upload_matrix(mg.w), wu = b.upload_matrix(mu.w);
@@ -465,6 +479,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
         const DevArray df2 = alloc(b, 1, F), du2 = alloc(b, 1, F), dy = alloc(b, 1, D), ds = alloc(b, 1, rs), dsu = alloc(b, 1, rs);
         const DevArray dy2 = alloc(b, 1, D);
         const int64_t q0 = cuda::gemv_stats::xq_launches(), o0 = cuda::gemv_stats::xq_out_launches();
+        const int64_t s0 = cuda::gemv_stats::xq_staged_launches();
         PendingNorm n1 = b.matmul_add_rms_norm(wo, da.view, dd.view, dx.view, dg1, dh.view, eps, true);  // O
         EXPECT_TRUE(n1.pending());
         b.matmul_silu_mul_normed(wg, wu, dh.view, n1, df.view, du.view);  // gate/up times r
@@ -481,6 +496,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
         Got got;
         got.xq_launches = cuda::gemv_stats::xq_launches() - q0;
         got.xq_out_launches = cuda::gemv_stats::xq_out_launches() - o0;
+        got.xq_staged_launches = cuda::gemv_stats::xq_staged_launches() - s0;
         for (const DevArray* o : {&dx, &dh, &df, &dh2, &dq, &df2, &dy, &ds, &dy2}) got.outs.push_back(download(b, o->view));
         return got;
       };
@@ -488,10 +504,18 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       EXPECT_EQ(without.xq_out_launches, 0);
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
-      for (Backend* b : {on.get(), on2.get(), def.get()}) {
-        SCOPED_TRACE(b == on.get() ? "one row per warp" : b == on2.get() ? "two rows per warp" : "the default");
+      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get()}) {
+        const bool staged = b == st.get() || b == st2.get() || b == st4.get();
+        SCOPED_TRACE(b == on.get()    ? "one row per warp"
+                     : b == on2.get() ? "two rows per warp"
+                     : b == def.get() ? "the default"
+                     : b == st.get()  ? "staged"
+                     : b == st2.get() ? "staged, two rows per warp"
+                                      : "staged, four rows per warp");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
+        if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn)) << "staged launches";
+        else EXPECT_EQ(with.xq_staged_launches, 0);
         // With: a, h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
         EXPECT_EQ(with.xq_launches, 4);
         ASSERT_EQ(with.outs.size(), without.outs.size());

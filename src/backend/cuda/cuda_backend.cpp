@@ -291,6 +291,7 @@ struct CudaBackend::Impl {
   bool xq_last = false;  // the last GEMV read 8-bit x
   bool xq_out = false;   // one-row producers write their output's 8-bit form (producer_xq)
   int xq_out_rows_per_warp = 2;  // their blocks: 16 warps of two rows (the default) or 32 of one (STRATA_CUDA_XQ_OUT=1)
+  int xq_out_staged = 0;  // cuda::GemvXq::out_staged (STRATA_CUDA_XQ_OUT=s, s2, s4)
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -574,6 +575,7 @@ struct CudaBackend::Impl {
     const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
     in.out = xq2.buf && in.buf == xq2.buf->data() ? scratch(xq, bytes) : scratch(xq2, bytes);
     in.out_rows_per_warp = xq_out_rows_per_warp;
+    in.out_staged = xq_out_staged;
     return in;
   }
   void xq_wrote_to(const float* x, int64_t n, int64_t cols, const void* buf) { xq_tag = {x, n, cols, buf}; }
@@ -718,8 +720,15 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // call 2 of 2026-12-05's eighth session: GPU time per step 555.6 (=2), 573.3 (=1), 603.8 us (=0).
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
   const std::string_view xo = xq_out != nullptr ? std::string_view(xq_out) : std::string_view("2");
+  // =s: the staged form (weights copied into shared memory before the PDL wait; the SwiGLU at four
+  // rows per warp, the producers at two), =s2 / =s4: staged at that many rows per warp, where the
+  // rows fit shared memory (else the two-row form).
+  if (xo != "0" && xo != "1" && xo != "2" && xo != "s" && xo != "s2" && xo != "s4") {
+    throw Error(fmt::format("STRATA_CUDA_XQ_OUT={}: expected 0, 1, 2, s, s2 or s4", xo));
+  }
   m.xq_out = xo != "0";
   m.xq_out_rows_per_warp = xo == "1" ? 1 : 2;
+  m.xq_out_staged = xo == "s" ? 1 : xo == "s2" ? 2 : xo == "s4" ? 4 : 0;
   // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float, Q4_K and Q6_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of
@@ -1188,7 +1197,8 @@ void CudaBackend::matmul_multi_normed(std::span<const MatmulOut> outs, ActView h
   Impl& m = *impl_;
   WeightMatrix ws[4];
   float* ys[4];
-  for (size_t i = 0; i < outs.size(); ++i) {
+  const size_t count = std::min<size_t>(outs.size(), 4);  // <= 4 (fused); the bound spelled out for GCC's -Wstringop-overflow
+  for (size_t i = 0; i < count; ++i) {
     ws[i] = *outs[i].w;
     ys[i] = outs[i].y.data;
     m.wrote(ys[i], outs[i].y.size());

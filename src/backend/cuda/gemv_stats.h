@@ -20,6 +20,8 @@ int64_t norm_consumer_launches();
 int64_t xq_launches();
 // Launches of the one-row producers that wrote their output's 8-bit form too (GemvXq::out).
 int64_t xq_out_launches();
+// Of those, the launches of the staged form (weights copied into shared memory; GemvXq::out_staged).
+int64_t xq_staged_launches();
 bool xq_type(GgmlType type);
 
 }  // namespace strata::cuda::gemv_stats

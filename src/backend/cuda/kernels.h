@@ -91,6 +91,10 @@ struct GemvXq {
   bool ready = false;
   void* out = nullptr;
   int out_rows_per_warp = 2;
+  // Nonzero: the staged form where its rows fit shared memory (matmul.cu's gemv_xq_staged_kernel;
+  // else the form above): 1 = the SwiGLU at four rows per warp and the lazy-norm producers at two;
+  // 2 or 4 = that many rows per warp for both.
+  int out_staged = 0;
 };
 // Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
 // writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads

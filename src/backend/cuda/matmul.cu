@@ -52,6 +52,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -159,22 +160,35 @@ SHD float bits_to_float(uint32_t b) {
 // not the non-coherent path (.nc): on an H100, llama-1b F16 decode took 963.6 -> 947.7 us of GPU
 // per step with these loads alone changed (Q4_K and 8-row batches level).
 
+// kS: p points into shared memory (the staged producers' copies of their rows).
+template <bool kS = false>
 SHD uint4 ld_w_v4(const uint8_t* p) {
   uint4 v;
 #ifdef __CUDA_ARCH__
-  asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  if constexpr (kS) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(smem_addr(p)));
+  } else {
+    asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  }
 #else
   std::memcpy(&v, p, 16);
 #endif
   return v;
 }
 
+template <bool kS = false>
 SHD uint32_t ld_w_u16(const uint8_t* p) {
 #ifdef __CUDA_ARCH__
   unsigned short v;
-  asm("ld.global.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  if constexpr (kS) {
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(smem_addr(p)));
+  } else {
+    asm("ld.global.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  }
   return v;
 #else
   uint16_t v;
@@ -183,10 +197,15 @@ SHD uint32_t ld_w_u16(const uint8_t* p) {
 #endif
 }
 
+template <bool kS = false>
 SHD uint32_t ld_w_u8(const uint8_t* p) {
 #ifdef __CUDA_ARCH__
   uint32_t v;
-  asm("ld.global.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  if constexpr (kS) {
+    asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(smem_addr(p)));
+  } else {
+    asm("ld.global.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  }
   return v;
 #else
   return *p;
@@ -194,7 +213,8 @@ SHD uint32_t ld_w_u8(const uint8_t* p) {
 }
 
 // 4 bytes from a 2-byte aligned address.
-SHD uint32_t ld_w_u32_a2(const uint8_t* p) { return ld_w_u16(p) | (ld_w_u16(p + 2) << 16); }
+template <bool kS = false>
+SHD uint32_t ld_w_u32_a2(const uint8_t* p) { return ld_w_u16<kS>(p) | (ld_w_u16<kS>(p + 2) << 16); }
 
 // 4 floats of x (16-byte aligned), through L1 (x is reused by every row). One x row (N = 1):
 // ld.global.ca, not __ldg's ld.global.nc (which nvcc also picks for a plain load through a const
@@ -344,13 +364,14 @@ struct FmtQ8_0 {
     uint32_t d;
     uint32_t q0, q1;
   };
+  template <bool kS = false>
   static SHD Raw load(const uint8_t* row, int p) {
     const uint8_t* blk = row + 34 * static_cast<int64_t>(p >> 2);
     const uint8_t* q = blk + 2 + 8 * (p & 3);
     Raw r;
-    r.d = ld_w_u16(blk);
-    r.q0 = ld_w_u32_a2(q);
-    r.q1 = ld_w_u32_a2(q + 4);
+    r.d = ld_w_u16<kS>(blk);
+    r.q0 = ld_w_u32_a2<kS>(q);
+    r.q1 = ld_w_u32_a2<kS>(q + 4);
     return r;
   }
   static SHD int run_start(int p, int t) { return 8 * p + 4 * t; }
@@ -436,11 +457,12 @@ struct FmtQ4_K {
     uint4 hdr;
     uint4 qs;
   };
+  template <bool kS = false>
   static SHD Raw load(const uint8_t* row, int p) {
     const uint8_t* blk = row + 144 * static_cast<int64_t>(p >> 3);
     Raw r;
-    r.hdr = ld_w_v4(blk);
-    r.qs = ld_w_v4(blk + 16 + 16 * (p & 7));
+    r.hdr = ld_w_v4<kS>(blk);
+    r.qs = ld_w_v4<kS>(blk + 16 + 16 * (p & 7));
     return r;
   }
   static SHD int run_start(int p, int t) {
@@ -578,6 +600,7 @@ struct FmtQ6_K {
     uint32_t sc;      // byte g = scales[8h + 2g + l0 / 16]
     uint32_t d;
   };
+  template <bool kS = false>
   static SHD Raw load(const uint8_t* row, int p) {
     const uint8_t* blk = row + 210 * static_cast<int64_t>(p >> 3);
     const int k = p & 7;
@@ -585,16 +608,16 @@ struct FmtQ6_K {
     const int l0 = 8 * (k & 3);
     Raw r;
     const uint8_t* a = blk + 64 * h + l0;
-    r.ql0[0] = ld_w_u32_a2(a);
-    r.ql0[1] = ld_w_u32_a2(a + 4);
-    r.ql1[0] = ld_w_u32_a2(a + 32);
-    r.ql1[1] = ld_w_u32_a2(a + 36);
+    r.ql0[0] = ld_w_u32_a2<kS>(a);
+    r.ql0[1] = ld_w_u32_a2<kS>(a + 4);
+    r.ql1[0] = ld_w_u32_a2<kS>(a + 32);
+    r.ql1[1] = ld_w_u32_a2<kS>(a + 36);
     const uint8_t* b = blk + 128 + 32 * h + l0;
-    r.qh[0] = ld_w_u32_a2(b);
-    r.qh[1] = ld_w_u32_a2(b + 4);
+    r.qh[0] = ld_w_u32_a2<kS>(b);
+    r.qh[1] = ld_w_u32_a2<kS>(b + 4);
     const uint8_t* s = blk + 192 + 8 * h + (l0 >> 4);
-    r.sc = ld_w_u8(s) | (ld_w_u8(s + 2) << 8) | (ld_w_u8(s + 4) << 16) | (ld_w_u8(s + 6) << 24);
-    r.d = ld_w_u16(blk + 208);
+    r.sc = ld_w_u8<kS>(s) | (ld_w_u8<kS>(s + 2) << 8) | (ld_w_u8<kS>(s + 4) << 16) | (ld_w_u8<kS>(s + 6) << 24);
+    r.d = ld_w_u16<kS>(blk + 208);
     return r;
   }
   static SHD int run_start(int p, int t) {
@@ -1252,55 +1275,14 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // tried once, was far slower and is not kept.
 constexpr int kXoRows = 32;
 
-// RW rows per warp (1: 32 warps; 2: 16 warps, each x load serving both rows, half the threads).
-template <class F, bool kGlu, int NM, int U, bool kPrefetch, int RW>
-__global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const __grid_constant__ GemvMats m, int64_t cols,
-                                                                           int8_t* __restrict__ oq, float2* __restrict__ ods) {
-  static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
-  static_assert(RW == 1 || RW == 2, "one or two rows per warp");
-  constexpr int R = kGlu ? 2 * RW : RW;  // weight rows per warp (the SwiGLU: gate and up of each row)
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  if (m.early_trigger != 0) pdl_trigger();
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;  // rows % kXoRows == 0: every row exists
-  const uint8_t* rp[R];
-#pragma unroll
-  for (int k = 0; k < RW; ++k) {
-    if constexpr (kGlu) {
-      rp[2 * k] = m.w[0] + static_cast<uint64_t>(row0 + k) * m.row_bytes[0];
-      rp[2 * k + 1] = m.w[1] + static_cast<uint64_t>(row0 + k) * m.row_bytes[1];
-    } else {
-      rp[k] = m.w[0] + static_cast<uint64_t>(row0 + k) * m.row_bytes[0];
-    }
-  }
-  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
-  float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
-  float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows (gemv_kernel's kEarly)
-#pragma unroll
-  for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
-  if constexpr (NM == 1) {
-#pragma unroll
-    for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
-  }
-  typename F::Raw raw[U][R];
-  if constexpr (kPrefetch) {
-    load_pieces<F, R, U>(raw, rp, lane, n_pieces);
-  } else {
-    if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
-  }
-  pdl_wait();
-  pdl_trigger();
-  if constexpr (NM == 2) {
-    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
-  }
-  if constexpr (NM == 1) {
-#pragma unroll
-    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
-  }
-  stream_pieces<F, 1, R, U, true, kPrefetch>(raw, rp, lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
-  step_trace_stamp(11);  // the step trace's phases (launch.cuh): 11 warp 0's dot products done
+// The epilogue of the one-row producers with an 8-bit output (gemv_xq_out_kernel and its staged
+// form): acc holds each lane's sums of the warp's R rows (kGlu: gate and up of row k at 2k, 2k + 1),
+// pg and px (NM = 1) the g and x of its RW output rows; every thread of the block calls it.
+template <bool kGlu, int NM, int RW>
+__device__ __forceinline__ void xq_out_epilogue(const GemvMats& m, int64_t cols, float (&acc)[kGlu ? 2 * RW : RW][1],
+                                                const float (&pg)[RW], const float (&px)[RW], int64_t row0, int lane,
+                                                int warp, int8_t* __restrict__ oq, float2* __restrict__ ods) {
+  constexpr int R = kGlu ? 2 * RW : RW;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float v = acc[r][0];
@@ -1355,6 +1337,147 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
     xq_store_warp(out[lane], lane, oq + static_cast<int64_t>(blockIdx.x) * kXoRows,
                   ods + static_cast<int64_t>(blockIdx.x) * (kXoRows / 16));
   }
+}
+
+// RW rows per warp (1: 32 warps; 2: 16 warps, each x load serving both rows, half the threads).
+template <class F, bool kGlu, int NM, int U, bool kPrefetch, int RW>
+__global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                                           int8_t* __restrict__ oq, float2* __restrict__ ods) {
+  static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
+  static_assert(RW == 1 || RW == 2, "one or two rows per warp");
+  constexpr int R = kGlu ? 2 * RW : RW;  // weight rows per warp (the SwiGLU: gate and up of each row)
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (m.early_trigger != 0) pdl_trigger();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;  // rows % kXoRows == 0: every row exists
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int k = 0; k < RW; ++k) {
+    if constexpr (kGlu) {
+      rp[2 * k] = m.w[0] + static_cast<uint64_t>(row0 + k) * m.row_bytes[0];
+      rp[2 * k + 1] = m.w[1] + static_cast<uint64_t>(row0 + k) * m.row_bytes[1];
+    } else {
+      rp[k] = m.w[0] + static_cast<uint64_t>(row0 + k) * m.row_bytes[0];
+    }
+  }
+  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+  float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows (gemv_kernel's kEarly)
+#pragma unroll
+  for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
+  }
+  typename F::Raw raw[U][R];
+  if constexpr (kPrefetch) {
+    load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+  } else {
+    if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
+  }
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (NM == 2) {
+    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+  }
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
+  }
+  stream_pieces<F, 1, R, U, true, kPrefetch>(raw, rp, lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
+  step_trace_stamp(11);  // the step trace's phases (launch.cuh): 11 warp 0's dot products done
+  xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
+}
+
+// Staged form of gemv_xq_out_kernel (GemvXq::out_staged): the block's weight rows are copied into
+// shared memory by bulk copies (TMA) before the PDL wait, in chunks of kXsChunkRows rows of each
+// matrix, each completing on an mbarrier of its own (a warp starts on its rows as soon as their
+// chunk is in). No weight byte waits in registers, so a block takes few registers per thread:
+// several blocks share a multiprocessor, and every block of the launch (and of the next one, where
+// it fits) has its weights in flight while the kernel before it still runs. Where the register form
+// takes two waves of blocks (llama-1b's gate/up: 256 blocks of a whole SM each), this takes one.
+// Shared memory: kXoRows rows of each matrix (Q4_K, 2,048 columns, gate and up: 72 KB). The
+// arithmetic is the register form's: each lane takes pieces lane, lane + 32, ... of each row in
+// ascending order, the same dot_q8 and the same epilogue, so the bits are the same.
+constexpr int kXsChunkRows = 8;  // 8 rows of any quantized format: a multiple of 16 bytes
+constexpr int kXsChunks = kXoRows / kXsChunkRows;
+
+template <class F, bool kGlu, int NM, int RW>
+__global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                                           int8_t* __restrict__ oq, float2* __restrict__ ods) {
+  static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
+  static_assert(RW == 2 || RW == 4, "two or four rows per warp");
+  static_assert(kXoRows / RW >= kXsChunks && kXsChunkRows % RW == 0, "a warp per chunk to copy it; a warp's rows in one chunk");
+  constexpr int kMats = kGlu ? 2 : 1;
+  constexpr int R = kGlu ? 2 * RW : RW;
+  constexpr int C = R < 4 ? R : 4;  // rows per pass of the main loop (registers)
+  extern __shared__ __align__(128) uint8_t stage[];
+  __shared__ uint64_t bar[kXsChunks];
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (m.early_trigger != 0) pdl_trigger();
+  const uint64_t rb = m.row_bytes[0];  // kGlu: up's too (checked by the host)
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;
+  // Chunk c: rows [8c, 8c + 8) of the block in each matrix, matrix after matrix.
+  const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
+  if (warp < kXsChunks && lane == 0) {
+    mbar_init(&bar[warp], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect_tx(&bar[warp], kMats * chunk_bytes);
+    const uint64_t policy = evict_first_policy();
+    const uint64_t src = (static_cast<uint64_t>(blockIdx.x) * kXoRows + static_cast<uint64_t>(warp) * kXsChunkRows) * rb;
+#pragma unroll
+    for (int k = 0; k < kMats; ++k) {
+      bulk_copy_hint(stage + static_cast<uint64_t>(warp * kMats + k) * chunk_bytes, m.w[k] + src, chunk_bytes, &bar[warp], policy);
+    }
+  }
+  float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows
+#pragma unroll
+  for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
+  }
+  __syncthreads();  // the barriers initialised before any warp waits on them
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (NM == 2) {
+    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+  }
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
+  }
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+  const int chunk = warp * RW / kXsChunkRows;
+  const uint8_t* mine = stage + static_cast<uint64_t>(chunk * kMats) * chunk_bytes + static_cast<uint64_t>(warp * RW % kXsChunkRows) * rb;
+  mbar_wait(&bar[chunk], 0);
+  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
+  for (int p = lane; p < n_pieces; p += 32) {
+#pragma unroll
+    for (int c0 = 0; c0 < R; c0 += C) {
+      typename F::Raw raw[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int r = c0 + c;  // kGlu: gate (even r) and up (odd r) of row r / 2
+        const uint64_t off = kGlu ? (r & 1) * uint64_t{chunk_bytes} + static_cast<uint64_t>(r >> 1) * rb : static_cast<uint64_t>(r) * rb;
+        raw[c] = F::template load<true>(mine + off, p);
+      }
+      float sum[C][1];
+#pragma unroll
+      for (int c = 0; c < C; ++c) sum[c][0] = 0.0f;
+      F::template dot_q8<1, C>(raw, p, m.xq, m.xds, cols, sum);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c0 + c][0] = acc[c0 + c][0] + sum[c][0];
+    }
+  }
+  step_trace_stamp(11);
+  xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
 }
 
 // Host side: the matrices of one launch (rows > 0 only), their shared cols and the row count
@@ -1827,6 +1950,73 @@ void launch_xq_out_fmt(const GemvLaunch& l, void* out, cudaStream_t s) {
   g_xq_out_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::atomic<int64_t> g_xq_staged_launches{0};
+
+// Dynamic shared memory a staged block may take on the current device (the opt-in maximum less
+// room for the kernel's static arrays), read once per device.
+uint64_t staged_smem_limit() {
+  static std::atomic<int64_t> limits[64] = {};
+  int dev = 0;
+  STRATA_CUDA(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return 0;
+  int64_t v = limits[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int optin = 0;
+    STRATA_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    v = std::max<int64_t>(int64_t{optin} - 1024, 1);
+    limits[dev].store(v, std::memory_order_relaxed);
+  }
+  return static_cast<uint64_t>(v);
+}
+
+// gemv_xq_staged_kernel for format F where its rows fit shared memory and the bulk copies' 16-byte
+// alignment holds (else false: the caller takes the register form).
+template <class F, bool kGlu, int NM, int RW>
+bool launch_xq_staged_fmt(const GemvLaunch& l, void* out, cudaStream_t s) {
+  const uint64_t rb = l.m.row_bytes[0];
+  const uint64_t smem = uint64_t{kXoRows} * rb * (kGlu ? 2 : 1);
+  if ((kXsChunkRows * rb) % 16 != 0 || (kGlu && l.m.row_bytes[1] != rb)) return false;
+  for (int k = 0; k < (kGlu ? 2 : 1); ++k) {
+    if (reinterpret_cast<uintptr_t>(l.m.w[k]) % 16 != 0) return false;
+  }
+  const uint64_t limit = staged_smem_limit();
+  if (smem > limit) return false;
+  auto* kernel = gemv_xq_staged_kernel<F, kGlu, NM, RW>;
+  static std::atomic<uint64_t> opted{0};  // devices whose limit this kernel was given (bit per device)
+  int dev = 0;
+  STRATA_CUDA(cudaGetDevice(&dev));
+  if ((opted.load(std::memory_order_relaxed) >> dev & 1u) == 0) {
+    STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit)));
+    opted.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
+  }
+  const int64_t rows = l.m.rows[0];
+  auto* q = static_cast<int8_t*>(out);
+  auto* ds = reinterpret_cast<float2*>(q + rows);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(rows / kXoRows)), dim3(32 * kXoRows / RW), static_cast<size_t>(smem), s, l.m,
+             l.cols, q, ds);
+  g_xq_out_launches.fetch_add(1, std::memory_order_relaxed);
+  g_xq_staged_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+template <bool kGlu, int NM, int RW>
+bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, cudaStream_t s) {
+  switch (type) {
+    case GgmlType::kQ4_K: return launch_xq_staged_fmt<FmtQ4_K, kGlu, NM, RW>(l, out, s);
+    case GgmlType::kQ6_K: return launch_xq_staged_fmt<FmtQ6_K, kGlu, NM, RW>(l, out, s);
+    case GgmlType::kQ8_0: return launch_xq_staged_fmt<FmtQ8_0, kGlu, NM, RW>(l, out, s);
+    default: return false;
+  }
+}
+
+// GemvXq::out_staged: 1 = the SwiGLU at four rows per warp, the producers at two; 2 or 4 = that
+// many for both.
+template <bool kGlu, int NM>
+bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged, cudaStream_t s) {
+  const int rw = staged == 1 ? (kGlu ? 4 : 2) : staged;
+  return rw == 4 ? launch_xq_staged_rw<kGlu, NM, 4>(type, l, out, s) : launch_xq_staged_rw<kGlu, NM, 2>(type, l, out, s);
+}
+
 template <bool kGlu, int NM, int RW>
 void launch_xq_out_rw(GgmlType type, const GemvLaunch& l, void* out, cudaStream_t s) {
   switch (type) {
@@ -1869,7 +2059,9 @@ bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq
   }
   GemvLaunch e = l;
   e.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
-  launch_xq_out<kGlu, NM>(type, e, xq.out, xq.out_rows_per_warp, s);
+  if (xq.out_staged == 0 || !launch_xq_staged<kGlu, NM>(type, e, xq.out, xq.out_staged, s)) {
+    launch_xq_out<kGlu, NM>(type, e, xq.out, xq.out_rows_per_warp, s);
+  }
   return true;
 }
 
@@ -1968,6 +2160,7 @@ int64_t norm_producer_launches() { return g_norm_producer_launches.load(std::mem
 int64_t norm_consumer_launches() { return g_norm_consumer_launches.load(std::memory_order_relaxed); }
 int64_t xq_launches() { return g_xq_launches.load(std::memory_order_relaxed); }
 int64_t xq_out_launches() { return g_xq_out_launches.load(std::memory_order_relaxed); }
+int64_t xq_staged_launches() { return g_xq_staged_launches.load(std::memory_order_relaxed); }
 bool xq_type(GgmlType type) { return cuda::xq_type(type); }
 }  // namespace gemv_stats
 
