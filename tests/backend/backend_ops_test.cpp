@@ -40,6 +40,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -420,14 +421,16 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
-  auto make = [&](const char* xq_out) {
+  auto make = [&](const char* xq_out, bool gemv_staged = false) {
     const char* lazy0 = std::getenv("STRATA_CUDA_LAZY_NORM");
     const char* out0 = std::getenv("STRATA_CUDA_XQ_OUT");
     const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "", out_saved = out0 != nullptr ? out0 : "";
     ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type (Q6_K and Q8_0 too)
     if (xq_out != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
     else ::unsetenv("STRATA_CUDA_XQ_OUT");  // the default
+    if (gemv_staged) ::setenv("STRATA_CUDA_GEMV_STAGED", "1", 1);
     std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
+    if (gemv_staged) ::unsetenv("STRATA_CUDA_GEMV_STAGED");
     if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
     else ::unsetenv("STRATA_CUDA_LAZY_NORM");
     if (out0 != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", out_saved.c_str(), 1);
@@ -435,7 +438,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     return b;
   };
   const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr), off = make("0");
-  const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4");
+  const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", true);
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
@@ -449,7 +452,10 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     };
     const int64_t limit = 232448 - 1024;
     const int64_t glu = 2 * 32 * row_bytes(d) <= limit ? 2 : 0;  // gate/up times r, the plain one
-    return (32 * row_bytes(d) <= limit ? 1 : 0) + glu + (32 * row_bytes(ffn) <= limit ? 1 : 0);
+    const int64_t fits_d = 32 * row_bytes(d) <= limit ? 1 : 0, fits_f = 32 * row_bytes(ffn) <= limit ? 1 : 0;
+    // The producers (O, the two SwiGLUs, down), then the GEMVs that write floats
+    // (STRATA_CUDA_GEMV_STAGED=1: the QKV-like one, the plain down, the last O-shaped one).
+    return std::pair<int64_t, int64_t>{fits_d + glu + fits_f, fits_d + fits_f + fits_d};
   };
   for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     if (!cuda_gemv_xq(type)) continue;
@@ -466,7 +472,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       const auto x0 = random_floats(static_cast<size_t>(D), rng, -4.0f, 4.0f);
       struct Got {
         std::vector<std::vector<float>> outs;
-        int64_t xq_launches = 0, xq_out_launches = 0, xq_staged_launches = 0;
+        int64_t xq_launches = 0, xq_out_launches = 0, xq_staged_launches = 0, gemv_staged_launches = 0;
       };
       auto run = [&](Backend& b) {
         const WeightMatrix wo = b.upload_matrix(mo.w), wg = b.upload_matrix(mg.w), wu = b.upload_matrix(mu.w);
@@ -479,7 +485,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
         const DevArray df2 = alloc(b, 1, F), du2 = alloc(b, 1, F), dy = alloc(b, 1, D), ds = alloc(b, 1, rs), dsu = alloc(b, 1, rs);
         const DevArray dy2 = alloc(b, 1, D);
         const int64_t q0 = cuda::gemv_stats::xq_launches(), o0 = cuda::gemv_stats::xq_out_launches();
-        const int64_t s0 = cuda::gemv_stats::xq_staged_launches();
+        const int64_t s0 = cuda::gemv_stats::xq_staged_launches(), g0 = cuda::gemv_stats::gemv_staged_launches();
         PendingNorm n1 = b.matmul_add_rms_norm(wo, da.view, dd.view, dx.view, dg1, dh.view, eps, true);  // O
         EXPECT_TRUE(n1.pending());
         b.matmul_silu_mul_normed(wg, wu, dh.view, n1, df.view, du.view);  // gate/up times r
@@ -497,6 +503,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
         got.xq_launches = cuda::gemv_stats::xq_launches() - q0;
         got.xq_out_launches = cuda::gemv_stats::xq_out_launches() - o0;
         got.xq_staged_launches = cuda::gemv_stats::xq_staged_launches() - s0;
+        got.gemv_staged_launches = cuda::gemv_stats::gemv_staged_launches() - g0;
         for (const DevArray* o : {&dx, &dh, &df, &dh2, &dq, &df2, &dy, &ds, &dy2}) got.outs.push_back(download(b, o->view));
         return got;
       };
@@ -504,18 +511,20 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       EXPECT_EQ(without.xq_out_launches, 0);
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
-      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get()}) {
-        const bool staged = b == st.get() || b == st2.get() || b == st4.get();
+      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get()}) {
+        const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get();
         SCOPED_TRACE(b == on.get()    ? "one row per warp"
                      : b == on2.get() ? "two rows per warp"
                      : b == def.get() ? "the default"
                      : b == st.get()  ? "staged"
                      : b == st2.get() ? "staged, two rows per warp"
-                                      : "staged, four rows per warp");
+                     : b == st4.get() ? "staged, four rows per warp"
+                                      : "staged, and the GEMVs that write floats");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
-        if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn)) << "staged launches";
+        if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn).first) << "staged launches";
         else EXPECT_EQ(with.xq_staged_launches, 0);
+        EXPECT_EQ(with.gemv_staged_launches, b == stg.get() ? expected_staged(type, sh.d, sh.ffn).second : 0);
         // With: a, h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
         EXPECT_EQ(with.xq_launches, 4);
         ASSERT_EQ(with.outs.size(), without.outs.size());

@@ -292,6 +292,8 @@ struct CudaBackend::Impl {
   bool xq_out = false;   // one-row producers write their output's 8-bit form (producer_xq)
   int xq_out_rows_per_warp = 2;  // their blocks: 16 warps of two rows (the default) or 32 of one (STRATA_CUDA_XQ_OUT=1)
   int xq_out_staged = 0;  // cuda::GemvXq::out_staged (STRATA_CUDA_XQ_OUT=s, s2, s4)
+  uint64_t xq_out_staged_max = 0;  // cuda::GemvXq::out_staged_max_bytes (STRATA_CUDA_XQ_STAGE_MAX)
+  bool gemv_staged = false;  // STRATA_CUDA_GEMV_STAGED=1
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -555,10 +557,16 @@ struct CudaBackend::Impl {
     if (bytes <= 0) return {};
     const bool same_x = tag.x == x && tag.n == n && tag.cols == cols;
     if (same_x && xq2.buf && tag.buf == xq2.buf->data() && xq2.buf->bytes() >= static_cast<uint64_t>(bytes)) {
-      return {xq2.buf->data(), true};  // a producer wrote it there (producer_xq)
+      cuda::GemvXq r{xq2.buf->data(), true};  // a producer wrote it there (producer_xq)
+      r.out_staged = gemv_staged ? 2 : 0;
+      r.out_staged_max_bytes = xq_out_staged_max;
+      return r;
     }
     void* buf = scratch(xq, static_cast<uint64_t>(bytes));
-    return {buf, same_x && tag.buf == buf};
+    cuda::GemvXq r{buf, same_x && tag.buf == buf};
+    r.out_staged = gemv_staged ? 2 : 0;  // the one-row GEMVs that write floats (cuda::gemv_multi etc.)
+    r.out_staged_max_bytes = xq_out_staged_max;
+    return r;
   }
   // Where a one-row producer of `rows` outputs (weights w) reading x writes its output's 8-bit
   // form (cuda::GemvXq::out): the buffer of xq and xq2 that its own 8-bit x is not in, where
@@ -576,6 +584,7 @@ struct CudaBackend::Impl {
     in.out = xq2.buf && in.buf == xq2.buf->data() ? scratch(xq, bytes) : scratch(xq2, bytes);
     in.out_rows_per_warp = xq_out_rows_per_warp;
     in.out_staged = xq_out_staged;
+    in.out_staged_max_bytes = xq_out_staged_max;
     return in;
   }
   void xq_wrote_to(const float* x, int64_t n, int64_t cols, const void* buf) { xq_tag = {x, n, cols, buf}; }
@@ -729,6 +738,13 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   m.xq_out = xo != "0";
   m.xq_out_rows_per_warp = xo == "1" ? 1 : 2;
   m.xq_out_staged = xo == "s" ? 1 : xo == "s2" ? 2 : xo == "s4" ? 4 : 0;
+  // STRATA_CUDA_XQ_STAGE_MAX=<bytes>: the staged form only where a block's rows take at most that
+  // much shared memory (an experiment: e.g. every producer but the down projection).
+  if (const char* e = std::getenv("STRATA_CUDA_XQ_STAGE_MAX")) m.xq_out_staged_max = std::strtoull(e, nullptr, 10);
+  // STRATA_CUDA_GEMV_STAGED=1: the one-row GEMVs over 8-bit x that write floats (the QKV
+  // projection, the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form).
+  const char* gs = std::getenv("STRATA_CUDA_GEMV_STAGED");
+  m.gemv_staged = gs != nullptr && std::string_view(gs) == "1";
   // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float, Q4_K and Q6_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of

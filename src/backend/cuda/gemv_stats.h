@@ -22,6 +22,8 @@ int64_t xq_launches();
 int64_t xq_out_launches();
 // Of those, the launches of the staged form (weights copied into shared memory; GemvXq::out_staged).
 int64_t xq_staged_launches();
+// Launches of the staged one-row GEMVs that write floats (the QKV projection, the LM head; GemvXq::out_staged).
+int64_t gemv_staged_launches();
 bool xq_type(GgmlType type);
 
 }  // namespace strata::cuda::gemv_stats

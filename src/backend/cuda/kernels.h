@@ -95,6 +95,8 @@ struct GemvXq {
   // else the form above): 1 = the SwiGLU at four rows per warp and the lazy-norm producers at two;
   // 2 or 4 = that many rows per warp for both.
   int out_staged = 0;
+  // Nonzero: the staged form only where a block's rows take at most this many bytes of shared memory.
+  uint64_t out_staged_max_bytes = 0;
 };
 // Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
 // writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads

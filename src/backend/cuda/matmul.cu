@@ -1480,6 +1480,86 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
   xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
 }
 
+// The staged form of the one-row GEMVs over 8-bit x that write floats (gemv_kernel at N = 1 with
+// kXq: plain, NM = 0, or the lazy norm's consumer, NM = 2, e.g. the QKV projection; GemvXq::out_staged
+// on gemv / gemv_multi / gemv_multi_normed): blocks of kXoRows rows of one matrix (m.block_begin in
+// blocks of kXoRows), staged as gemv_xq_staged_kernel's, RW rows per warp. A launch of few, lean
+// blocks: the kernel after it (the decode attention) finds room on the SMs before this one ends.
+// Each row's arithmetic is gemv_kernel's (pieces lane, lane + 32, ... ascending, its butterfly; r as
+// gemv_kernel's NM = 2 from the shares of the block's first kGemvThreads threads): the same bits.
+template <class F, int NM, int RW>
+__global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __grid_constant__ GemvMats m, int64_t cols) {
+  static_assert(NM == 0 || NM == 2, "plain or the lazy norm's consumer");
+  static_assert(kXoRows / RW >= kXsChunks && kXsChunkRows % RW == 0, "a warp per chunk to copy it; a warp's rows in one chunk");
+  constexpr int R = RW;
+  constexpr int C = R < 4 ? R : 4;
+  extern __shared__ __align__(128) uint8_t stage[];
+  __shared__ uint64_t bar[kXsChunks];
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (m.early_trigger != 0) pdl_trigger();
+  const int k = mat_of_block(m, blockIdx.x);
+  const uint64_t rb = m.row_bytes[k];
+  const int64_t blk_row0 = static_cast<int64_t>(blockIdx.x - m.block_begin[k]) * kXoRows;
+  const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
+  if (warp < kXsChunks && lane == 0) {
+    mbar_init(&bar[warp], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mbar_expect_tx(&bar[warp], chunk_bytes);
+    bulk_copy_hint(stage + static_cast<uint64_t>(warp) * chunk_bytes,
+                   m.w[k] + (static_cast<uint64_t>(blk_row0) + static_cast<uint64_t>(warp) * kXsChunkRows) * rb, chunk_bytes,
+                   &bar[warp], evict_first_policy());
+  }
+  __syncthreads();  // the barriers initialised before any warp waits on them
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (NM == 2) {
+    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+  }
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+  const uint8_t* mine = stage + static_cast<uint64_t>(warp * RW) * rb;
+  mbar_wait(&bar[warp * RW / kXsChunkRows], 0);
+  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
+  for (int p = lane; p < n_pieces; p += 32) {
+#pragma unroll
+    for (int c0 = 0; c0 < R; c0 += C) {
+      typename F::Raw raw[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) raw[c] = F::template load<true>(mine + static_cast<uint64_t>(c0 + c) * rb, p);
+      float sum[C][1];
+#pragma unroll
+      for (int c = 0; c < C; ++c) sum[c][0] = 0.0f;
+      F::template dot_q8<1, C>(raw, p, m.xq, m.xds, cols, sum);
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc[c0 + c][0] = acc[c0 + c][0] + sum[c][0];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float v = acc[r][0];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    acc[r][0] = v;
+  }
+  if constexpr (NM == 2) {
+    double nss[1] = {0.0};
+    if (threadIdx.x < kGemvThreads) norm_part_sums<1>(m, nss);
+    float nr[1];
+    norm_scales<1, true>(m, cols, nss, nr);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][0] * nr[0];
+  }
+  if (lane == 0) {
+    const int64_t row0 = blk_row0 + warp * RW;
+    float* y = m.y[k];
+#pragma unroll
+    for (int r = 0; r < R; ++r) y[row0 + r] = acc[r][0];
+  }
+}
+
 // Host side: the matrices of one launch (rows > 0 only), their shared cols and the row count
 // that picks R.
 struct GemvLaunch {
@@ -1972,9 +2052,10 @@ uint64_t staged_smem_limit() {
 // gemv_xq_staged_kernel for format F where its rows fit shared memory and the bulk copies' 16-byte
 // alignment holds (else false: the caller takes the register form).
 template <class F, bool kGlu, int NM, int RW>
-bool launch_xq_staged_fmt(const GemvLaunch& l, void* out, cudaStream_t s) {
+bool launch_xq_staged_fmt(const GemvLaunch& l, void* out, uint64_t max_bytes, cudaStream_t s) {
   const uint64_t rb = l.m.row_bytes[0];
   const uint64_t smem = uint64_t{kXoRows} * rb * (kGlu ? 2 : 1);
+  if (max_bytes != 0 && smem > max_bytes) return false;
   if ((kXsChunkRows * rb) % 16 != 0 || (kGlu && l.m.row_bytes[1] != rb)) return false;
   for (int k = 0; k < (kGlu ? 2 : 1); ++k) {
     if (reinterpret_cast<uintptr_t>(l.m.w[k]) % 16 != 0) return false;
@@ -2000,11 +2081,11 @@ bool launch_xq_staged_fmt(const GemvLaunch& l, void* out, cudaStream_t s) {
 }
 
 template <bool kGlu, int NM, int RW>
-bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, cudaStream_t s) {
+bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, uint64_t max_bytes, cudaStream_t s) {
   switch (type) {
-    case GgmlType::kQ4_K: return launch_xq_staged_fmt<FmtQ4_K, kGlu, NM, RW>(l, out, s);
-    case GgmlType::kQ6_K: return launch_xq_staged_fmt<FmtQ6_K, kGlu, NM, RW>(l, out, s);
-    case GgmlType::kQ8_0: return launch_xq_staged_fmt<FmtQ8_0, kGlu, NM, RW>(l, out, s);
+    case GgmlType::kQ4_K: return launch_xq_staged_fmt<FmtQ4_K, kGlu, NM, RW>(l, out, max_bytes, s);
+    case GgmlType::kQ6_K: return launch_xq_staged_fmt<FmtQ6_K, kGlu, NM, RW>(l, out, max_bytes, s);
+    case GgmlType::kQ8_0: return launch_xq_staged_fmt<FmtQ8_0, kGlu, NM, RW>(l, out, max_bytes, s);
     default: return false;
   }
 }
@@ -2012,9 +2093,56 @@ bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, cudaStre
 // GemvXq::out_staged: 1 = the SwiGLU at four rows per warp, the producers at two; 2 or 4 = that
 // many for both.
 template <bool kGlu, int NM>
-bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged, cudaStream_t s) {
+bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged, uint64_t max_bytes, cudaStream_t s) {
   const int rw = staged == 1 ? (kGlu ? 4 : 2) : staged;
-  return rw == 4 ? launch_xq_staged_rw<kGlu, NM, 4>(type, l, out, s) : launch_xq_staged_rw<kGlu, NM, 2>(type, l, out, s);
+  return rw == 4 ? launch_xq_staged_rw<kGlu, NM, 4>(type, l, out, max_bytes, s)
+                 : launch_xq_staged_rw<kGlu, NM, 2>(type, l, out, max_bytes, s);
+}
+
+std::atomic<int64_t> g_gemv_staged_launches{0};
+
+// gemv_staged_kernel (RW = 2) for a one-row GEMV over 8-bit x where every matrix's rows are a
+// multiple of kXoRows and a block's rows fit shared memory (else false: the caller launches
+// gemv_kernel).
+template <class F, int NM>
+bool launch_gemv_staged_fmt(const GemvLaunch& l0, uint64_t max_bytes, cudaStream_t s) {
+  constexpr int RW = 2;
+  GemvLaunch l = l0;
+  const uint64_t rb = l.m.row_bytes[0];
+  const uint64_t smem = uint64_t{kXoRows} * rb;
+  if ((kXsChunkRows * rb) % 16 != 0 || (max_bytes != 0 && smem > max_bytes) || smem > staged_smem_limit()) return false;
+  int64_t blocks = 0;
+  for (int k = 0; k < l.m.count; ++k) {
+    if (l.m.rows[k] % kXoRows != 0 || l.m.row_bytes[k] != rb || reinterpret_cast<uintptr_t>(l.m.w[k]) % 16 != 0) return false;
+    l.m.block_begin[k] = static_cast<uint32_t>(blocks);
+    blocks += l.m.rows[k] / kXoRows;
+  }
+  for (int k = l.m.count; k < kGemvMaxMats; ++k) l.m.block_begin[k] = static_cast<uint32_t>(blocks);
+  if (blocks > 0x7fffffff) return false;
+  auto* kernel = gemv_staged_kernel<F, NM, RW>;
+  static std::atomic<uint64_t> opted{0};
+  int dev = 0;
+  STRATA_CUDA(cudaGetDevice(&dev));
+  if ((opted.load(std::memory_order_relaxed) >> dev & 1u) == 0) {
+    STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(staged_smem_limit())));
+    opted.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
+  }
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kXoRows / RW), static_cast<size_t>(smem), s, l.m, l.cols);
+  g_gemv_staged_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+template <int NM>
+bool launch_gemv_staged(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq, cudaStream_t s) {
+  if (xq.out_staged == 0 || n != 1 || l.m.xq == nullptr) return false;
+  GemvLaunch e = l;
+  e.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
+  switch (type) {
+    case GgmlType::kQ4_K: return launch_gemv_staged_fmt<FmtQ4_K, NM>(e, xq.out_staged_max_bytes, s);
+    case GgmlType::kQ6_K: return launch_gemv_staged_fmt<FmtQ6_K, NM>(e, xq.out_staged_max_bytes, s);
+    case GgmlType::kQ8_0: return launch_gemv_staged_fmt<FmtQ8_0, NM>(e, xq.out_staged_max_bytes, s);
+    default: return false;
+  }
 }
 
 template <bool kGlu, int NM, int RW>
@@ -2059,7 +2187,7 @@ bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq
   }
   GemvLaunch e = l;
   e.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
-  if (xq.out_staged == 0 || !launch_xq_staged<kGlu, NM>(type, e, xq.out, xq.out_staged, s)) {
+  if (xq.out_staged == 0 || !launch_xq_staged<kGlu, NM>(type, e, xq.out, xq.out_staged, xq.out_staged_max_bytes, s)) {
     launch_xq_out<kGlu, NM>(type, e, xq.out, xq.out_rows_per_warp, s);
   }
   return true;
@@ -2083,7 +2211,7 @@ void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float
   GemvLaunch l;
   if (!multi_launch(ws, ys, count, x, n, l)) return;
   use_xq(ws[0].type, l, x, n, xq, s);
-  launch_gemv_type(ws[0].type, l, x, n, s);
+  if (!launch_gemv_staged<0>(ws[0].type, l, n, xq, s)) launch_gemv_type(ws[0].type, l, x, n, s);
 }
 
 void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
@@ -2138,7 +2266,7 @@ void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, cons
   l.m.parts = const_cast<float*>(parts);
   l.m.n_parts = n_parts;
   l.m.eps = eps;
-  launch_gemv_type<2>(ws[0].type, l, h, n, s);
+  if (!launch_gemv_staged<2>(ws[0].type, l, n, xq, s)) launch_gemv_type<2>(ws[0].type, l, h, n, s);
   g_norm_consumer_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -2161,6 +2289,7 @@ int64_t norm_consumer_launches() { return g_norm_consumer_launches.load(std::mem
 int64_t xq_launches() { return g_xq_launches.load(std::memory_order_relaxed); }
 int64_t xq_out_launches() { return g_xq_out_launches.load(std::memory_order_relaxed); }
 int64_t xq_staged_launches() { return g_xq_staged_launches.load(std::memory_order_relaxed); }
+int64_t gemv_staged_launches() { return g_gemv_staged_launches.load(std::memory_order_relaxed); }
 bool xq_type(GgmlType type) { return cuda::xq_type(type); }
 }  // namespace gemv_stats
 
