@@ -293,6 +293,7 @@ struct CudaBackend::Impl {
   int xq_out_rows_per_warp = 2;  // their blocks: 16 warps of two rows (the default) or 32 of one (STRATA_CUDA_XQ_OUT=1)
   int xq_out_staged = 0;  // cuda::GemvXq::out_staged (STRATA_CUDA_XQ_OUT=s, s2, s4)
   uint64_t xq_out_staged_max = 0;  // cuda::GemvXq::out_staged_max_bytes (STRATA_CUDA_XQ_STAGE_MAX)
+  bool xq_out_staged_q6k = false;  // STRATA_CUDA_XQ_OUT unset: the staged form for Q6_K weights
   bool gemv_staged = false;  // STRATA_CUDA_GEMV_STAGED=1
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
@@ -583,7 +584,7 @@ struct CudaBackend::Impl {
     const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
     in.out = xq2.buf && in.buf == xq2.buf->data() ? scratch(xq, bytes) : scratch(xq2, bytes);
     in.out_rows_per_warp = xq_out_rows_per_warp;
-    in.out_staged = xq_out_staged;
+    in.out_staged = xq_out_staged != 0 ? xq_out_staged : xq_out_staged_q6k && w.type == GgmlType::kQ6_K ? 1 : 0;
     in.out_staged_max_bytes = xq_out_staged_max;
     return in;
   }
@@ -727,8 +728,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // blocks of 32 rows: unset or 2 = two rows per warp (16 warps), 1 = one (32 warps), 0 = off (the
   // next GEMV quantizes its x by a launch of its own). Measured on an H100, llama-1b Q4_K, device
   // call 2 of 2026-12-05's eighth session: GPU time per step 555.6 (=2), 573.3 (=1), 603.8 us (=0).
+  // Unset: two rows per warp, and the staged form for Q6_K weights (measured on an H100, llama-1b,
+  // device call 1 of 2026-12-06's fifth session: Q6_K 1,207.5 -> 879.2 us per step, Q4_K level).
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
   const std::string_view xo = xq_out != nullptr ? std::string_view(xq_out) : std::string_view("2");
+  m.xq_out_staged_q6k = xq_out == nullptr;
   // =s: the staged form (weights copied into shared memory before the PDL wait; the SwiGLU at four
   // rows per warp, the producers at two), =s2 / =s4: staged at that many rows per warp, where the
   // rows fit shared memory (else the two-row form).
