@@ -1275,14 +1275,11 @@ __global__ void __launch_bounds__(kXqThreads) quantize_xq_kernel(const float* __
 // tried once, was far slower and is not kept.
 constexpr int kXoRows = 32;
 
-// The epilogue of the one-row producers with an 8-bit output (gemv_xq_out_kernel and its staged
-// form): acc holds each lane's sums of the warp's R rows (kGlu: gate and up of row k at 2k, 2k + 1),
-// pg and px (NM = 1) the g and x of its RW output rows; every thread of the block calls it.
-template <bool kGlu, int NM, int RW>
-__device__ __forceinline__ void xq_out_epilogue(const GemvMats& m, int64_t cols, float (&acc)[kGlu ? 2 * RW : RW][1],
-                                                const float (&pg)[RW], const float (&px)[RW], int64_t row0, int lane,
-                                                int warp, int8_t* __restrict__ oq, float2* __restrict__ ods) {
-  constexpr int R = kGlu ? 2 * RW : RW;
+// The one-row kernels' row sums from each lane's (gemv_kernel's butterfly), times r for the lazy
+// norm's consumer (NM = 2: gemv_kernel's r, from the shares of the block's first kGemvThreads
+// threads, summed as there); every thread of the block calls it.
+template <int NM, int R>
+__device__ __forceinline__ void reduce_rows_norm(const GemvMats& m, int64_t cols, float (&acc)[R][1]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     float v = acc[r][0];
@@ -1291,7 +1288,6 @@ __device__ __forceinline__ void xq_out_epilogue(const GemvMats& m, int64_t cols,
     acc[r][0] = v;
   }
   if constexpr (NM == 2) {
-    // gemv_kernel's r: the shares of the block's first kGemvThreads threads, summed as there.
     double nss[1] = {0.0};
     if (threadIdx.x < kGemvThreads) norm_part_sums<1>(m, nss);
     float nr[1];
@@ -1299,6 +1295,31 @@ __device__ __forceinline__ void xq_out_epilogue(const GemvMats& m, int64_t cols,
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][0] * nr[0];
   }
+}
+
+// The one-row producers with an 8-bit output right after they are released: the PDL wait, then
+// (NM = 2) the lazy norm's partial sums asked of L1, (NM = 1) the residual x of the warp's rows.
+template <int NM, int RW>
+__device__ __forceinline__ void xq_out_released(const GemvMats& m, int64_t row0, float (&px)[RW]) {
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (NM == 2) {
+    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
+  }
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
+  }
+}
+
+// The epilogue of the one-row producers with an 8-bit output (gemv_xq_out_kernel and its staged
+// form): acc holds each lane's sums of the warp's R rows (kGlu: gate and up of row k at 2k, 2k + 1),
+// pg and px (NM = 1) the g and x of its RW output rows; every thread of the block calls it.
+template <bool kGlu, int NM, int RW>
+__device__ __forceinline__ void xq_out_epilogue(const GemvMats& m, int64_t cols, float (&acc)[kGlu ? 2 * RW : RW][1],
+                                                const float (&pg)[RW], const float (&px)[RW], int64_t row0, int lane,
+                                                int warp, int8_t* __restrict__ oq, float2* __restrict__ ods) {
+  reduce_rows_norm<NM>(m, cols, acc);
   __shared__ float out[kXoRows];  // the block's outputs (h, or the SwiGLU's), to quantize
   __shared__ float sq[kXoRows];   // NM = 1: the squares of the x values
   if (lane == 0) {
@@ -1377,15 +1398,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
   } else {
     if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
   }
-  pdl_wait();
-  pdl_trigger();
-  if constexpr (NM == 2) {
-    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
-  }
-  if constexpr (NM == 1) {
-#pragma unroll
-    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
-  }
+  xq_out_released<NM>(m, row0, px);
   stream_pieces<F, 1, R, U, true, kPrefetch>(raw, rp, lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
   step_trace_stamp(11);  // the step trace's phases (launch.cuh): 11 warp 0's dot products done
   xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
@@ -1404,59 +1417,33 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
 constexpr int kXsChunkRows = 8;  // 8 rows of any quantized format: a multiple of 16 bytes
 constexpr int kXsChunks = kXoRows / kXsChunkRows;
 
-template <class F, bool kGlu, int NM, int RW>
-__global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const __grid_constant__ GemvMats m, int64_t cols,
-                                                                           int8_t* __restrict__ oq, float2* __restrict__ ods) {
-  static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
-  static_assert(RW == 2 || RW == 4, "two or four rows per warp");
-  static_assert(kXoRows / RW >= kXsChunks && kXsChunkRows % RW == 0, "a warp per chunk to copy it; a warp's rows in one chunk");
-  constexpr int kMats = kGlu ? 2 : 1;
-  constexpr int R = kGlu ? 2 * RW : RW;
-  constexpr int C = R < 4 ? R : 4;  // rows per pass of the main loop (registers)
-  extern __shared__ __align__(128) uint8_t stage[];
-  __shared__ uint64_t bar[kXsChunks];
-  const int lane = static_cast<int>(threadIdx.x & 31u);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  if (m.early_trigger != 0) pdl_trigger();
-  const uint64_t rb = m.row_bytes[0];  // kGlu: up's too (checked by the host)
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;
-  // Chunk c: rows [8c, 8c + 8) of the block in each matrix, matrix after matrix.
+// The staged kernels' copies: warp c < kXsChunks (its lane 0) initialises mbarrier c and copies rows
+// [8c, 8c + 8) of the block (from row blk_row0) of each of the kMats matrices (w0, then w1) into
+// stage, chunk after chunk, matrix after matrix. Weights only: may run before the PDL wait.
+template <int kMats>
+__device__ __forceinline__ void stage_rows(uint8_t* stage, uint64_t* bar, const uint8_t* w0, const uint8_t* w1,
+                                           uint64_t blk_row0, uint64_t rb, int warp, int lane) {
+  if (warp >= kXsChunks || lane != 0) return;
   const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
-  if (warp < kXsChunks && lane == 0) {
-    mbar_init(&bar[warp], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    mbar_expect_tx(&bar[warp], kMats * chunk_bytes);
-    const uint64_t policy = evict_first_policy();
-    const uint64_t src = (static_cast<uint64_t>(blockIdx.x) * kXoRows + static_cast<uint64_t>(warp) * kXsChunkRows) * rb;
-#pragma unroll
-    for (int k = 0; k < kMats; ++k) {
-      bulk_copy_hint(stage + static_cast<uint64_t>(warp * kMats + k) * chunk_bytes, m.w[k] + src, chunk_bytes, &bar[warp], policy);
-    }
+  mbar_init(&bar[warp], 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  mbar_expect_tx(&bar[warp], kMats * chunk_bytes);
+  const uint64_t policy = evict_first_policy();
+  const uint64_t src = (blk_row0 + static_cast<uint64_t>(warp) * kXsChunkRows) * rb;
+  bulk_copy_hint(stage + static_cast<uint64_t>(warp * kMats) * chunk_bytes, w0 + src, chunk_bytes, &bar[warp], policy);
+  if constexpr (kMats == 2) {
+    bulk_copy_hint(stage + static_cast<uint64_t>(warp * kMats + 1) * chunk_bytes, w1 + src, chunk_bytes, &bar[warp], policy);
   }
-  float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows
-#pragma unroll
-  for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
-  if constexpr (NM == 1) {
-#pragma unroll
-    for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
-  }
-  __syncthreads();  // the barriers initialised before any warp waits on them
-  pdl_wait();
-  pdl_trigger();
-  if constexpr (NM == 2) {
-    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
-  }
-  if constexpr (NM == 1) {
-#pragma unroll
-    for (int k = 0; k < RW; ++k) px[k] = m.nx[row0 + k];
-  }
-  float acc[R][1];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
-  const int chunk = warp * RW / kXsChunkRows;
-  const uint8_t* mine = stage + static_cast<uint64_t>(chunk * kMats) * chunk_bytes + static_cast<uint64_t>(warp * RW % kXsChunkRows) * rb;
-  mbar_wait(&bar[chunk], 0);
+}
+
+// The staged kernels' dot products: acc[r] += the lane's pieces lane, lane + 32, ... (ascending) of
+// row r at `mine` (rows rb apart; kGlu: gate (even r) and up (odd r) of row r / 2, the up rows
+// chunk_bytes after the gate rows), C rows at a time, against the 8-bit x.
+template <class F, bool kGlu, int R>
+__device__ __forceinline__ void staged_dots(const uint8_t* mine, uint32_t chunk_bytes, uint64_t rb, int lane,
+                                            const GemvMats& m, int64_t cols, float (&acc)[R][1]) {
+  constexpr int C = R < 4 ? R : 4;  // rows per pass (registers)
   const int n_pieces = static_cast<int>(cols / F::kPieceElems);
   for (int p = lane; p < n_pieces; p += 32) {
 #pragma unroll
@@ -1464,7 +1451,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
       typename F::Raw raw[C];
 #pragma unroll
       for (int c = 0; c < C; ++c) {
-        const int r = c0 + c;  // kGlu: gate (even r) and up (odd r) of row r / 2
+        const int r = c0 + c;
         const uint64_t off = kGlu ? (r & 1) * uint64_t{chunk_bytes} + static_cast<uint64_t>(r >> 1) * rb : static_cast<uint64_t>(r) * rb;
         raw[c] = F::template load<true>(mine + off, p);
       }
@@ -1476,6 +1463,42 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
       for (int c = 0; c < C; ++c) acc[c0 + c][0] = acc[c0 + c][0] + sum[c][0];
     }
   }
+}
+
+template <class F, bool kGlu, int NM, int RW>
+__global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                                           int8_t* __restrict__ oq, float2* __restrict__ ods) {
+  static_assert(kGlu ? NM == 0 || NM == 2 : NM == 1, "the SwiGLU GEMV (plain or times r) or the lazy-norm producer");
+  static_assert(RW == 2 || RW == 4, "two or four rows per warp");
+  static_assert(kXoRows / RW >= kXsChunks && kXsChunkRows % RW == 0, "a warp per chunk to copy it; a warp's rows in one chunk");
+  constexpr int kMats = kGlu ? 2 : 1;
+  constexpr int R = kGlu ? 2 * RW : RW;
+  extern __shared__ __align__(128) uint8_t stage[];
+  __shared__ uint64_t bar[kXsChunks];
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  if (m.early_trigger != 0) pdl_trigger();
+  const uint64_t rb = m.row_bytes[0];  // kGlu: up's too (checked by the host)
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;
+  // Chunk c: rows [8c, 8c + 8) of the block in each matrix, matrix after matrix.
+  const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
+  stage_rows<kMats>(stage, bar, m.w[0], kGlu ? m.w[1] : nullptr, static_cast<uint64_t>(blockIdx.x) * kXoRows, rb, warp, lane);
+  float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows
+#pragma unroll
+  for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
+  if constexpr (NM == 1) {
+#pragma unroll
+    for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
+  }
+  __syncthreads();  // the barriers initialised before any warp waits on them
+  xq_out_released<NM>(m, row0, px);
+  float acc[R][1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
+  const int chunk = warp * RW / kXsChunkRows;
+  const uint8_t* mine = stage + static_cast<uint64_t>(chunk * kMats) * chunk_bytes + static_cast<uint64_t>(warp * RW % kXsChunkRows) * rb;
+  mbar_wait(&bar[chunk], 0);
+  staged_dots<F, kGlu>(mine, chunk_bytes, rb, lane, m, cols, acc);
   step_trace_stamp(11);
   xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
 }
@@ -1492,7 +1515,6 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __
   static_assert(NM == 0 || NM == 2, "plain or the lazy norm's consumer");
   static_assert(kXoRows / RW >= kXsChunks && kXsChunkRows % RW == 0, "a warp per chunk to copy it; a warp's rows in one chunk");
   constexpr int R = RW;
-  constexpr int C = R < 4 ? R : 4;
   extern __shared__ __align__(128) uint8_t stage[];
   __shared__ uint64_t bar[kXsChunks];
   const int lane = static_cast<int>(threadIdx.x & 31u);
@@ -1502,15 +1524,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __
   const uint64_t rb = m.row_bytes[k];
   const int64_t blk_row0 = static_cast<int64_t>(blockIdx.x - m.block_begin[k]) * kXoRows;
   const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
-  if (warp < kXsChunks && lane == 0) {
-    mbar_init(&bar[warp], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    mbar_expect_tx(&bar[warp], chunk_bytes);
-    bulk_copy_hint(stage + static_cast<uint64_t>(warp) * chunk_bytes,
-                   m.w[k] + (static_cast<uint64_t>(blk_row0) + static_cast<uint64_t>(warp) * kXsChunkRows) * rb, chunk_bytes,
-                   &bar[warp], evict_first_policy());
-  }
+  stage_rows<1>(stage, bar, m.w[k], nullptr, static_cast<uint64_t>(blk_row0), rb, warp, lane);
   __syncthreads();  // the barriers initialised before any warp waits on them
   pdl_wait();
   pdl_trigger();
@@ -1522,36 +1536,8 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
   const uint8_t* mine = stage + static_cast<uint64_t>(warp * RW) * rb;
   mbar_wait(&bar[warp * RW / kXsChunkRows], 0);
-  const int n_pieces = static_cast<int>(cols / F::kPieceElems);
-  for (int p = lane; p < n_pieces; p += 32) {
-#pragma unroll
-    for (int c0 = 0; c0 < R; c0 += C) {
-      typename F::Raw raw[C];
-#pragma unroll
-      for (int c = 0; c < C; ++c) raw[c] = F::template load<true>(mine + static_cast<uint64_t>(c0 + c) * rb, p);
-      float sum[C][1];
-#pragma unroll
-      for (int c = 0; c < C; ++c) sum[c][0] = 0.0f;
-      F::template dot_q8<1, C>(raw, p, m.xq, m.xds, cols, sum);
-#pragma unroll
-      for (int c = 0; c < C; ++c) acc[c0 + c][0] = acc[c0 + c][0] + sum[c][0];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float v = acc[r][0];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    acc[r][0] = v;
-  }
-  if constexpr (NM == 2) {
-    double nss[1] = {0.0};
-    if (threadIdx.x < kGemvThreads) norm_part_sums<1>(m, nss);
-    float nr[1];
-    norm_scales<1, true>(m, cols, nss, nr);
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][0] * nr[0];
-  }
+  staged_dots<F, false>(mine, chunk_bytes, rb, lane, m, cols, acc);
+  reduce_rows_norm<NM>(m, cols, acc);
   if (lane == 0) {
     const int64_t row0 = blk_row0 + warp * RW;
     float* y = m.y[k];
