@@ -410,7 +410,7 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
 // backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
-// unset: the default, which must write them too; =s, s2, s4: the staged form, weights copied into
+// unset: the default, which must write them too, staged for Q4_K and Q6_K; =s, s2, s4: the staged form, weights copied into
 // shared memory, where they fit) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
 // (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
@@ -421,24 +421,24 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
-  auto make = [&](const char* xq_out, bool gemv_staged = false) {
+  auto make = [&](const char* xq_out, const char* gemv_staged = "0") {  // STRATA_CUDA_GEMV_STAGED (null: unset)
     const char* lazy0 = std::getenv("STRATA_CUDA_LAZY_NORM");
     const char* out0 = std::getenv("STRATA_CUDA_XQ_OUT");
     const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "", out_saved = out0 != nullptr ? out0 : "";
     ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type (Q6_K and Q8_0 too)
     if (xq_out != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
     else ::unsetenv("STRATA_CUDA_XQ_OUT");  // the default
-    if (gemv_staged) ::setenv("STRATA_CUDA_GEMV_STAGED", "1", 1);
+    if (gemv_staged != nullptr) ::setenv("STRATA_CUDA_GEMV_STAGED", gemv_staged, 1);
     std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
-    if (gemv_staged) ::unsetenv("STRATA_CUDA_GEMV_STAGED");
+    if (gemv_staged != nullptr) ::unsetenv("STRATA_CUDA_GEMV_STAGED");
     if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
     else ::unsetenv("STRATA_CUDA_LAZY_NORM");
     if (out0 != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", out_saved.c_str(), 1);
     else ::unsetenv("STRATA_CUDA_XQ_OUT");
     return b;
   };
-  const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr), off = make("0");
-  const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", true);
+  const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr, nullptr), off = make("0");
+  const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", "1");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
@@ -512,7 +512,9 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
       for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get()}) {
-        const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get();
+        // The default stages Q4_K's and Q6_K's producers and float GEMVs.
+        const bool by_default = b == def.get() && (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K);
+        const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get() || by_default;
         SCOPED_TRACE(b == on.get()    ? "one row per warp"
                      : b == on2.get() ? "two rows per warp"
                      : b == def.get() ? "the default"
@@ -524,7 +526,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
         if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn).first) << "staged launches";
         else EXPECT_EQ(with.xq_staged_launches, 0);
-        EXPECT_EQ(with.gemv_staged_launches, b == stg.get() ? expected_staged(type, sh.d, sh.ffn).second : 0);
+        EXPECT_EQ(with.gemv_staged_launches, b == stg.get() || by_default ? expected_staged(type, sh.d, sh.ffn).second : 0);
         // With: a, h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).
         EXPECT_EQ(with.xq_launches, 4);
         ASSERT_EQ(with.outs.size(), without.outs.size());

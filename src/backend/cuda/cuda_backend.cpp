@@ -293,8 +293,11 @@ struct CudaBackend::Impl {
   int xq_out_rows_per_warp = 2;  // their blocks: 16 warps of two rows (the default) or 32 of one (STRATA_CUDA_XQ_OUT=1)
   int xq_out_staged = 0;  // cuda::GemvXq::out_staged (STRATA_CUDA_XQ_OUT=s, s2, s4)
   uint64_t xq_out_staged_max = 0;  // cuda::GemvXq::out_staged_max_bytes (STRATA_CUDA_XQ_STAGE_MAX)
-  bool xq_out_staged_q6k = false;  // STRATA_CUDA_XQ_OUT unset: the staged form for Q6_K weights
-  bool gemv_staged = false;  // STRATA_CUDA_GEMV_STAGED=1
+  bool xq_out_staged_default = false;  // STRATA_CUDA_XQ_OUT unset: the staged form where staged_by_default
+  // The weight types whose one-row GEMVs over 8-bit x take the staged forms by default (where they
+  // measured faster: docs/PERFORMANCE.md).
+  static bool staged_by_default(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ6_K; }
+  int gemv_staged = -1;  // STRATA_CUDA_GEMV_STAGED: 1 every type, 0 none, -1 (unset) staged_by_default's
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -551,6 +554,7 @@ struct CudaBackend::Impl {
   // none where the GEMV reads the f32 x. One buffer for all: each GEMV's quantization, and the
   // attention that writes one, waits for the GEMV before it. ready: the kernel that wrote x wrote
   // the buffer too (xq_tag), and nothing wrote x or the buffer since.
+  int gemv_staged_for(GgmlType type) const { return gemv_staged == 1 || (gemv_staged < 0 && staged_by_default(type)) ? 2 : 0; }
   cuda::GemvXq xq_for(GgmlType type, const float* x, int64_t n, int64_t cols) {
     const int64_t bytes = cuda::gemv_xq_bytes(type, n, cols);
     const XqTag tag = std::exchange(xq_tag, XqTag{});
@@ -559,13 +563,13 @@ struct CudaBackend::Impl {
     const bool same_x = tag.x == x && tag.n == n && tag.cols == cols;
     if (same_x && xq2.buf && tag.buf == xq2.buf->data() && xq2.buf->bytes() >= static_cast<uint64_t>(bytes)) {
       cuda::GemvXq r{xq2.buf->data(), true};  // a producer wrote it there (producer_xq)
-      r.out_staged = gemv_staged ? 2 : 0;
+      r.out_staged = gemv_staged_for(type);
       r.out_staged_max_bytes = xq_out_staged_max;
       return r;
     }
     void* buf = scratch(xq, static_cast<uint64_t>(bytes));
     cuda::GemvXq r{buf, same_x && tag.buf == buf};
-    r.out_staged = gemv_staged ? 2 : 0;  // the one-row GEMVs that write floats (cuda::gemv_multi etc.)
+    r.out_staged = gemv_staged_for(type);  // the one-row GEMVs that write floats (cuda::gemv_multi etc.)
     r.out_staged_max_bytes = xq_out_staged_max;
     return r;
   }
@@ -584,7 +588,7 @@ struct CudaBackend::Impl {
     const auto bytes = static_cast<uint64_t>(cuda::xq_bytes(n, w.rows));
     in.out = xq2.buf && in.buf == xq2.buf->data() ? scratch(xq, bytes) : scratch(xq2, bytes);
     in.out_rows_per_warp = xq_out_rows_per_warp;
-    in.out_staged = xq_out_staged != 0 ? xq_out_staged : xq_out_staged_q6k && w.type == GgmlType::kQ6_K ? 1 : 0;
+    in.out_staged = xq_out_staged != 0 ? xq_out_staged : xq_out_staged_default && staged_by_default(w.type) ? 1 : 0;
     in.out_staged_max_bytes = xq_out_staged_max;
     return in;
   }
@@ -728,11 +732,13 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // blocks of 32 rows: unset or 2 = two rows per warp (16 warps), 1 = one (32 warps), 0 = off (the
   // next GEMV quantizes its x by a launch of its own). Measured on an H100, llama-1b Q4_K, device
   // call 2 of 2026-12-05's eighth session: GPU time per step 555.6 (=2), 573.3 (=1), 603.8 us (=0).
-  // Unset: two rows per warp, and the staged form for Q6_K weights (measured on an H100, llama-1b,
-  // device call 1 of 2026-12-06's fifth session: Q6_K 1,207.5 -> 879.2 us per step, Q4_K level).
+  // Unset: the staged form for Q4_K and Q6_K weights (with the float GEMVs staged too, below), two
+  // rows per warp for the others. Measured on an H100, llama-1b, device call 3 of 2026-12-06's fifth
+  // session, GPU us per step: Q4_K 546.8 (=2), 550.5 (=s), 527.5 (=s with STRATA_CUDA_GEMV_STAGED=1);
+  // Q6_K 1,185.0, 883.2, 747.2.
   const char* xq_out = std::getenv("STRATA_CUDA_XQ_OUT");
   const std::string_view xo = xq_out != nullptr ? std::string_view(xq_out) : std::string_view("2");
-  m.xq_out_staged_q6k = xq_out == nullptr;
+  m.xq_out_staged_default = xq_out == nullptr;
   // =s: the staged form (weights copied into shared memory before the PDL wait; the SwiGLU at four
   // rows per warp, the producers at two), =s2 / =s4: staged at that many rows per warp, where the
   // rows fit shared memory (else the two-row form).
@@ -745,10 +751,14 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // STRATA_CUDA_XQ_STAGE_MAX=<bytes>: the staged form only where a block's rows take at most that
   // much shared memory (an experiment: e.g. every producer but the down projection).
   if (const char* e = std::getenv("STRATA_CUDA_XQ_STAGE_MAX")) m.xq_out_staged_max = std::strtoull(e, nullptr, 10);
-  // STRATA_CUDA_GEMV_STAGED=1: the one-row GEMVs over 8-bit x that write floats (the QKV
-  // projection, the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form).
-  const char* gs = std::getenv("STRATA_CUDA_GEMV_STAGED");
-  m.gemv_staged = gs != nullptr && std::string_view(gs) == "1";
+  // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs over 8-bit x that write floats (the QKV projection,
+  // the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =
+  // for staged_by_default's types, 1 = every type, 0 = none.
+  if (const char* gs = std::getenv("STRATA_CUDA_GEMV_STAGED")) {
+    const std::string_view g(gs);
+    if (g != "0" && g != "1") throw Error(fmt::format("STRATA_CUDA_GEMV_STAGED={}: expected 0 or 1", g));
+    m.gemv_staged = g == "1" ? 1 : 0;
+  }
   // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float, Q4_K and Q6_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while
   // B = 8 lost 6% (F16) and 10% (Q4_K); Q4_K at B = 1 lost 1.3% then, and gained 3.0% in call 5 of
