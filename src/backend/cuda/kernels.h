@@ -91,9 +91,11 @@ struct GemvXq {
   bool ready = false;
   void* out = nullptr;
   int out_rows_per_warp = 2;
-  // Nonzero: the staged form where its rows fit shared memory (matmul.cu's gemv_xq_staged_kernel;
-  // else the form above): 1 = the SwiGLU at four rows per warp and the lazy-norm producers at two;
-  // 2 or 4 = that many rows per warp for both.
+  // Nonzero: the staged form where its rows fit shared memory (else the register form): for the
+  // producers (matmul.cu's gemv_xq_staged_kernel) 1 = the SwiGLU at four rows per warp and the
+  // lazy-norm producers at two, 2 or 4 = that many rows per warp for both; for the one-row GEMVs
+  // that write floats (gemv, gemv_multi, gemv_multi_normed: gemv_staged_kernel) any nonzero value,
+  // two rows per warp.
   int out_staged = 0;
   // Nonzero: the staged form only where a block's rows take at most this many bytes of shared memory.
   uint64_t out_staged_max_bytes = 0;
