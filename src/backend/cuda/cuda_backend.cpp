@@ -750,7 +750,13 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   m.xq_out_staged = xo == "s" ? 1 : xo == "s2" ? 2 : xo == "s4" ? 4 : 0;
   // STRATA_CUDA_XQ_STAGE_MAX=<bytes>: the staged form only where a block's rows take at most that
   // much shared memory (an experiment: e.g. every producer but the down projection).
-  if (const char* e = std::getenv("STRATA_CUDA_XQ_STAGE_MAX")) m.xq_out_staged_max = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("STRATA_CUDA_XQ_STAGE_MAX")) {
+    char* end = nullptr;
+    m.xq_out_staged_max = std::strtoull(e, &end, 10);
+    if (*e < '0' || *e > '9' || *end != 0) {
+      throw Error(fmt::format("STRATA_CUDA_XQ_STAGE_MAX={}: expected a number of bytes (0: no cap)", e));
+    }
+  }
   // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs over 8-bit x that write floats (the QKV projection,
   // the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =
   // for staged_by_default's types, 1 = every type, 0 = none.
