@@ -1297,10 +1297,11 @@ __device__ __forceinline__ void reduce_rows_norm(const GemvMats& m, int64_t cols
   }
 }
 
-// The one-row producers with an 8-bit output right after they are released: the PDL wait, then
-// (NM = 2) the lazy norm's partial sums asked of L1, (NM = 1) the residual x of the warp's rows.
+// The one-row kernels (producers with an 8-bit output, staged GEMVs) right after they are released:
+// the PDL wait, then (NM = 2) the lazy norm's partial sums asked of L1, (NM = 1) the residual x of
+// the warp's rows into px.
 template <int NM, int RW>
-__device__ __forceinline__ void xq_out_released(const GemvMats& m, int64_t row0, float (&px)[RW]) {
+__device__ __forceinline__ void one_row_released(const GemvMats& m, int64_t row0, float (&px)[RW]) {
   pdl_wait();
   pdl_trigger();
   if constexpr (NM == 2) {
@@ -1398,7 +1399,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
   } else {
     if (lane < n_pieces) load_pieces<F, R, U>(raw, rp, lane, n_pieces);
   }
-  xq_out_released<NM>(m, row0, px);
+  one_row_released<NM>(m, row0, px);
   stream_pieces<F, 1, R, U, true, kPrefetch>(raw, rp, lane, n_pieces, nullptr, cols, acc, m.xq, m.xds);
   step_trace_stamp(11);  // the step trace's phases (launch.cuh): 11 warp 0's dot products done
   xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
@@ -1491,7 +1492,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
     for (int k = 0; k < RW; ++k) pg[k] = m.ng[row0 + k];
   }
   __syncthreads();  // the barriers initialised before any warp waits on them
-  xq_out_released<NM>(m, row0, px);
+  one_row_released<NM>(m, row0, px);
   float acc[R][1];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
@@ -1526,11 +1527,8 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __
   const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
   stage_rows<1>(stage, bar, m.w[k], nullptr, static_cast<uint64_t>(blk_row0), rb, warp, lane);
   __syncthreads();  // the barriers initialised before any warp waits on them
-  pdl_wait();
-  pdl_trigger();
-  if constexpr (NM == 2) {
-    if (threadIdx.x < kGemvThreads) norm_prefetch<1>(m);
-  }
+  float unused[1];
+  one_row_released<NM>(m, 0, unused);
   float acc[R][1];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
@@ -2035,6 +2033,17 @@ uint64_t staged_smem_limit() {
   return static_cast<uint64_t>(v);
 }
 
+// Lets `kernel` take staged_smem_limit() bytes of dynamic shared memory on the current device, once
+// per device (opted: a bit per device, one variable per kernel; staged_smem_limit() is 0, and no
+// staged launch is made, on devices past 63).
+void opt_in_staged_smem(const void* kernel, std::atomic<uint64_t>& opted) {
+  int dev = 0;
+  STRATA_CUDA(cudaGetDevice(&dev));
+  if ((opted.load(std::memory_order_relaxed) >> dev & 1u) != 0) return;
+  STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(staged_smem_limit())));
+  opted.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
+}
+
 // gemv_xq_staged_kernel for format F where its rows fit shared memory and the bulk copies' 16-byte
 // alignment holds (else false: the caller takes the register form).
 template <class F, bool kGlu, int NM, int RW>
@@ -2049,13 +2058,8 @@ bool launch_xq_staged_fmt(const GemvLaunch& l, void* out, uint64_t max_bytes, cu
   const uint64_t limit = staged_smem_limit();
   if (smem > limit) return false;
   auto* kernel = gemv_xq_staged_kernel<F, kGlu, NM, RW>;
-  static std::atomic<uint64_t> opted{0};  // devices whose limit this kernel was given (bit per device)
-  int dev = 0;
-  STRATA_CUDA(cudaGetDevice(&dev));
-  if ((opted.load(std::memory_order_relaxed) >> dev & 1u) == 0) {
-    STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit)));
-    opted.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
-  }
+  static std::atomic<uint64_t> opted{0};
+  opt_in_staged_smem(reinterpret_cast<const void*>(kernel), opted);
   const int64_t rows = l.m.rows[0];
   auto* q = static_cast<int8_t*>(out);
   auto* ds = reinterpret_cast<float2*>(q + rows);
@@ -2097,6 +2101,7 @@ bool launch_gemv_staged_fmt(const GemvLaunch& l0, uint64_t max_bytes, cudaStream
   const uint64_t rb = l.m.row_bytes[0];
   const uint64_t smem = uint64_t{kXoRows} * rb;
   if ((kXsChunkRows * rb) % 16 != 0 || (max_bytes != 0 && smem > max_bytes) || smem > staged_smem_limit()) return false;
+  if (gemv_split<F>(l.cols, rb) != 1) return false;  // gemv_kernel splits such rows over warps: another sum order
   int64_t blocks = 0;
   for (int k = 0; k < l.m.count; ++k) {
     if (l.m.rows[k] % kXoRows != 0 || l.m.row_bytes[k] != rb || reinterpret_cast<uintptr_t>(l.m.w[k]) % 16 != 0) return false;
@@ -2107,12 +2112,7 @@ bool launch_gemv_staged_fmt(const GemvLaunch& l0, uint64_t max_bytes, cudaStream
   if (blocks > 0x7fffffff) return false;
   auto* kernel = gemv_staged_kernel<F, NM, RW>;
   static std::atomic<uint64_t> opted{0};
-  int dev = 0;
-  STRATA_CUDA(cudaGetDevice(&dev));
-  if ((opted.load(std::memory_order_relaxed) >> dev & 1u) == 0) {
-    STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(staged_smem_limit())));
-    opted.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
-  }
+  opt_in_staged_smem(reinterpret_cast<const void*>(kernel), opted);
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kXoRows / RW), static_cast<size_t>(smem), s, l.m, l.cols);
   g_gemv_staged_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
