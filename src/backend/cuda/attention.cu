@@ -1142,23 +1142,32 @@ void launch_wq(const float* q, const KvLayerView& kv, const AttnBatch& b, int32_
 //   every thread of the block stages the keys' K and V rows (f32, shared memory) for all heads at
 //   once, up to kHotSpanTiles tiles per round (the first round before the PDL wait, overlapped
 //   with the QKV projection; a split longer than a round takes its keys in several);
-//   each warp: scores lane-per-key, online softmax, P.V lane-per-channel, over its tiles; the KW
-//   partials of a head merged in shared memory; out[] (one split) or the split's partial (merged by
-//   attention_combine_kernel).
+//   each warp: its query row (and, kFused, the new key's K and V rows) loaded by its own lanes into
+//   its own shared-memory slot; scores lane-per-key, online softmax, P.V lane-per-channel, over its
+//   tiles; the KW partials of a head merged in shared memory; out[] (one split) or the split's
+//   partial (merged by attention_combine_kernel).
 // kFused: RoPE of q and the new key and the KV store, as attention_decode_kernel does (the same
 // rope_rotate, the same stored bits), so the fused and unfused launches give identical results.
+// Each warp rotates its own copies (angles computed in registers before the PDL wait), so that
+// between the wait and the merge no step needs the whole block: one round trip for q, k and v, and
+// one block-wide barrier, before the merge. (It had eight steps separated by barriers or round trips:
+// docs/PERFORMANCE.md, "one step as a timeline of PDL waits".) The new key's row in the tiles is
+// read from the warp's slot, not from the staged rows (memory may not hold it yet).
 // Importance (AttnBatch::imp_scores / imp_ml): the same scaled scores and per-split (max, sum) as
 // attention_decode_kernel writes.
 constexpr int kHotSpanTiles = 4;   // key tiles per round (head_dim <= 128; 2 above)
 constexpr int kHotMaxWarps = 16;   // G x KW
 
 ATT_HD int hot_span_tiles(int vec) { return vec <= 4 ? kHotSpanTiles : 2; }
+// A warp's slot (floats): q [D], then the new key's K [D] and V [D] (kFused), 4 to keep 16-byte
+// alignment; after the warp's tiles, its partial (max, sum, P.V [D]) from offset D.
+ATT_HD int64_t hot_warp_floats(int vec) { return int64_t{3} * vec * 32 + 4; }
 
-// Shared memory (floats) of a block: Ks [span][KS], Vs [span][D], Qs [G][D], Ps [warps][32],
-// merge [warps][2 + D], nkey, nval [D], then cs, sn [D / 2] doubles; ids [span] ints.
-ATT_HD int64_t hot_smem_floats(int vec, int32_t g, int32_t warps) {
+// Shared memory (floats) of a block: Ks [span][KS], Vs [span][D], slots [warps][hot_warp_floats],
+// Ps [warps][32]; ids [span] ints.
+ATT_HD int64_t hot_smem_floats(int vec, int32_t warps) {
   const int64_t D = vec * 32, span = int64_t{hot_span_tiles(vec)} * kKT;
-  return span * (D + 4) + span * D + g * D + warps * 32 + warps * (2 + D) + 2 * D + 2 * D + span;
+  return span * (D + 4) + span * D + warps * hot_warp_floats(vec) + warps * 32 + span;
 }
 
 template <int VEC, int KIND, bool kFused>
@@ -1170,6 +1179,8 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
   constexpr int ES = KIND == 0 ? 4 : 2;
   constexpr int CE = 16 / ES;  // elements per 16-byte load
   constexpr int span = (VEC <= 4 ? kHotSpanTiles : 2) * kKT;
+  constexpr int WF = 3 * D + 4;        // hot_warp_floats
+  constexpr int kRotT = (VEC + 1) / 2;  // rotation pairs per lane: n_rot / 2 <= D / 2
   // The kernel after this one (the O projection, or the split merge) may launch at once and load
   // its weights while this one runs; it waits for this kernel's end before it reads out. (H100,
   // llama-1b, GPU per step: F16 977.2 -> 960.0 us, Q4_K 618.3 -> 615.7; on the H200 in 2026-12-03's
@@ -1182,14 +1193,12 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
   extern __shared__ float4 smem4[];
   float* Ks = reinterpret_cast<float*>(smem4);
   float* Vs = Ks + span * KS;
-  float* Qs = Vs + span * D;
-  float* Ps = Qs + G * D;
-  float* mg = Ps + nw * 32;
-  float* nkey = mg + nw * (2 + D);
-  float* nval = nkey + D;
-  double* cs = reinterpret_cast<double*>(nval + D);
-  double* sn = cs + D / 2;
-  int32_t* ids = reinterpret_cast<int32_t*>(sn + D / 2);
+  float* slots = Vs + span * D;
+  float* Ps = slots + nw * WF;
+  int32_t* ids = reinterpret_cast<int32_t*>(Ps + nw * 32);
+  float* qw = slots + warp * WF;  // this warp's q, new K, new V
+  float* knew = qw + D;
+  float* vnew = knew + D;
 
   int64_t blk = blockIdx.x;
   const int32_t seq = static_cast<int32_t>(blk % b.n_seqs);
@@ -1209,6 +1218,11 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
   const int32_t* table = b.tables + sd.table_offset;
   const int32_t bs = kv.block_size;
   const int64_t row0 = int64_t{sd.q_begin} * n_head + int64_t{kvh} * G;  // query head g: row0 + g
+  const int g = warp % G, kw = warp / G;
+  // kFused: the new key (kend - 1) falls in this block's keys (one split of the sequence's): every
+  // warp of the block loads it (from L2, with its q), rotates it and reads it from its slot; warp 0
+  // stores it.
+  const bool has_new = kFused && kend - 1 >= kb && kend - 1 < ke;
 
   // Keys [r0, r1) to Ks / Vs (f32), in whole tiles (rows past r1 and elements past hd: zeros).
   // Chunk c: 16 bytes of row c / cpr, K and V, 2 NB loads in flight per thread.
@@ -1245,63 +1259,74 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
       }
     }
   };
-  // The new key's row (kend - 1) in the round [r0, r1), from nkey / nval (kFused: memory may not
-  // hold it yet; the same bits as the arena gets).
-  auto put_new = [&](int32_t r0, int32_t r1) {
-    if constexpr (kFused) {
-      const int32_t j = kend - 1 - r0;
-      if (j >= 0 && kend - 1 < r1) {
-        for (int d = tid; d < D; d += nt) {
-          Ks[j * KS + d] = d < hd ? nkey[d] : 0.0f;
-          Vs[j * D + d] = d < hd ? nval[d] : 0.0f;
-        }
-      }
-    }
-  };
 
   int32_t r0 = kb;
   int32_t r1 = ke < r0 + span ? ke : r0 + span;
   if (r0 < r1) stage(r0, r1);  // kFused: keys written by earlier steps, before the wait
+  double cs[kRotT], sn[kRotT];  // kFused: the angles of pairs lane, lane + 32, ...
+  int32_t half = 0;
   if constexpr (kFused) {
-    const int32_t half = f.rope.n_rot / 2;
+    half = f.rope.n_rot / 2;
     const int32_t pos = f.pos[sd.q_begin];
-    for (int32_t i = tid; i < half; i += nt) rope_angle(f.rope, pos, i, &cs[i], &sn[i]);
-    pdl_wait();  // q, k, v are the previous kernel's output
+#pragma unroll
+    for (int t = 0; t < kRotT; ++t) {
+      cs[t] = 1.0;
+      sn[t] = 0.0;
+      if (lane + 32 * t < half) rope_angle(f.rope, pos, lane + 32 * t, &cs[t], &sn[t]);
+    }
   }
-  for (int i = tid; i < G * D; i += nt) {  // (ld.global.ca: not the non-coherent path, as matmul.cu's ld_x4)
-    const int g = i / D, d = i % D;
-    Qs[i] = d < hd ? __ldca(q + (row0 + g) * hd + d) : 0.0f;
-  }
-  if constexpr (kFused) {
+  __syncthreads();  // the staged rows (kFused: before the wait)
+  if constexpr (kFused) pdl_wait();  // q, k, v are the previous kernel's output
+  {  // this warp's q (and the new key's K, V): one round trip (ld.global.ca: not the non-coherent path)
     const int64_t krow = (int64_t{sd.q_begin} * kv.n_kv_heads + kvh) * hd;
-    for (int d = tid; d < D; d += nt) {
-      nkey[d] = d < hd ? f.k[krow + d] : 0.0f;
-      nval[d] = d < hd ? f.v[krow + d] : 0.0f;
+    float qv[VEC], kv_[VEC], vv[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const int d = lane + 32 * i;
+      qv[i] = d < hd ? __ldca(q + (row0 + g) * hd + d) : 0.0f;
+      kv_[i] = has_new && d < hd ? __ldca(f.k + krow + d) : 0.0f;
+      vv[i] = has_new && d < hd ? __ldca(f.v + krow + d) : 0.0f;
     }
-    __syncthreads();
-    step_trace_stamp(1);  // the step trace's phases (launch.cuh): 1 q, k, v loaded
-    const int32_t half = f.rope.n_rot / 2;
-    for (int32_t w = tid; w < (G + 1) * half; w += nt) {  // rows 0..G-1: q; G: the key
-      const int32_t r = w / half, i = w % half;
-      rope_rotate(r < G ? Qs + r * D : nkey, i, half, f.rope.neox, cs[i], sn[i]);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      qw[lane + 32 * i] = qv[i];
+      if (has_new) {
+        knew[lane + 32 * i] = kv_[i];
+        vnew[lane + 32 * i] = vv[i];
+      }
     }
-    __syncthreads();
-    step_trace_stamp(2);  // 2 rotated
-    const int32_t slot = f.slots[sd.q_begin];
-    const bool writer = split == nsplit - 1 && slot >= 0;
-    for (int d = tid; d < hd; d += nt) {
-      if (writer) store_kv_elem(kv, (int64_t{slot} * kv.n_kv_heads + kvh) * hd + d, nkey[d], nval[d]);
-      nkey[d] = as_stored(kv.dtype, nkey[d]);
-      nval[d] = as_stored(kv.dtype, nval[d]);
-    }
-    __syncthreads();
   }
-  put_new(r0, r1);
-  __syncthreads();
+  __syncwarp();
+  step_trace_stamp(1);  // the step trace's phases (launch.cuh): 1 q, k, v loaded
+  if constexpr (kFused) {
+#pragma unroll
+    for (int t = 0; t < kRotT; ++t) {
+      const int32_t i = lane + 32 * t;
+      if (i < half) {
+        rope_rotate(qw, i, half, f.rope.neox, cs[t], sn[t]);
+        if (has_new) rope_rotate(knew, i, half, f.rope.neox, cs[t], sn[t]);
+      }
+    }
+    __syncwarp();
+    step_trace_stamp(2);  // 2 rotated
+    if (has_new) {
+      const int32_t slot = f.slots[sd.q_begin];
+      const bool writer = warp == 0 && slot >= 0;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) {
+          if (writer) store_kv_elem(kv, (int64_t{slot} * kv.n_kv_heads + kvh) * hd + d, knew[d], vnew[d]);
+          knew[d] = as_stored(kv.dtype, knew[d]);
+          vnew[d] = as_stored(kv.dtype, vnew[d]);
+        }
+      }
+      __syncwarp();
+    }
+  }
   step_trace_stamp(3);  // 3 stored; the scores start
 
-  const int g = warp % G, kw = warp / G;
-  const float* qg = Qs + g * D;
+  const float* qg = qw;
   float* pw = Ps + warp * 32;
   float m = -INFINITY, l = 0.0f, acc[VEC];
 #pragma unroll
@@ -1312,9 +1337,10 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
     for (int32_t t = kw; t < ntile; t += KW) {
       const int32_t k0 = r0 + t * kKT;
       const int nk = r1 - k0 < kKT ? r1 - k0 : kKT;
+      const int jn = has_new ? kend - 1 - k0 : -1;  // the new key's row in this tile, if in [0, nk)
       float s = -INFINITY;
       if (lane < nk) {
-        const float* kr = Ks + (t * kKT + lane) * KS;
+        const float* kr = lane == jn ? knew : Ks + (t * kKT + lane) * KS;
         float a0 = 0.0f;
 #pragma unroll 4
         for (int d = 0; d < hd4; d += 4) {
@@ -1344,13 +1370,17 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
 #pragma unroll 1
       for (int j0 = 0; j0 < nk; j0 += 4) {
         const float4 p4 = *reinterpret_cast<const float4*>(pw + j0);  // zeros past nk
+        const float* v0 = j0 == jn ? vnew : vt + (j0 + 0) * D;
+        const float* v1 = j0 + 1 == jn ? vnew : vt + (j0 + 1) * D;
+        const float* v2 = j0 + 2 == jn ? vnew : vt + (j0 + 2) * D;
+        const float* v3 = j0 + 3 == jn ? vnew : vt + (j0 + 3) * D;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           float a = acc[i];
-          a = fmaf(p4.x, vt[(j0 + 0) * D + lane + 32 * i], a);
-          a = fmaf(p4.y, vt[(j0 + 1) * D + lane + 32 * i], a);
-          a = fmaf(p4.z, vt[(j0 + 2) * D + lane + 32 * i], a);
-          a = fmaf(p4.w, vt[(j0 + 3) * D + lane + 32 * i], a);
+          a = fmaf(p4.x, v0[lane + 32 * i], a);
+          a = fmaf(p4.y, v1[lane + 32 * i], a);
+          a = fmaf(p4.z, v2[lane + 32 * i], a);
+          a = fmaf(p4.w, v3[lane + 32 * i], a);
           acc[i] = a;
         }
       }
@@ -1361,14 +1391,15 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
     if (r0 < r1) {  // a context longer than the plan: another round
       __syncthreads();
       stage(r0, r1);
-      put_new(r0, r1);
       __syncthreads();
     }
   }
   step_trace_stamp(4);  // 4 warp 0's tiles done
   const float L = warp_sum(l);
-  // The KW partials of each head: warp w's at mg + w * (2 + D); warp kw == 0 of the head merges.
-  float* my = mg + warp * (2 + D);
+  // The KW partials of each head: warp w's in its slot from offset D (its q, new K and V are no
+  // longer read); warp kw == 0 of the head merges.
+  float* my = qw + D;
+  __syncwarp();  // every lane done with the slot's new K
   if (lane == 0) {
     my[0] = m;
     my[1] = L;
@@ -1382,7 +1413,7 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = my[2 + lane + 32 * i];
   for (int w2 = 1; w2 < KW; ++w2) {
-    const float* o = mg + (w2 * G + g) * (2 + D);
+    const float* o = slots + (w2 * G + g) * WF + D;
     const float mo = o[0];
     if (mo == -INFINITY) continue;  // that warp got no keys
     const float Mn = fmaxf(M, mo);
@@ -1470,13 +1501,13 @@ bool launch_decode_hot(const float* q, const KvLayerView& kv, const AttnBatch& b
   const int32_t nsplit = hot_splits(b.n_tokens, n_head, plan, VEC);
   const int32_t KW = hot_key_warps(plan, nsplit, G);
   const int64_t blocks = int64_t{b.n_seqs} * kv.n_kv_heads * nsplit;
-  const size_t smem = static_cast<size_t>(hot_smem_floats(VEC, G, G * KW)) * sizeof(float);
+  const size_t smem = static_cast<size_t>(hot_smem_floats(VEC, G * KW)) * sizeof(float);
   int8_t* xb = kv.head_dim % 32 == 0 ? static_cast<int8_t*>(xq) : nullptr;
   float2* xds = xb != nullptr ? reinterpret_cast<float2*>(xb + int64_t{b.n_tokens} * n_head * kv.head_dim) : nullptr;
   static bool configured[3] = {false, false, false};  // per kernel (launchers run on the engine thread only)
   auto run = [&](auto kernel, int kind) {
     if (!configured[kind]) {
-      const size_t max_smem = static_cast<size_t>(hot_smem_floats(VEC, kHotMaxWarps, kHotMaxWarps)) * sizeof(float);
+      const size_t max_smem = static_cast<size_t>(hot_smem_floats(VEC, kHotMaxWarps)) * sizeof(float);
       STRATA_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_smem)));
       configured[kind] = true;
     }
