@@ -542,6 +542,71 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #endif
 }
 
+// The staged float GEMVs over the f32 x (STRATA_CUDA_GEMV_STAGED=1; F16/BF16, and Q8_0 where its
+// GEMVs read the f32 x): the lazy norm's consumer (QKV-like, three matrices in one launch) and a
+// plain GEMV (LM-head-like) give the bits of the register form, where a block's 32 rows fit shared
+// memory (an sm_90 block may opt into 227 KB, less 1 KB); wider rows keep the register form.
+TEST_P(BackendOps, StagedFloatGemvsGiveTheRegisterBits) {
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+  auto make = [&](const char* gemv_staged) {
+    const char* lazy0 = std::getenv("STRATA_CUDA_LAZY_NORM");
+    const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "";
+    ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type
+    ::setenv("STRATA_CUDA_GEMV_STAGED", gemv_staged, 1);
+    std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
+    ::unsetenv("STRATA_CUDA_GEMV_STAGED");
+    if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
+    else ::unsetenv("STRATA_CUDA_LAZY_NORM");
+    return b;
+  };
+  const std::unique_ptr<Backend> off = make("0"), on = make("1");
+  const float eps = 1e-5f;
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0}) {
+    if (cuda_gemv_xq(type)) continue;  // (Q8_0 with STRATA_CUDA_GEMV_Q8X=all: the 8-bit x's test above)
+    for (const int64_t D : {int64_t{2048}, int64_t{256}, int64_t{1024}, int64_t{4096}}) {
+      SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " d " << D);
+      std::mt19937 rng(37);
+      const auto mo = random_matrix(type, D, D, rng), mq = random_matrix(type, 64, D, rng);
+      const auto mk = random_matrix(type, 32, D, rng), mv = random_matrix(type, 32, D, rng);
+      const auto mh = random_matrix(type, 96, D, rng);
+      const auto g1 = random_floats(static_cast<size_t>(D), rng, -1.5f, 1.5f);
+      const auto a = random_floats(static_cast<size_t>(D), rng, -2.0f, 2.0f);
+      const auto x0 = random_floats(static_cast<size_t>(D), rng, -4.0f, 4.0f);
+      auto run = [&](Backend& b, int64_t& staged) {
+        const WeightMatrix wo = b.upload_matrix(mo.w), wq = b.upload_matrix(mq.w), wk = b.upload_matrix(mk.w);
+        const WeightMatrix wv = b.upload_matrix(mv.w), wh = b.upload_matrix(mh.w);
+        const float* dg1 = upload_vector(b, g1);
+        const DevArray da = upload(b, a, 1, D), dx = upload(b, x0, 1, D), dd = alloc(b, 1, D), dh = alloc(b, 1, D);
+        const DevArray dq = alloc(b, 1, 64), dk = alloc(b, 1, 32), dv = alloc(b, 1, 32), dy = alloc(b, 1, 96);
+        const int64_t g0 = cuda::gemv_stats::gemv_staged_launches();
+        PendingNorm n1 = b.matmul_add_rms_norm(wo, da.view, dd.view, dx.view, dg1, dh.view, eps, true);  // O
+        EXPECT_TRUE(n1.pending());
+        const MatmulOut qkv[] = {{&wq, dq.view}, {&wk, dk.view}, {&wv, dv.view}};
+        b.matmul_multi_normed(qkv, dh.view, n1);  // QKV-like
+        b.resolve_norm(dh.view, n1);
+        b.matmul(wh, dh.view, dy.view);  // LM-head-like
+        staged = cuda::gemv_stats::gemv_staged_launches() - g0;
+        std::vector<std::vector<float>> outs;
+        for (const DevArray* o : {&dx, &dh, &dq, &dk, &dv, &dy}) outs.push_back(download(b, o->view));
+        return outs;
+      };
+      int64_t staged_off = 0, staged_on = 0;
+      const auto want = run(*off, staged_off), got = run(*on, staged_on);
+      EXPECT_EQ(staged_off, 0);
+      const int64_t row_bytes = type == GgmlType::kQ8_0 ? D / 32 * 34 : 2 * D;
+      EXPECT_EQ(staged_on, 32 * row_bytes <= 232448 - 1024 ? 2 : 0) << "the QKV-like launch and the plain one";
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(count_nonfinite(got[i]), 0) << "output " << i;
+        EXPECT_EQ(got[i], want[i]) << "output " << i << " (x, h, q, k, v, y)";
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "the CUDA GEMV only";
+#endif
+}
+
 TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
   std::mt19937 rng(12);
   const int64_t cols = 512;

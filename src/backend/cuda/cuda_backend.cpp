@@ -297,7 +297,7 @@ struct CudaBackend::Impl {
   // The weight types whose one-row GEMVs over 8-bit x take the staged forms by default (where they
   // measured faster: docs/PERFORMANCE.md).
   static bool staged_by_default(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ6_K; }
-  int gemv_staged = -1;  // STRATA_CUDA_GEMV_STAGED: 1 every type, 0 none, -1 (unset) staged_by_default's
+  int gemv_staged = -1;  // STRATA_CUDA_GEMV_STAGED: 1 every type, 2 (qkv) every type's lazy-norm consumers only, 0 none, -1 (unset) staged_by_default's
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -554,12 +554,20 @@ struct CudaBackend::Impl {
   // none where the GEMV reads the f32 x. One buffer for all: each GEMV's quantization, and the
   // attention that writes one, waits for the GEMV before it. ready: the kernel that wrote x wrote
   // the buffer too (xq_tag), and nothing wrote x or the buffer since.
-  int gemv_staged_for(GgmlType type) const { return gemv_staged == 1 || (gemv_staged < 0 && staged_by_default(type)) ? 2 : 0; }
+  int gemv_staged_for(GgmlType type) const {
+    if (gemv_staged == 2) return 3;  // (cuda::GemvXq::out_staged: the lazy norm's consumers only)
+    return gemv_staged == 1 || (gemv_staged < 0 && staged_by_default(type)) ? 2 : 0;
+  }
   cuda::GemvXq xq_for(GgmlType type, const float* x, int64_t n, int64_t cols) {
     const int64_t bytes = cuda::gemv_xq_bytes(type, n, cols);
     const XqTag tag = std::exchange(xq_tag, XqTag{});
     xq_last = bytes > 0;
-    if (bytes <= 0) return {};
+    if (bytes <= 0) {  // the f32 x; the one-row GEMVs that write floats may still take the staged form
+      cuda::GemvXq r{};
+      r.out_staged = gemv_staged_for(type);
+      r.out_staged_max_bytes = xq_out_staged_max;
+      return r;
+    }
     const bool same_x = tag.x == x && tag.n == n && tag.cols == cols;
     if (same_x && xq2.buf && tag.buf == xq2.buf->data() && xq2.buf->bytes() >= static_cast<uint64_t>(bytes)) {
       cuda::GemvXq r{xq2.buf->data(), true};  // a producer wrote it there (producer_xq)
@@ -759,11 +767,12 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs over 8-bit x that write floats (the QKV projection,
   // the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =
-  // for staged_by_default's types, 1 = every type, 0 = none.
+  // for staged_by_default's types, 1 = every type, qkv = every type's lazy-norm consumers (the QKV
+  // projection) only, 0 = none.
   if (const char* gs = std::getenv("STRATA_CUDA_GEMV_STAGED")) {
     const std::string_view g(gs);
-    if (g != "0" && g != "1") throw Error(fmt::format("STRATA_CUDA_GEMV_STAGED={}: expected 0 or 1", g));
-    m.gemv_staged = g == "1" ? 1 : 0;
+    if (g != "0" && g != "1" && g != "qkv") throw Error(fmt::format("STRATA_CUDA_GEMV_STAGED={}: expected 0, 1 or qkv", g));
+    m.gemv_staged = g == "1" ? 1 : g == "qkv" ? 2 : 0;
   }
   // STRATA_CUDA_LAZY_NORM: unset = single-sequence decode steps over 16/32-bit float, Q4_K and Q6_K
   // weights only (measured on the H200, llama-1b, device call 6 of 2026-12-03: F16 tg128 +3.7%, while

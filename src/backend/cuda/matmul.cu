@@ -319,7 +319,8 @@ struct FmtF32 {
   static constexpr int kR1 = 1;
   static constexpr bool kReassoc = false;  // exact: dequantized weights, fma chain in run order
   using Raw = uint4;
-  static SHD Raw load(const uint8_t* row, int p) { return ld_w_v4(row + 16 * static_cast<int64_t>(p)); }
+  template <bool kS = false>
+  static SHD Raw load(const uint8_t* row, int p) { return ld_w_v4<kS>(row + 16 * static_cast<int64_t>(p)); }
   static SHD int run_start(int p, int) { return 4 * p; }
   template <int T>
   static SHD void decode(const Raw& r, int, float w[4]) {
@@ -339,7 +340,8 @@ struct Fmt16 {
   static constexpr int kR1 = 1;
   static constexpr bool kReassoc = false;  // exact: dequantized weights, fma chain in run order
   using Raw = uint4;
-  static SHD Raw load(const uint8_t* row, int p) { return ld_w_v4(row + 16 * static_cast<int64_t>(p)); }
+  template <bool kS = false>
+  static SHD Raw load(const uint8_t* row, int p) { return ld_w_v4<kS>(row + 16 * static_cast<int64_t>(p)); }
   static SHD int run_start(int p, int t) { return 8 * p + 4 * t; }
   static SHD float cvt(uint32_t h) { return kBf16 ? bf16_bits_to_float(h) : half_bits_to_float(h); }
   template <int T>
@@ -1440,10 +1442,12 @@ __device__ __forceinline__ void stage_rows(uint8_t* stage, uint64_t* bar, const 
 
 // The staged kernels' dot products: acc[r] += the lane's pieces lane, lane + 32, ... (ascending) of
 // row r at `mine` (rows rb apart; kGlu: gate (even r) and up (odd r) of row r / 2, the up rows
-// chunk_bytes after the gate rows), C rows at a time, against the 8-bit x.
-template <class F, bool kGlu, int R>
+// chunk_bytes after the gate rows), C rows at a time, against the 8-bit x (kXq) or the f32 x at x
+// (each piece's sum as consume_pieces takes it: the same bits as gemv_kernel).
+template <class F, bool kGlu, int R, bool kXq = true>
 __device__ __forceinline__ void staged_dots(const uint8_t* mine, uint32_t chunk_bytes, uint64_t rb, int lane,
-                                            const GemvMats& m, int64_t cols, float (&acc)[R][1]) {
+                                            const GemvMats& m, int64_t cols, float (&acc)[R][1],
+                                            const float* __restrict__ x = nullptr) {
   constexpr int C = R < 4 ? R : 4;  // rows per pass (registers)
   const int n_pieces = static_cast<int>(cols / F::kPieceElems);
   for (int p = lane; p < n_pieces; p += 32) {
@@ -1459,7 +1463,13 @@ __device__ __forceinline__ void staged_dots(const uint8_t* mine, uint32_t chunk_
       float sum[C][1];
 #pragma unroll
       for (int c = 0; c < C; ++c) sum[c][0] = 0.0f;
-      F::template dot_q8<1, C>(raw, p, m.xq, m.xds, cols, sum);
+      if constexpr (kXq) {
+        F::template dot_q8<1, C>(raw, p, m.xq, m.xds, cols, sum);
+      } else if constexpr (F::kReassoc) {
+        F::template dot<1, C>(raw, p, x, cols, sum);
+      } else {
+        dot_runs<F, 1, C, 0>(raw, p, x, cols, sum);
+      }
 #pragma unroll
       for (int c = 0; c < C; ++c) acc[c0 + c][0] = acc[c0 + c][0] + sum[c][0];
     }
@@ -1511,8 +1521,9 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
 // blocks: the kernel after it (the decode attention) finds room on the SMs before this one ends.
 // Each row's arithmetic is gemv_kernel's (pieces lane, lane + 32, ... ascending, its butterfly; r as
 // gemv_kernel's NM = 2 from the shares of the block's first kGemvThreads threads): the same bits.
-template <class F, int NM, int RW>
-__global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __grid_constant__ GemvMats m, int64_t cols) {
+template <class F, int NM, int RW, bool kXq>
+__global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __grid_constant__ GemvMats m, int64_t cols,
+                                                                        const float* __restrict__ x) {
   static_assert(NM == 0 || NM == 2, "plain or the lazy norm's consumer");
   static_assert(kXoRows / RW >= kXsChunks && kXsChunkRows % RW == 0, "a warp per chunk to copy it; a warp's rows in one chunk");
   constexpr int R = RW;
@@ -1534,7 +1545,7 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_staged_kernel(const __
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
   const uint8_t* mine = stage + static_cast<uint64_t>(warp * RW) * rb;
   mbar_wait(&bar[warp * RW / kXsChunkRows], 0);
-  staged_dots<F, false>(mine, chunk_bytes, rb, lane, m, cols, acc);
+  staged_dots<F, false, R, kXq>(mine, chunk_bytes, rb, lane, m, cols, acc, x);
   reduce_rows_norm<NM>(m, cols, acc);
   if (lane == 0) {
     const int64_t row0 = blk_row0 + warp * RW;
@@ -2091,11 +2102,11 @@ bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged,
 
 std::atomic<int64_t> g_gemv_staged_launches{0};
 
-// gemv_staged_kernel (RW = 2) for a one-row GEMV over 8-bit x where every matrix's rows are a
-// multiple of kXoRows and a block's rows fit shared memory (else false: the caller launches
-// gemv_kernel).
-template <class F, int NM>
-bool launch_gemv_staged_fmt(const GemvLaunch& l0, uint64_t max_bytes, cudaStream_t s) {
+// gemv_staged_kernel (RW = 2) for a one-row GEMV (over 8-bit x where kXq, else over the f32 x)
+// where every matrix's rows are a multiple of kXoRows and a block's rows fit shared memory (else
+// false: the caller launches gemv_kernel).
+template <class F, int NM, bool kXq>
+bool launch_gemv_staged_fmt(const GemvLaunch& l0, const float* x, uint64_t max_bytes, cudaStream_t s) {
   constexpr int RW = 2;
   GemvLaunch l = l0;
   const uint64_t rb = l.m.row_bytes[0];
@@ -2110,23 +2121,35 @@ bool launch_gemv_staged_fmt(const GemvLaunch& l0, uint64_t max_bytes, cudaStream
   }
   for (int k = l.m.count; k < kGemvMaxMats; ++k) l.m.block_begin[k] = static_cast<uint32_t>(blocks);
   if (blocks > 0x7fffffff) return false;
-  auto* kernel = gemv_staged_kernel<F, NM, RW>;
+  auto* kernel = gemv_staged_kernel<F, NM, RW, kXq>;
   static std::atomic<uint64_t> opted{0};
   opt_in_staged_smem(reinterpret_cast<const void*>(kernel), opted);
-  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kXoRows / RW), static_cast<size_t>(smem), s, l.m, l.cols);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kXoRows / RW), static_cast<size_t>(smem), s, l.m, l.cols, x);
   g_gemv_staged_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
+// The staged form of a one-row GEMV where xq asks for it: over the 8-bit x for the types whose
+// GEMVs read one (Q4_K, Q6_K, Q8_0 with STRATA_CUDA_GEMV_Q8X=all), over the f32 x for F16, BF16 and
+// Q8_0 (F32 rows of the models' widths do not fit shared memory).
 template <int NM>
-bool launch_gemv_staged(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq, cudaStream_t s) {
-  if (xq.out_staged == 0 || n != 1 || l.m.xq == nullptr) return false;
+bool launch_gemv_staged(GgmlType type, const GemvLaunch& l, const float* x, int64_t n, GemvXq xq, cudaStream_t s) {
+  if (xq.out_staged == 0 || n != 1 || (xq.out_staged == 3 && NM != 2)) return false;  // 3: consumers only
   GemvLaunch e = l;
   e.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
+  const uint64_t mb = xq.out_staged_max_bytes;
+  if (l.m.xq != nullptr) {
+    switch (type) {
+      case GgmlType::kQ4_K: return launch_gemv_staged_fmt<FmtQ4_K, NM, true>(e, x, mb, s);
+      case GgmlType::kQ6_K: return launch_gemv_staged_fmt<FmtQ6_K, NM, true>(e, x, mb, s);
+      case GgmlType::kQ8_0: return launch_gemv_staged_fmt<FmtQ8_0, NM, true>(e, x, mb, s);
+      default: return false;
+    }
+  }
   switch (type) {
-    case GgmlType::kQ4_K: return launch_gemv_staged_fmt<FmtQ4_K, NM>(e, xq.out_staged_max_bytes, s);
-    case GgmlType::kQ6_K: return launch_gemv_staged_fmt<FmtQ6_K, NM>(e, xq.out_staged_max_bytes, s);
-    case GgmlType::kQ8_0: return launch_gemv_staged_fmt<FmtQ8_0, NM>(e, xq.out_staged_max_bytes, s);
+    case GgmlType::kF16: return launch_gemv_staged_fmt<Fmt16<false>, NM, false>(e, x, mb, s);
+    case GgmlType::kBF16: return launch_gemv_staged_fmt<Fmt16<true>, NM, false>(e, x, mb, s);
+    case GgmlType::kQ8_0: return launch_gemv_staged_fmt<FmtQ8_0, NM, false>(e, x, mb, s);
     default: return false;
   }
 }
@@ -2197,7 +2220,7 @@ void gemv_multi(const WeightMatrix* ws, float* const* ys, int count, const float
   GemvLaunch l;
   if (!multi_launch(ws, ys, count, x, n, l)) return;
   use_xq(ws[0].type, l, x, n, xq, s);
-  if (!launch_gemv_staged<0>(ws[0].type, l, n, xq, s)) launch_gemv_type(ws[0].type, l, x, n, s);
+  if (!launch_gemv_staged<0>(ws[0].type, l, x, n, xq, s)) launch_gemv_type(ws[0].type, l, x, n, s);
 }
 
 void gemv_silu_mul(const WeightMatrix& gate, const WeightMatrix& up, const float* x, int64_t n, float* out,
@@ -2252,7 +2275,7 @@ void gemv_multi_normed(const WeightMatrix* ws, float* const* ys, int count, cons
   l.m.parts = const_cast<float*>(parts);
   l.m.n_parts = n_parts;
   l.m.eps = eps;
-  if (!launch_gemv_staged<2>(ws[0].type, l, n, xq, s)) launch_gemv_type<2>(ws[0].type, l, h, n, s);
+  if (!launch_gemv_staged<2>(ws[0].type, l, h, n, xq, s)) launch_gemv_type<2>(ws[0].type, l, h, n, s);
   g_norm_consumer_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
