@@ -1264,10 +1264,11 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
   int32_t r1 = ke < r0 + span ? ke : r0 + span;
   if (r0 < r1) stage(r0, r1);  // kFused: keys written by earlier steps, before the wait
   double cs[kRotT], sn[kRotT];  // kFused: the angles of pairs lane, lane + 32, ...
-  int32_t half = 0;
+  int32_t half = 0, slot = -1;
   if constexpr (kFused) {
     half = f.rope.n_rot / 2;
     const int32_t pos = f.pos[sd.q_begin];
+    if (has_new) slot = f.slots[sd.q_begin];  // (host arrays, as pos: loaded before the wait)
 #pragma unroll
     for (int t = 0; t < kRotT; ++t) {
       cs[t] = 1.0;
@@ -1310,7 +1311,6 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
     __syncwarp();
     step_trace_stamp(2);  // 2 rotated
     if (has_new) {
-      const int32_t slot = f.slots[sd.q_begin];
       const bool writer = warp == 0 && slot >= 0;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {

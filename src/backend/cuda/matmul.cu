@@ -1514,8 +1514,8 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
   xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
 }
 
-// The staged form of the one-row GEMVs over 8-bit x that write floats (gemv_kernel at N = 1 with
-// kXq: plain, NM = 0, or the lazy norm's consumer, NM = 2, e.g. the QKV projection; GemvXq::out_staged
+// The staged form of the one-row GEMVs that write floats, over 8-bit x (kXq) or the f32 x at x (gemv_kernel
+// at N = 1: plain, NM = 0, or the lazy norm's consumer, NM = 2, e.g. the QKV projection; GemvXq::out_staged
 // on gemv / gemv_multi / gemv_multi_normed): blocks of kXoRows rows of one matrix (m.block_begin in
 // blocks of kXoRows), staged as gemv_xq_staged_kernel's, RW rows per warp. A launch of few, lean
 // blocks: the kernel after it (the decode attention) finds room on the SMs before this one ends.
