@@ -296,13 +296,13 @@ struct CudaBackend::Impl {
   bool xq_out_staged_default = false;  // STRATA_CUDA_XQ_OUT unset: the staged form where staged_by_default
   // The weight types whose one-row GEMVs over 8-bit x take the staged forms by default (where they
   // measured faster: docs/PERFORMANCE.md).
-  static bool staged_by_default(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ6_K; }
-  // The one-row GEMVs that write floats (the QKV projection, the LM head), staged by default for
-  // these types: Q8_0's (over the f32 x) measured 4.6% faster per step on an H100 (llama-1b, sixth
-  // session of 2026-12-06: 1,258.8 / 1,256.3 -> 1,200.9 / 1,197.5 us); F16's and BF16's level
-  // (-0.3%, +0.1%), so not by default.
-  static bool float_staged_by_default(GgmlType t) { return staged_by_default(t) || t == GgmlType::kQ8_0; }
-  int gemv_staged = -1;  // STRATA_CUDA_GEMV_STAGED: 1 every type, 2 (qkv) every type's lazy-norm consumers only, 0 none, -1 (unset) float_staged_by_default's
+  // Q8_0 too since the sixth session of 2026-12-06: on 8-bit x (its GEMVs' default since then) with
+  // the staged producers and float GEMVs, 17% less GPU time per step than on the f32 x (H100,
+  // llama-1b: 1,178.6 -> 981.5 us); on the f32 x (STRATA_CUDA_GEMV_Q8X=0) its staged float GEMVs
+  // measured 4.6% faster (1,258.8 / 1,256.3 -> 1,200.9 / 1,197.5 us). F16's and BF16's float GEMVs were
+  // level staged (-0.3%, +0.1%), so not by default.
+  static bool staged_by_default(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ6_K || t == GgmlType::kQ8_0; }
+  int gemv_staged = -1;  // STRATA_CUDA_GEMV_STAGED: 1 every type, 2 (qkv) every type's lazy-norm consumers only, 0 none, -1 (unset) staged_by_default's
   // Attention importance of the pass in flight (attention_importance / collect_importance): the
   // host buffers that asked, where their keys sit in the packed sums, and whether a layer wrote yet.
   struct ImpTarget {
@@ -561,7 +561,7 @@ struct CudaBackend::Impl {
   // the buffer too (xq_tag), and nothing wrote x or the buffer since.
   int gemv_staged_for(GgmlType type) const {
     if (gemv_staged == 2) return 3;  // (cuda::GemvXq::out_staged: the lazy norm's consumers only)
-    return gemv_staged == 1 || (gemv_staged < 0 && float_staged_by_default(type)) ? 2 : 0;
+    return gemv_staged == 1 || (gemv_staged < 0 && staged_by_default(type)) ? 2 : 0;
   }
   cuda::GemvXq xq_for(GgmlType type, const float* x, int64_t n, int64_t cols) {
     const int64_t bytes = cuda::gemv_xq_bytes(type, n, cols);
@@ -772,7 +772,7 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   }
   // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs over 8-bit x that write floats (the QKV projection,
   // the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =
-  // for float_staged_by_default's types, 1 = every type, qkv = every type's lazy-norm consumers (the QKV
+  // for staged_by_default's types, 1 = every type, qkv = every type's lazy-norm consumers (the QKV
   // projection) only, 0 = none.
   if (const char* gs = std::getenv("STRATA_CUDA_GEMV_STAGED")) {
     const std::string_view g(gs);

@@ -23,7 +23,7 @@
 // explicit _rn intrinsics, per (row, x row, piece) only, so still independent of n, R, U and
 // batching; the error vs the exact dequantize-then-FMA is ~1e-8 of sum |w x|.
 //
-// 8-bit x (kXq: Q4_K and Q6_K by default, Q8_0 too with STRATA_CUDA_GEMV_Q8X=all; where gemv_xq_bytes gives
+// 8-bit x (kXq: Q4_K, Q6_K and Q8_0 by default, STRATA_CUDA_GEMV_Q8X=0|q4_k: none | Q4_K; where gemv_xq_bytes gives
 // a size and the entry is given the buffer): each run of 32 values of x is quantized to bytes with
 // one scale (xq.cuh), by a launch of its own before the GEMV (quantize_xq_kernel) or, for the O
 // projection of a decode step, by the attention kernel that wrote x (GemvXq::ready), and the
@@ -1964,13 +1964,15 @@ void check_norm_rows(int64_t n) {
 
 std::atomic<int64_t> g_xq_launches{0};
 
-// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K and Q6_K by default;
-// STRATA_CUDA_GEMV_Q8X=all adds Q8_0, =q4_k keeps Q4_K only, =0: none (read once per process).
+// Whether the GEMVs over weights of `type` read x quantized to 8 bits: Q4_K, Q6_K and Q8_0 by default
+// (=all: the same); STRATA_CUDA_GEMV_Q8X=q4_k keeps Q4_K only, =0: none (read once per process).
 // Measured on an H100, llama-1b: Q4_K faster at one token and at 8 rows. Q6_K 17% faster at 8 rows
 // (GPU time per step 2,671 -> 2,213 us) and, with the lazy norm that Q6_K takes too
 // (CudaBackend::matmul_add_rms_norm), 1.2% faster at one (1,188.8 -> 1,174.2 us; without the lazy
 // norm 3.8% slower) (2026-12-06, device call 1). Q8_0 3% slower at one row, 14% faster at 8
-// (2026-12-05). A choice by n would make a row's bits depend on its batch.
+// (2026-12-05); with the staged kernels (CudaBackend's defaults) 17% faster at one row (GPU time per
+// step 1,178.6 -> 981.5 us, sixth session of 2026-12-06). A choice by n would make a row's bits depend
+// on its batch.
 bool xq_type(GgmlType type) {
   enum class Set { kNone, kQ4K, kDefault, kAll };
   static const Set set = [] {
@@ -1981,7 +1983,7 @@ bool xq_type(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K: return set != Set::kNone;
     case GgmlType::kQ6_K: return set == Set::kDefault || set == Set::kAll;
-    case GgmlType::kQ8_0: return set == Set::kAll;
+    case GgmlType::kQ8_0: return set == Set::kDefault || set == Set::kAll;
     default: return false;
   }
 }
