@@ -770,8 +770,8 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       throw Error(fmt::format("STRATA_CUDA_XQ_STAGE_MAX={}: expected a number of bytes (0: no cap)", e));
     }
   }
-  // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs over 8-bit x that write floats (the QKV projection,
-  // the LM head) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =
+  // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs that write floats (the QKV projection, the LM head;
+  // over 8-bit x, or the f32 x for F16/BF16/Q8_0) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =
   // for staged_by_default's types, 1 = every type, qkv = every type's lazy-norm consumers (the QKV
   // projection) only, 0 = none.
   if (const char* gs = std::getenv("STRATA_CUDA_GEMV_STAGED")) {
