@@ -1737,6 +1737,10 @@ TEST_P(BackendOps, PagedAttentionPrefillWarmHotAndHostSlots) {
 // from the cache index (as after eviction); and a prefill-shaped batch (the two ops on every backend).
 TEST_P(BackendOps, RopeKvStoreAttentionEqualsTheOpsOneByOne) {
   std::mt19937 rng(41);
+  auto many_then = [](int32_t n, std::vector<int32_t> ctx) {  // ctx, then n short contexts 3, 10, 17, ...
+    for (int32_t i = 0; i < n; ++i) ctx.push_back(3 + 7 * i);
+    return ctx;
+  };
   const std::vector<float> factors = random_floats(64, rng, 1.0f, 8.0f);
   const float* dfactors = upload_vector(be(), factors);
   struct Case {
@@ -1758,6 +1762,10 @@ TEST_P(BackendOps, RopeKvStoreAttentionEqualsTheOpsOneByOne) {
       {KvDtype::kF16, 16, 6, 3, 64, 64, false, false, WarmFormat::kInt4, {130, 40}},
       {KvDtype::kF32, 16, 8, 2, 64, 64, false, false, WarmFormat::kFp8, {90}},
       {KvDtype::kF16, 16, 8, 2, 64, 64, false, false, WarmFormat::kNone, {0, 40}, 5},
+      // Many sequences and two long ones: CUDA's latency kernel then takes fewer splits than the
+      // contexts' rounds of keys, and the new key falls in a split's second or third round.
+      {KvDtype::kF16, 16, 8, 2, 64, 64, false, false, WarmFormat::kNone, many_then(31, {3000, 1300})},
+      {KvDtype::kBF16, 16, 16, 2, 128, 128, true, true, WarmFormat::kNone, many_then(14, {3000, 1300})},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << kv_dtype_name(c.dtype) << " block " << c.bs << " heads " << c.n_head << "/"
