@@ -34,7 +34,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -200,6 +202,24 @@ int64_t xq_launch_count() {
 #else
   return 0;
 #endif
+}
+
+// A backend made with these environment variables set (a null value: unset), each restored to
+// what it was afterwards (the backends read their switches when they are made).
+std::unique_ptr<Backend> backend_with_env(DeviceKind dev, std::initializer_list<std::pair<const char*, const char*>> env) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const auto& [name, value] : env) {
+    const char* old = std::getenv(name);
+    saved.emplace_back(name, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+    if (value != nullptr) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  std::unique_ptr<Backend> b = make_backend(BackendOptions{dev, 3});
+  for (const auto& [name, old] : saved) {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+  return b;
 }
 
 // Types every backend must multiply by (the CPU backend multiplies by all of kAllTypes).
@@ -421,21 +441,10 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
-  auto make = [&](const char* xq_out, const char* gemv_staged = "0") {  // STRATA_CUDA_GEMV_STAGED (null: unset)
-    const char* lazy0 = std::getenv("STRATA_CUDA_LAZY_NORM");
-    const char* out0 = std::getenv("STRATA_CUDA_XQ_OUT");
-    const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "", out_saved = out0 != nullptr ? out0 : "";
-    ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type (Q6_K and Q8_0 too)
-    if (xq_out != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", xq_out, 1);
-    else ::unsetenv("STRATA_CUDA_XQ_OUT");  // the default
-    if (gemv_staged != nullptr) ::setenv("STRATA_CUDA_GEMV_STAGED", gemv_staged, 1);
-    std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
-    if (gemv_staged != nullptr) ::unsetenv("STRATA_CUDA_GEMV_STAGED");
-    if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
-    else ::unsetenv("STRATA_CUDA_LAZY_NORM");
-    if (out0 != nullptr) ::setenv("STRATA_CUDA_XQ_OUT", out_saved.c_str(), 1);
-    else ::unsetenv("STRATA_CUDA_XQ_OUT");
-    return b;
+  auto make = [&](const char* xq_out, const char* gemv_staged = "0") {  // null: the variable unset (the default)
+    // The lazy norm for every weight type (Q6_K and Q8_0 too).
+    return backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}, {"STRATA_CUDA_XQ_OUT", xq_out},
+                                         {"STRATA_CUDA_GEMV_STAGED", gemv_staged}});
   };
   const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr, nullptr), off = make("0");
   const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", "1");
@@ -548,16 +557,8 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 // memory (an sm_90 block may opt into 227 KB, less 1 KB); wider rows keep the register form.
 TEST_P(BackendOps, StagedFloatGemvsGiveTheRegisterBits) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
-  auto make = [&](const char* gemv_staged) {
-    const char* lazy0 = std::getenv("STRATA_CUDA_LAZY_NORM");
-    const std::string lazy_saved = lazy0 != nullptr ? lazy0 : "";
-    ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);  // every weight type
-    ::setenv("STRATA_CUDA_GEMV_STAGED", gemv_staged, 1);
-    std::unique_ptr<Backend> b = make_backend(BackendOptions{GetParam(), 3});
-    ::unsetenv("STRATA_CUDA_GEMV_STAGED");
-    if (lazy0 != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", lazy_saved.c_str(), 1);
-    else ::unsetenv("STRATA_CUDA_LAZY_NORM");
-    return b;
+  auto make = [&](const char* gemv_staged) {  // the lazy norm for every weight type
+    return backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}, {"STRATA_CUDA_GEMV_STAGED", gemv_staged}});
   };
   const std::unique_ptr<Backend> off = make("0"), on = make("1");
   const float eps = 1e-5f;
@@ -657,14 +658,8 @@ TEST_P(BackendOps, MatmulMultiMatchesSeparateMatmuls) {
 // first row alone gives the same bits as in the batch (batch invariance, as matmul's; the
 // SwiGLU output on CUDA only).
 TEST_P(BackendOps, LazyNormEqualsTheOpsOneByOne) {
-  const char* before = std::getenv("STRATA_CUDA_LAZY_NORM");
-  const std::string saved = before != nullptr ? before : "";
-  ::setenv("STRATA_CUDA_LAZY_NORM", "0", 1);
-  std::unique_ptr<Backend> plain = make_backend(BackendOptions{GetParam(), 3});
-  ::setenv("STRATA_CUDA_LAZY_NORM", "1", 1);
-  std::unique_ptr<Backend> lazy = make_backend(BackendOptions{GetParam(), 3});
-  if (before != nullptr) ::setenv("STRATA_CUDA_LAZY_NORM", saved.c_str(), 1);
-  else ::unsetenv("STRATA_CUDA_LAZY_NORM");
+  std::unique_ptr<Backend> plain = backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "0"}});
+  std::unique_ptr<Backend> lazy = backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}});
   const bool cuda = GetParam() == DeviceKind::kCuda;
   if (cuda) {
     EXPECT_TRUE(lazy->supports_lazy_norm(1) && lazy->supports_lazy_norm(8));

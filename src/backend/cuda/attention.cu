@@ -1161,7 +1161,7 @@ constexpr int kHotMaxWarps = 16;   // G x KW
 ATT_HD int hot_span_tiles(int vec) { return vec <= 4 ? kHotSpanTiles : 2; }
 // A warp's slot (floats): q [D], then the new key's K [D] and V [D] (kFused), 4 to keep 16-byte
 // alignment; after the warp's tiles, its partial (max, sum, P.V [D]) from offset D.
-ATT_HD int64_t hot_warp_floats(int vec) { return int64_t{3} * vec * 32 + 4; }
+ATT_HD constexpr int64_t hot_warp_floats(int vec) { return int64_t{3} * vec * 32 + 4; }
 
 // Shared memory (floats) of a block: Ks [span][KS], Vs [span][D], slots [warps][hot_warp_floats],
 // Ps [warps][32]; ids [span] ints.
@@ -1179,7 +1179,7 @@ __global__ void __launch_bounds__(kHotMaxWarps * 32)
   constexpr int ES = KIND == 0 ? 4 : 2;
   constexpr int CE = 16 / ES;  // elements per 16-byte load
   constexpr int span = (VEC <= 4 ? kHotSpanTiles : 2) * kKT;
-  constexpr int WF = 3 * D + 4;        // hot_warp_floats
+  constexpr int WF = static_cast<int>(hot_warp_floats(VEC));
   constexpr int kRotT = (VEC + 1) / 2;  // rotation pairs per lane: n_rot / 2 <= D / 2
   // The kernel after this one (the O projection, or the split merge) may launch at once and load
   // its weights while this one runs; it waits for this kernel's end before it reads out. (H100,
