@@ -430,8 +430,9 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
 // backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
-// unset: the default, which must write them too, staged for Q4_K and Q6_K; =s, s2, s4: the staged form, weights copied into
-// shared memory, where they fit) and one without (=0, where each of those GEMVs
+// unset: the default, which must write them too, staged for Q4_K, Q6_K and Q8_0; =s, s2, s4: the staged form, weights copied into
+// shared memory, where they fit, with STRATA_CUDA_XQ_STAGE_SLOTS=2 through a ring of two 8-row
+// slots (chunks copied after others are consumed), =4 a block's 32 rows at once) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
 // (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
 // 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
@@ -448,27 +449,37 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
   };
   const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr, nullptr), off = make("0");
   const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", "1");
+  // The staged producers' shared memory forced to a ring of two 8-row slots, and to the whole 32 rows.
+  auto make_slots = [&](const char* slots) {
+    return backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}, {"STRATA_CUDA_XQ_OUT", "s"},
+                                         {"STRATA_CUDA_GEMV_STAGED", "0"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", slots}});
+  };
+  const std::unique_ptr<Backend> ring = make_slots("2"), whole = make_slots("4");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
   };
-  // The staged producers (STRATA_CUDA_XQ_OUT=s...) take a launch whose block's 32 rows (of both
-  // matrices for the SwiGLU) fit the shared memory an sm_90 block may opt into (227 KB) less 1 KB;
-  // the others keep the register form: Q8_0's down of 8,192 columns (32 rows of 8,704 B).
-  auto expected_staged = [](GgmlType t, int64_t d, int64_t ffn) {
+  // The staged producers (STRATA_CUDA_XQ_OUT=s...) take a launch where 16 of its block's rows (a
+  // ring of two 8-row slots; of both matrices for the SwiGLU) fit the shared memory an sm_90 block
+  // may opt into (227 KB) less 1 KB, or with STRATA_CUDA_XQ_STAGE_SLOTS=4 all 32; the others keep the
+  // register form: at 32 rows, Q8_0's down of 8,192 columns (32 rows of 8,704 B).
+  auto expected_staged = [](GgmlType t, int64_t d, int64_t ffn, int64_t rows_at_once = 16) {
     auto row_bytes = [t](int64_t cols) {
       return t == GgmlType::kQ4_K ? cols / 256 * 144 : t == GgmlType::kQ6_K ? cols / 256 * 210 : cols / 32 * 34;
     };
     const int64_t limit = 232448 - 1024;
-    const int64_t glu = 2 * 32 * row_bytes(d) <= limit ? 2 : 0;  // gate/up times r, the plain one
-    const int64_t fits_d = 32 * row_bytes(d) <= limit ? 1 : 0, fits_f = 32 * row_bytes(ffn) <= limit ? 1 : 0;
+    const int64_t n = rows_at_once;
+    const int64_t glu = 2 * n * row_bytes(d) <= limit ? 2 : 0;  // gate/up times r, the plain one
+    const int64_t fits_d = n * row_bytes(d) <= limit ? 1 : 0, fits_f = n * row_bytes(ffn) <= limit ? 1 : 0;
+    // The float GEMVs stage a block's 32 rows at once, never a ring.
+    const int64_t fits_d32 = 32 * row_bytes(d) <= limit ? 1 : 0, fits_f32 = 32 * row_bytes(ffn) <= limit ? 1 : 0;
     // The producers (O, the two SwiGLUs, down), then the GEMVs that write floats
     // (STRATA_CUDA_GEMV_STAGED=1: the QKV-like one, the plain down, the last O-shaped one).
-    return std::pair<int64_t, int64_t>{fits_d + glu + fits_f, fits_d + fits_f + fits_d};
+    return std::pair<int64_t, int64_t>{fits_d + glu + fits_f, fits_d32 + fits_f32 + fits_d32};
   };
   for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     if (!cuda_gemv_xq(type)) continue;
-    // 256: cuda_model_test's width; 8,192: llama-1b's FFN (Q8_0's down too wide to stage)
+    // 256: cuda_model_test's width; 8,192: llama-1b's FFN (Q8_0's down staged through the ring only)
     for (const Shape sh : {Shape{2048, 4096}, Shape{1024, 2816}, Shape{256, 512}, Shape{1024, 8192}}) {
       SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " d " << sh.d << " ffn " << sh.ffn);
       std::mt19937 rng(31);
@@ -520,20 +531,24 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       EXPECT_EQ(without.xq_out_launches, 0);
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
-      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get()}) {
+      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get(), ring.get(), whole.get()}) {
         // The default stages Q4_K's, Q6_K's and Q8_0's producers and float GEMVs.
         const bool by_default = b == def.get();
-        const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get() || by_default;
-        SCOPED_TRACE(b == on.get()    ? "one row per warp"
-                     : b == on2.get() ? "two rows per warp"
-                     : b == def.get() ? "the default"
-                     : b == st.get()  ? "staged"
-                     : b == st2.get() ? "staged, two rows per warp"
-                     : b == st4.get() ? "staged, four rows per warp"
-                                      : "staged, and the GEMVs that write floats");
+        const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get() || by_default ||
+                            b == ring.get() || b == whole.get();
+        SCOPED_TRACE(b == on.get()      ? "one row per warp"
+                     : b == on2.get()   ? "two rows per warp"
+                     : b == def.get()   ? "the default"
+                     : b == st.get()    ? "staged"
+                     : b == st2.get()   ? "staged, two rows per warp"
+                     : b == st4.get()   ? "staged, four rows per warp"
+                     : b == ring.get()  ? "staged through a ring of two slots"
+                     : b == whole.get() ? "staged, a block's 32 rows at once"
+                                        : "staged, and the GEMVs that write floats");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
-        if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn).first) << "staged launches";
+        const int64_t rows_at_once = b == whole.get() ? 32 : 16;
+        if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn, rows_at_once).first) << "staged launches";
         else EXPECT_EQ(with.xq_staged_launches, 0);
         EXPECT_EQ(with.gemv_staged_launches, b == stg.get() || by_default ? expected_staged(type, sh.d, sh.ffn).second : 0);
         // With: a, h2 (SwiGLU), h2 (40 rows), h2 (the last matmul).

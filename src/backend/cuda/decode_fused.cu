@@ -63,9 +63,6 @@ struct Geom {
 
 // --- PTX: mbarriers, bulk copies, named barriers, acquire loads ------------------------------------
 
-__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
-}
 // The same, ordered with the memory operations and barriers around it (the trace's stamps: a
 // plain read may be moved across them by the compiler).
 __device__ __forceinline__ uint64_t stamp_ns() {

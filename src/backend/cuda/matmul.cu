@@ -45,11 +45,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/cuda/bulk_copy.cuh"
@@ -751,6 +755,9 @@ struct GemvMats {  // passed by value (kernel parameter space)
   // blocks may launch, and load their weights, while this one still waits (F16/BF16/Q4_K GEMVs of
   // one x row: see gemv_early_trigger).
   int early_trigger;
+  // The staged producers (gemv_xq_staged_kernel): slots of shared memory, each one chunk of kXsChunkRows
+  // rows of every matrix: kXsChunks (the block's rows at once) or fewer (a ring: chunk c in slot c % slots).
+  int stage_slots;
   // Lazy norm (gemv_kernel's NM; see gemv_add_norm and gemv_multi_normed in kernels.h).
   // NM = 1 (producer, one matrix): nx[i][j] += product (the residual add), nh[i][j] = nx[i][j] *
   // ng[j], parts[i][q] = sum of the squares of nx[i][j] for the kGemvWarps / KS rows j of group q,
@@ -1414,29 +1421,41 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
 // several blocks share a multiprocessor, and every block of the launch (and of the next one, where
 // it fits) has its weights in flight while the kernel before it still runs. Where the register form
 // takes two waves of blocks (llama-1b's gate/up: 256 blocks of a whole SM each), this takes one.
-// Shared memory: kXoRows rows of each matrix (Q4_K, 2,048 columns, gate and up: 72 KB). The
-// arithmetic is the register form's: each lane takes pieces lane, lane + 32, ... of each row in
-// ascending order, the same dot_q8 and the same epilogue, so the bits are the same.
+// Shared memory: kXoRows rows of each matrix (Q4_K, 2,048 columns, gate and up: 72 KB), or, where
+// that does not fit or leaves the launch more than one wave of blocks, a ring of two slots of
+// kXsChunkRows rows (GemvMats::stage_slots; chunks 2 and 3 are copied into the slots of 0 and 1 once
+// their warps are done with them; llama-1b Q8_0: down, and gate/up). The arithmetic is the register
+// form's: each lane takes pieces lane, lane + 32, ... of each row in ascending order, the same dot_q8
+// and the same epilogue, so the bits are the same.
 constexpr int kXsChunkRows = 8;  // 8 rows of any quantized format: a multiple of 16 bytes
 constexpr int kXsChunks = kXoRows / kXsChunkRows;
 
 // The staged kernels' copies: warp c < kXsChunks (its lane 0) initialises mbarrier c and copies rows
 // [8c, 8c + 8) of the block (from row blk_row0) of each of the kMats matrices (w0, then w1) into
 // stage, chunk after chunk, matrix after matrix. Weights only: may run before the PDL wait.
+// One chunk's copy: rows [row0, row0 + kXsChunkRows) of w0 (then w1) into dst, completing on bar.
+template <int kMats>
+__device__ __forceinline__ void stage_chunk(uint8_t* dst, uint64_t* bar, const uint8_t* w0, const uint8_t* w1,
+                                            uint64_t row0, uint64_t rb) {
+  const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
+  const uint64_t policy = evict_first_policy();
+  bulk_copy_hint(dst, w0 + row0 * rb, chunk_bytes, bar, policy);
+  if constexpr (kMats == 2) bulk_copy_hint(dst + chunk_bytes, w1 + row0 * rb, chunk_bytes, bar, policy);
+}
+// slots = kXsChunks (gemv_staged_kernel's only form): warp c < slots copies chunk c into slot c; the
+// barriers of the chunks a ring copies later are initialised here too (warps slots..kXsChunks - 1).
 template <int kMats>
 __device__ __forceinline__ void stage_rows(uint8_t* stage, uint64_t* bar, const uint8_t* w0, const uint8_t* w1,
-                                           uint64_t blk_row0, uint64_t rb, int warp, int lane) {
+                                           uint64_t blk_row0, uint64_t rb, int warp, int lane, int slots = kXsChunks) {
   if (warp >= kXsChunks || lane != 0) return;
   const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
   mbar_init(&bar[warp], 1);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   mbar_expect_tx(&bar[warp], kMats * chunk_bytes);
-  const uint64_t policy = evict_first_policy();
-  const uint64_t src = (blk_row0 + static_cast<uint64_t>(warp) * kXsChunkRows) * rb;
-  bulk_copy_hint(stage + static_cast<uint64_t>(warp * kMats) * chunk_bytes, w0 + src, chunk_bytes, &bar[warp], policy);
-  if constexpr (kMats == 2) {
-    bulk_copy_hint(stage + static_cast<uint64_t>(warp * kMats + 1) * chunk_bytes, w1 + src, chunk_bytes, &bar[warp], policy);
+  if (warp < slots) {
+    stage_chunk<kMats>(stage + static_cast<uint64_t>(warp * kMats) * chunk_bytes, &bar[warp], w0, w1,
+                       blk_row0 + static_cast<uint64_t>(warp) * kXsChunkRows, rb);
   }
 }
 
@@ -1491,9 +1510,17 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
   if (m.early_trigger != 0) pdl_trigger();
   const uint64_t rb = m.row_bytes[0];  // kGlu: up's too (checked by the host)
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kXoRows + warp * RW;
-  // Chunk c: rows [8c, 8c + 8) of the block in each matrix, matrix after matrix.
+  // Chunk c: rows [8c, 8c + 8) of the block in each matrix, matrix after matrix, in slot c % slots.
+  // A ring (slots < kXsChunks): chunk c >= slots is copied by lane 0 of the first warp of chunk
+  // c - slots, once that chunk's warps have all arrived on empty[its slot].
   const uint32_t chunk_bytes = static_cast<uint32_t>(kXsChunkRows * rb);
-  stage_rows<kMats>(stage, bar, m.w[0], kGlu ? m.w[1] : nullptr, static_cast<uint64_t>(blockIdx.x) * kXoRows, rb, warp, lane);
+  const int slots = m.stage_slots;
+  const uint64_t blk_row0 = static_cast<uint64_t>(blockIdx.x) * kXoRows;
+  const uint8_t* w1 = kGlu ? m.w[1] : nullptr;
+  constexpr int kWarpsPerChunk = kXsChunkRows / RW;
+  __shared__ uint64_t empty[kXsChunks];
+  stage_rows<kMats>(stage, bar, m.w[0], w1, blk_row0, rb, warp, lane, slots);
+  if (slots < kXsChunks && warp < slots && lane == 0) mbar_init(&empty[warp], kWarpsPerChunk);
   float pg[RW], px[RW];  // NM = 1: g and x of the warp's rows
 #pragma unroll
   for (int k = 0; k < RW; ++k) pg[k] = px[k] = 0.0f;
@@ -1507,9 +1534,22 @@ __global__ void __launch_bounds__(32 * kXoRows / RW) gemv_xq_staged_kernel(const
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r][0] = 0.0f;
   const int chunk = warp * RW / kXsChunkRows;
-  const uint8_t* mine = stage + static_cast<uint64_t>(chunk * kMats) * chunk_bytes + static_cast<uint64_t>(warp * RW % kXsChunkRows) * rb;
+  const int slot = chunk % slots;
+  uint8_t* const slot_at = stage + static_cast<uint64_t>(slot * kMats) * chunk_bytes;
+  const uint8_t* mine = slot_at + static_cast<uint64_t>(warp * RW % kXsChunkRows) * rb;
   mbar_wait(&bar[chunk], 0);
   staged_dots<F, kGlu>(mine, chunk_bytes, rb, lane, m, cols, acc);
+  const int next = chunk + slots;  // the chunk that takes this slot next
+  if (next < kXsChunks) {
+    __syncwarp();  // every lane's reads of the slot done
+    if (lane == 0) {
+      mbar_arrive(&empty[slot]);
+      if (warp % kWarpsPerChunk == 0) {
+        mbar_wait(&empty[slot], static_cast<uint32_t>(chunk / slots) & 1u);
+        stage_chunk<kMats>(slot_at, &bar[next], m.w[0], w1, blk_row0 + static_cast<uint64_t>(next) * kXsChunkRows, rb);
+      }
+    }
+  }
   step_trace_stamp(11);
   xq_out_epilogue<kGlu, NM, RW>(m, cols, acc, pg, px, row0, lane, warp, oq, ods);
 }
@@ -2057,38 +2097,84 @@ void opt_in_staged_smem(const void* kernel, std::atomic<uint64_t>& opted) {
   opted.fetch_or(uint64_t{1} << dev, std::memory_order_relaxed);
 }
 
+// Waves of `blocks` blocks of `kernel` (threads each, smem bytes of dynamic shared memory) on the
+// current device: ceil(blocks / (blocks resident per SM x SMs)); 0 where none fits. Occupancy
+// queries are kept per kernel, device and size (a handful per process).
+int64_t launch_waves(const void* kernel, int threads, uint64_t smem, int64_t blocks) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, uint64_t>, int64_t> per_wave;  // blocks resident at once
+  int dev = 0;
+  STRATA_CUDA(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(kernel, dev, threads, smem);
+  int64_t n = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = per_wave.find(key); it != per_wave.end()) n = it->second;
+  }
+  if (n == 0) {
+    int per_sm = 0, sms = 0;
+    STRATA_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<size_t>(smem)));
+    STRATA_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    n = std::max<int64_t>(int64_t{per_sm} * sms, 0);
+    if (n == 0) return 0;
+    const std::lock_guard<std::mutex> lock(mu);
+    per_wave[key] = n;
+  }
+  return (blocks + n - 1) / n;
+}
+
 // gemv_xq_staged_kernel for format F where its rows fit shared memory and the bulk copies' 16-byte
-// alignment holds (else false: the caller takes the register form).
+// alignment holds (else false: the caller takes the register form). Slots (forced: GemvXq's
+// out_staged_slots, else chosen here): the block's kXsChunks chunks at once where they fit and the
+// launch then takes one wave (or as few as with two), else a ring of two. On an H100 / H200, llama-1b:
+// every Q4_K and Q6_K producer takes 4; Q8_0's gate/up (139 KB at 4: one block per SM, two waves of
+// 256) and down (278 KB at 4: does not fit) take 2. A ring copies its last chunks after the PDL wait,
+// which cost where the whole rows fit in one wave (Q4_K 520 -> 602 us per step with O and down at 2).
 template <class F, bool kGlu, int NM, int RW>
-bool launch_xq_staged_fmt(const GemvLaunch& l, void* out, uint64_t max_bytes, cudaStream_t s) {
+bool launch_xq_staged_fmt(const GemvLaunch& l0, void* out, uint64_t max_bytes, int forced_slots, cudaStream_t s) {
+  GemvLaunch l = l0;
   const uint64_t rb = l.m.row_bytes[0];
-  const uint64_t smem = uint64_t{kXoRows} * rb * (kGlu ? 2 : 1);
-  if (max_bytes != 0 && smem > max_bytes) return false;
+  const uint64_t chunk_set = uint64_t{kXsChunkRows} * rb * (kGlu ? 2 : 1);  // one slot
+  if (max_bytes != 0 && kXsChunks * chunk_set > max_bytes) return false;
   if ((kXsChunkRows * rb) % 16 != 0 || (kGlu && l.m.row_bytes[1] != rb)) return false;
   for (int k = 0; k < (kGlu ? 2 : 1); ++k) {
     if (reinterpret_cast<uintptr_t>(l.m.w[k]) % 16 != 0) return false;
   }
   const uint64_t limit = staged_smem_limit();
-  if (smem > limit) return false;
   auto* kernel = gemv_xq_staged_kernel<F, kGlu, NM, RW>;
   static std::atomic<uint64_t> opted{0};
   opt_in_staged_smem(reinterpret_cast<const void*>(kernel), opted);
   const int64_t rows = l.m.rows[0];
+  const int64_t blocks = rows / kXoRows;
+  constexpr int kThreads = 32 * kXoRows / RW;
+  constexpr int kRing = 2;
+  int slots = 0;
+  if (forced_slots != 0) {
+    slots = forced_slots * chunk_set <= limit ? forced_slots : 0;
+  } else if (kXsChunks * chunk_set <= limit) {
+    slots = kXsChunks;
+    const int64_t whole = launch_waves(reinterpret_cast<const void*>(kernel), kThreads, kXsChunks * chunk_set, blocks);
+    if (whole > 1 && launch_waves(reinterpret_cast<const void*>(kernel), kThreads, kRing * chunk_set, blocks) < whole) slots = kRing;
+  } else if (kRing * chunk_set <= limit) {
+    slots = kRing;
+  }
+  if (slots == 0) return false;
+  l.m.stage_slots = slots;
+  const uint64_t smem = static_cast<uint64_t>(slots) * chunk_set;
   auto* q = static_cast<int8_t*>(out);
   auto* ds = reinterpret_cast<float2*>(q + rows);
-  launch_pdl(kernel, dim3(static_cast<unsigned>(rows / kXoRows)), dim3(32 * kXoRows / RW), static_cast<size_t>(smem), s, l.m,
-             l.cols, q, ds);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(smem), s, l.m, l.cols, q, ds);
   g_xq_out_launches.fetch_add(1, std::memory_order_relaxed);
   g_xq_staged_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 template <bool kGlu, int NM, int RW>
-bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, uint64_t max_bytes, cudaStream_t s) {
+bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, uint64_t max_bytes, int slots, cudaStream_t s) {
   switch (type) {
-    case GgmlType::kQ4_K: return launch_xq_staged_fmt<FmtQ4_K, kGlu, NM, RW>(l, out, max_bytes, s);
-    case GgmlType::kQ6_K: return launch_xq_staged_fmt<FmtQ6_K, kGlu, NM, RW>(l, out, max_bytes, s);
-    case GgmlType::kQ8_0: return launch_xq_staged_fmt<FmtQ8_0, kGlu, NM, RW>(l, out, max_bytes, s);
+    case GgmlType::kQ4_K: return launch_xq_staged_fmt<FmtQ4_K, kGlu, NM, RW>(l, out, max_bytes, slots, s);
+    case GgmlType::kQ6_K: return launch_xq_staged_fmt<FmtQ6_K, kGlu, NM, RW>(l, out, max_bytes, slots, s);
+    case GgmlType::kQ8_0: return launch_xq_staged_fmt<FmtQ8_0, kGlu, NM, RW>(l, out, max_bytes, slots, s);
     default: return false;
   }
 }
@@ -2096,10 +2182,10 @@ bool launch_xq_staged_rw(GgmlType type, const GemvLaunch& l, void* out, uint64_t
 // GemvXq::out_staged: 1 = the SwiGLU at four rows per warp, the producers at two; 2 or 4 = that
 // many for both.
 template <bool kGlu, int NM>
-bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged, uint64_t max_bytes, cudaStream_t s) {
+bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged, uint64_t max_bytes, int slots, cudaStream_t s) {
   const int rw = staged == 1 ? (kGlu ? 4 : 2) : staged;
-  return rw == 4 ? launch_xq_staged_rw<kGlu, NM, 4>(type, l, out, max_bytes, s)
-                 : launch_xq_staged_rw<kGlu, NM, 2>(type, l, out, max_bytes, s);
+  return rw == 4 ? launch_xq_staged_rw<kGlu, NM, 4>(type, l, out, max_bytes, slots, s)
+                 : launch_xq_staged_rw<kGlu, NM, 2>(type, l, out, max_bytes, slots, s);
 }
 
 std::atomic<int64_t> g_gemv_staged_launches{0};
@@ -2198,7 +2284,7 @@ bool launch_with_xq_out(GgmlType type, const GemvLaunch& l, int64_t n, GemvXq xq
   }
   GemvLaunch e = l;
   e.m.early_trigger = gemv_early_trigger(type, n) ? 1 : 0;
-  if (xq.out_staged == 0 || !launch_xq_staged<kGlu, NM>(type, e, xq.out, xq.out_staged, xq.out_staged_max_bytes, s)) {
+  if (xq.out_staged == 0 || !launch_xq_staged<kGlu, NM>(type, e, xq.out, xq.out_staged, xq.out_staged_max_bytes, xq.out_staged_slots, s)) {
     launch_xq_out<kGlu, NM>(type, e, xq.out, xq.out_rows_per_warp, s);
   }
   return true;
