@@ -454,15 +454,15 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
     return backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}, {"STRATA_CUDA_XQ_OUT", "s"},
                                          {"STRATA_CUDA_GEMV_STAGED", "0"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", slots}});
   };
-  const std::unique_ptr<Backend> ring = make_slots("2"), whole = make_slots("4");
+  const std::unique_ptr<Backend> ring = make_slots("2"), whole = make_slots("4"), chosen = make_slots("auto");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
   };
   // The staged producers (STRATA_CUDA_XQ_OUT=s...) take a launch where 16 of its block's rows (a
   // ring of two 8-row slots; of both matrices for the SwiGLU) fit the shared memory an sm_90 block
-  // may opt into (227 KB) less 1 KB, or with STRATA_CUDA_XQ_STAGE_SLOTS=4 all 32; the others keep the
-  // register form: at 32 rows, Q8_0's down of 8,192 columns (32 rows of 8,704 B).
+  // may opt into (227 KB) less 1 KB with STRATA_CUDA_XQ_STAGE_SLOTS=2 or auto, else (the default, 4) all 32;
+  // the others keep the register form: at 32 rows, Q8_0's down of 8,192 columns (32 rows of 8,704 B).
   auto expected_staged = [](GgmlType t, int64_t d, int64_t ffn, int64_t rows_at_once = 16) {
     auto row_bytes = [t](int64_t cols) {
       return t == GgmlType::kQ4_K ? cols / 256 * 144 : t == GgmlType::kQ6_K ? cols / 256 * 210 : cols / 32 * 34;
@@ -531,23 +531,25 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       EXPECT_EQ(without.xq_out_launches, 0);
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
-      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get(), ring.get(), whole.get()}) {
+      for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get(), ring.get(), whole.get(),
+                         chosen.get()}) {
         // The default stages Q4_K's, Q6_K's and Q8_0's producers and float GEMVs.
         const bool by_default = b == def.get();
         const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get() || by_default ||
-                            b == ring.get() || b == whole.get();
-        SCOPED_TRACE(b == on.get()      ? "one row per warp"
-                     : b == on2.get()   ? "two rows per warp"
-                     : b == def.get()   ? "the default"
-                     : b == st.get()    ? "staged"
-                     : b == st2.get()   ? "staged, two rows per warp"
-                     : b == st4.get()   ? "staged, four rows per warp"
-                     : b == ring.get()  ? "staged through a ring of two slots"
-                     : b == whole.get() ? "staged, a block's 32 rows at once"
-                                        : "staged, and the GEMVs that write floats");
+                            b == ring.get() || b == whole.get() || b == chosen.get();
+        SCOPED_TRACE(b == on.get()       ? "one row per warp"
+                     : b == on2.get()    ? "two rows per warp"
+                     : b == def.get()    ? "the default"
+                     : b == st.get()     ? "staged"
+                     : b == st2.get()    ? "staged, two rows per warp"
+                     : b == st4.get()    ? "staged, four rows per warp"
+                     : b == ring.get()   ? "staged through a ring of two slots"
+                     : b == whole.get()  ? "staged, a block's 32 rows at once"
+                     : b == chosen.get() ? "staged, the slots chosen per launch"
+                                         : "staged, and the GEMVs that write floats");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
-        const int64_t rows_at_once = b == whole.get() ? 32 : 16;
+        const int64_t rows_at_once = b == ring.get() || b == chosen.get() ? 16 : 32;
         if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn, rows_at_once).first) << "staged launches";
         else EXPECT_EQ(with.xq_staged_launches, 0);
         EXPECT_EQ(with.gemv_staged_launches, b == stg.get() || by_default ? expected_staged(type, sh.d, sh.ffn).second : 0);
