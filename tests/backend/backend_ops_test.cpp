@@ -431,8 +431,9 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
 // backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
 // unset: the default, which must write them too, staged for Q4_K, Q6_K and Q8_0; =s, s2, s4: the staged form, weights copied into
-// shared memory, where they fit, with STRATA_CUDA_XQ_STAGE_SLOTS=2 through a ring of two 8-row
-// slots (chunks copied after others are consumed), =4 a block's 32 rows at once) and one without (=0, where each of those GEMVs
+// shared memory, where they fit, by default a block's 32 rows at once where they fit in one wave of
+// blocks, else through a ring of two 8-row slots (chunks copied after others are consumed);
+// STRATA_CUDA_XQ_STAGE_SLOTS=2: the ring, =4: the 32 rows, wherever they fit) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
 // (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
 // 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
@@ -449,7 +450,8 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
   };
   const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr, nullptr), off = make("0");
   const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", "1");
-  // The staged producers' shared memory forced to a ring of two 8-row slots, and to the whole 32 rows.
+  // The staged producers' shared memory forced to a ring of two 8-row slots, and to the whole 32 rows;
+  // and "auto", the default, named.
   auto make_slots = [&](const char* slots) {
     return backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}, {"STRATA_CUDA_XQ_OUT", "s"},
                                          {"STRATA_CUDA_GEMV_STAGED", "0"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", slots}});
@@ -461,7 +463,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
   };
   // The staged producers (STRATA_CUDA_XQ_OUT=s...) take a launch where 16 of its block's rows (a
   // ring of two 8-row slots; of both matrices for the SwiGLU) fit the shared memory an sm_90 block
-  // may opt into (227 KB) less 1 KB with STRATA_CUDA_XQ_STAGE_SLOTS=2 or auto, else (the default, 4) all 32;
+  // may opt into (227 KB) less 1 KB by default (auto) or with STRATA_CUDA_XQ_STAGE_SLOTS=2, else (=4) all 32;
   // the others keep the register form: at 32 rows, Q8_0's down of 8,192 columns (32 rows of 8,704 B).
   auto expected_staged = [](GgmlType t, int64_t d, int64_t ffn, int64_t rows_at_once = 16) {
     auto row_bytes = [t](int64_t cols) {
@@ -549,7 +551,7 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
                                          : "staged, and the GEMVs that write floats");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
-        const int64_t rows_at_once = b == ring.get() || b == chosen.get() ? 16 : 32;
+        const int64_t rows_at_once = b == whole.get() ? 32 : 16;
         if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn, rows_at_once).first) << "staged launches";
         else EXPECT_EQ(with.xq_staged_launches, 0);
         EXPECT_EQ(with.gemv_staged_launches, b == stg.get() || by_default ? expected_staged(type, sh.d, sh.ffn).second : 0);

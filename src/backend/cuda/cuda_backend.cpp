@@ -293,7 +293,7 @@ struct CudaBackend::Impl {
   int xq_out_rows_per_warp = 2;  // their blocks: 16 warps of two rows (the default) or 32 of one (STRATA_CUDA_XQ_OUT=1)
   int xq_out_staged = 0;  // cuda::GemvXq::out_staged (STRATA_CUDA_XQ_OUT=s, s2, s4)
   uint64_t xq_out_staged_max = 0;  // cuda::GemvXq::out_staged_max_bytes (STRATA_CUDA_XQ_STAGE_MAX)
-  int xq_out_staged_slots = 4;     // cuda::GemvXq::out_staged_slots (STRATA_CUDA_XQ_STAGE_SLOTS)
+  int xq_out_staged_slots = 0;     // cuda::GemvXq::out_staged_slots (STRATA_CUDA_XQ_STAGE_SLOTS; 0: auto)
   bool xq_out_staged_default = false;  // STRATA_CUDA_XQ_OUT unset: the staged form where staged_by_default
   // The weight types whose one-row GEMVs over 8-bit x take the staged forms by default (where they
   // measured faster: docs/PERFORMANCE.md).
@@ -772,11 +772,11 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
       throw Error(fmt::format("STRATA_CUDA_XQ_STAGE_MAX={}: expected a number of bytes (0: no cap)", e));
     }
   }
-  // STRATA_CUDA_XQ_STAGE_SLOTS: the staged producers' shared memory as slots of 8 rows: unset or 4 =
-  // the block's 32 rows at once, where they fit (else the register form); 2 = a ring of two; auto =
-  // chosen per launch (matmul.cu, launch_xq_staged_fmt: the ring where the 32 rows do not fit or take
-  // more than one wave of blocks; on llama-1b, Q8_0's down and gate/up). Not the default until
-  // measured: the ring was built after this session's last device call.
+  // STRATA_CUDA_XQ_STAGE_SLOTS: the staged producers' shared memory as slots of 8 rows: unset or auto
+  // = chosen per launch (matmul.cu, launch_xq_staged_fmt: the block's 32 rows at once where they fit
+  // in one wave of blocks, else a ring of two slots; on llama-1b, Q8_0's down and gate/up take the
+  // ring: H100, 977.3 -> 967.2 us per step, docs/PERFORMANCE.md); 4 = the 32 rows at once, where they
+  // fit (else the register form); 2 = a ring of two everywhere.
   if (const char* e = std::getenv("STRATA_CUDA_XQ_STAGE_SLOTS")) {
     const std::string_view v(e);
     if (v != "2" && v != "4" && v != "auto") {

@@ -99,10 +99,10 @@ struct GemvXq {
   int out_staged = 0;
   // Nonzero: the staged form only where a block's rows take at most this many bytes of shared memory.
   uint64_t out_staged_max_bytes = 0;
-  // The staged producers' shared memory: 2 or 4 = that many 8-row slots (4: the block's 32 rows at
-  // once, where they fit; 2: a ring); 0 = chosen per launch (4 where they fit in one wave of blocks,
-  // else the ring).
-  int out_staged_slots = 4;
+  // The staged producers' shared memory: 0 (the default) = chosen per launch (4 where they fit in one
+  // wave of blocks, else the ring); 2 or 4 = that many 8-row slots (4: the block's 32 rows at once,
+  // where they fit; 2: a ring).
+  int out_staged_slots = 0;
 };
 // Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
 // writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads

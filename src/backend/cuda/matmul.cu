@@ -2125,12 +2125,13 @@ int64_t launch_waves(const void* kernel, int threads, uint64_t smem, int64_t blo
 
 // gemv_xq_staged_kernel for format F where its rows fit shared memory and the bulk copies' 16-byte
 // alignment holds (else false: the caller takes the register form). Slots: GemvXq's out_staged_slots
-// (4 by default: the block's 32 rows at once), or where that is 0 chosen here: kXsChunks where they
-// fit and the launch then takes one wave (or as few as with two), else a ring of two. On llama-1b
-// that gives every Q4_K and Q6_K producer 4, and Q8_0's gate/up (139 KB at 4: one block per SM, two
-// waves of 256) and down (278 KB at 4: does not fit) 2. A ring copies its last chunks after the PDL
-// wait, which cost where the whole rows fit in one wave (H200: Q4_K 520 -> 602 us per step with O and
-// down at 2); Q8_0 with every producer at 2 gained (888 -> 872.5 us).
+// where it is 2 or 4 (STRATA_CUDA_XQ_STAGE_SLOTS), else, by default (0), chosen here: kXsChunks (the
+// block's 32 rows at once) where they fit and the launch then takes one wave (or as few as with two),
+// else a ring of two. On llama-1b that gives every Q4_K and Q6_K producer 4, and Q8_0's gate/up
+// (139 KB at 4: one block per SM, two waves of 256) and down (278 KB at 4: does not fit) 2. A ring
+// copies its last chunks after the PDL wait, which cost where the whole rows fit in one wave (H200:
+// Q4_K 520 -> 602 us per step with O and down at 2); for Q8_0 the choice gained (H100: 977.3 ->
+// 967.2 us per step, docs/PERFORMANCE.md).
 template <class F, bool kGlu, int NM, int RW>
 bool launch_xq_staged_fmt(const GemvLaunch& l0, void* out, uint64_t max_bytes, int forced_slots, cudaStream_t s) {
   GemvLaunch l = l0;
