@@ -391,11 +391,11 @@ struct Q6K {
     }
     HWY_UNROLL(4)
     for (int q = 4 * e; q < 4 * e + 4; ++q) {
-      VU a = Words(blk, 0, 16 * h + q, lane0), b = Words(blk, 0, 16 * h + 8 + q, lane0);
-      VU c = Words(blk, kQ6KGroupQh, 8 * h + q, lane0);
-      PrefetchLine(pf, 64 * (16 * h + q), a);
-      PrefetchLine(pf, 64 * (16 * h + 8 + q), b);
-      PrefetchLine(pf, kQ6KGroupQh + 64 * (8 * h + q), c);
+      VU a = Words(blk, q6k_line(h, q, 0), 0, lane0), b = Words(blk, q6k_line(h, q, 1), 0, lane0);
+      VU c = Words(blk, q6k_line(h, q, 2), 0, lane0);
+      PrefetchLine(pf, q6k_line(h, q, 0), a);
+      PrefetchLine(pf, q6k_line(h, q, 1), b);
+      PrefetchLine(pf, q6k_line(h, q, 2), c);
       if (h == 0 && e == 0) PrefetchLine(pf, kQ6KGroupScales + 64 * q, c);  // the scales' 4 lines (q < 4)
       if (h == 0 && e == 1 && q == 4) PrefetchLine(pf, kQ6KGroupD, c);        // and d's
       // Run 2's weight: bits 6-7 of a, b and c as its bits 0-1, 2-3 and 4-5 (kScaledDots: as bits

@@ -106,9 +106,9 @@ void write_q6k(const uint8_t* blk, uint8_t* unit, uint64_t j) {
         b[i] = static_cast<uint8_t>(w1 | (w2 >> 2 & 3u) << 6);
         c[i] = static_cast<uint8_t>(w3 | (w2 >> 4) << 6);
       }
-      std::memcpy(unit + 64 * (16 * h + q) + 4 * j, a, 4);
-      std::memcpy(unit + 64 * (16 * h + 8 + q) + 4 * j, b, 4);
-      std::memcpy(unit + kQ6KGroupQh + 64 * (8 * h + q) + 4 * j, c, 4);
+      std::memcpy(unit + q6k_line(h, q, 0) + 4 * j, a, 4);
+      std::memcpy(unit + q6k_line(h, q, 1) + 4 * j, b, 4);
+      std::memcpy(unit + q6k_line(h, q, 2) + 4 * j, c, 4);
     }
   }
   for (int sb = 0; sb < 16; ++sb) unit[kQ6KGroupScales + 16 * sb + j] = blk != nullptr ? blk[192 + sb] : 0;
@@ -214,8 +214,8 @@ void read_q6k(const uint8_t* unit, uint64_t j, uint8_t* blk) {
   for (int h = 0; h < 2; ++h) {
     for (int q = 0; q < 8; ++q) {
       for (int i = 0; i < 4; ++i) {
-        const uint32_t a = unit[64 * (16 * h + q) + 4 * j + i], b = unit[64 * (16 * h + 8 + q) + 4 * j + i];
-        const uint32_t c = unit[kQ6KGroupQh + 64 * (8 * h + q) + 4 * j + i];
+        const uint32_t a = unit[q6k_line(h, q, 0) + 4 * j + i], b = unit[q6k_line(h, q, 1) + 4 * j + i];
+        const uint32_t c = unit[q6k_line(h, q, 2) + 4 * j + i];
         const uint32_t w0 = a & 63u, w1 = b & 63u, w3 = c & 63u, w2 = (a >> 6) | (b >> 6) << 2 | (c >> 6) << 4;
         blk[64 * h + 4 * q + i] = static_cast<uint8_t>((w0 & 15u) | (w2 & 15u) << 4);
         blk[64 * h + 32 + 4 * q + i] = static_cast<uint8_t>((w1 & 15u) | (w3 & 15u) << 4);

@@ -31,10 +31,11 @@
 //   [2784, 2816)  dmin:   the f16 at 2784 + 2 j
 // Q6_K (210-byte blocks, 3,360 per group): the bits of ql and qh recoded so that the kernel
 // unpacks each 6-bit weight with fewer operations (3 masks and 3 shifts a word of 4 runs instead of
-// 4 masks, 4 selects and 5 shifts); per half h (0, 1) and word q (0..7) of the half's runs:
-//   [0, 2048)     A: weights w0 (bits 0-5) and bits 0-1 of w2 (bits 6-7) at 64 (16 h + q) + 4 j;
-//                 B: w1 and bits 2-3 of w2 at 64 (16 h + 8 + q) + 4 j
-//   [2048, 3072)  C: w3 and bits 4-5 of w2 at 2048 + 64 (8 h + q) + 4 j
+// 4 masks, 4 selects and 5 shifts); per half h (0, 1) and word q (0..7) of the half's runs, the
+// three words side by side (q6k_line: the kernel reads lines 0, 1, 2, ... in order):
+//   [0, 3072)     A: weights w0 (bits 0-5) and bits 0-1 of w2 (bits 6-7) at 64 (3 (8 h + q)) + 4 j;
+//                 B: w1 and bits 2-3 of w2 at 64 (3 (8 h + q) + 1) + 4 j;
+//                 C: w3 and bits 4-5 of w2 at 64 (3 (8 h + q) + 2) + 4 j
 //   [3072, 3328)  scales: int8 scale s (0..15) at 3072 + 16 s + j (16 rows side by side)
 //   [3328, 3360)  d:      the f16 at 3328 + 2 j
 //   where byte i of the words holds the weights (0..63) of columns 128 h + 4 q + i + 32 k of run k,
@@ -81,7 +82,10 @@ constexpr uint64_t kQ4KGroupScales = 2048, kQ4KGroupD = 2240, kQ4KGroupDmin = 22
 constexpr uint64_t kQ5KGroupBlock = 16 * 176;
 constexpr uint64_t kQ5KGroupQh = 2048, kQ5KGroupScales = 2560, kQ5KGroupD = 2752, kQ5KGroupDmin = 2784;
 constexpr uint64_t kQ6KGroupBlock = 16 * 210;
-constexpr uint64_t kQ6KGroupQh = 2048, kQ6KGroupScales = 3072, kQ6KGroupD = 3328;
+constexpr uint64_t kQ6KGroupScales = 3072, kQ6KGroupD = 3328;
+// Q6_K's word q (0..7) of half h (0, 1): its A, B and C lines side by side (k = 0, 1, 2), so that the
+// kernel, taking them in that order, reads each unit's 48 lines of weights as one ascending stream.
+constexpr uint64_t q6k_line(int h, int q, int k) { return 64 * (3 * (8 * static_cast<uint64_t>(h) + q) + k); }
 constexpr uint64_t kQ8GroupPair = 16 * 2 * 34;  // two blocks of 32 of 16 rows
 constexpr uint64_t kQ8GroupD = 1024;
 constexpr uint64_t kQ40GroupPair = 16 * 2 * 18;  // two blocks of 32 of 16 rows
