@@ -1430,9 +1430,6 @@ __global__ void __launch_bounds__(32 * kXoRows / RW, 1) gemv_xq_out_kernel(const
 constexpr int kXsChunkRows = 8;  // 8 rows of any quantized format: a multiple of 16 bytes
 constexpr int kXsChunks = kXoRows / kXsChunkRows;
 
-// The staged kernels' copies: warp c < kXsChunks (its lane 0) initialises mbarrier c and copies rows
-// [8c, 8c + 8) of the block (from row blk_row0) of each of the kMats matrices (w0, then w1) into
-// stage, chunk after chunk, matrix after matrix. Weights only: may run before the PDL wait.
 // One chunk's copy: rows [row0, row0 + kXsChunkRows) of w0 (then w1) into dst, completing on bar.
 template <int kMats>
 __device__ __forceinline__ void stage_chunk(uint8_t* dst, uint64_t* bar, const uint8_t* w0, const uint8_t* w1,
@@ -1442,8 +1439,11 @@ __device__ __forceinline__ void stage_chunk(uint8_t* dst, uint64_t* bar, const u
   bulk_copy_hint(dst, w0 + row0 * rb, chunk_bytes, bar, policy);
   if constexpr (kMats == 2) bulk_copy_hint(dst + chunk_bytes, w1 + row0 * rb, chunk_bytes, bar, policy);
 }
-// slots = kXsChunks (gemv_staged_kernel's only form): warp c < slots copies chunk c into slot c; the
-// barriers of the chunks a ring copies later are initialised here too (warps slots..kXsChunks - 1).
+// The staged kernels' copies: warp c < kXsChunks (its lane 0) initialises mbarrier c and, where
+// c < slots, copies rows [8c, 8c + 8) of the block (from row blk_row0) of each of the kMats matrices
+// (w0, then w1) into slot c of stage, matrix after matrix. Weights only: may run before the PDL wait.
+// slots = kXsChunks (gemv_staged_kernel's only form): every chunk; a ring (fewer slots): the barriers
+// of the chunks it copies later are initialised here too (warps slots..kXsChunks - 1).
 template <int kMats>
 __device__ __forceinline__ void stage_rows(uint8_t* stage, uint64_t* bar, const uint8_t* w0, const uint8_t* w1,
                                            uint64_t blk_row0, uint64_t rb, int warp, int lane, int slots = kXsChunks) {
