@@ -235,6 +235,7 @@ struct Q4KOr5K {
   static constexpr uint64_t kBlock = kFifth ? kQ5KGroupBlock : kQ4KGroupBlock, kTail = kBlock;
   static constexpr uint64_t kScales = kFifth ? kQ5KGroupScales : kQ4KGroupScales;
   static constexpr uint64_t kD = kFifth ? kQ5KGroupD : kQ4KGroupD, kDmin = kFifth ? kQ5KGroupDmin : kQ4KGroupDmin;
+  static constexpr uint64_t kQs = kFifth ? 0 : kQ4KGroupQs;  // the weights' first line
   static constexpr int64_t kUnitCols = 256;
   static constexpr int kMaxRN = kWideRegisters ? 4 : 2;
   // kScaledDots: the high sub-block's weights dotted times 16 (Q4_K: the nibbles in place) or 8
@@ -263,8 +264,8 @@ struct Q4KOr5K {
     HWY_UNROLL(8)
     for (int q = 0; q < 8; ++q) {
       // One line each between the loads: qs; the scale and d lines (Q5_K: the qh lines first).
-      VU v = Words(blk, 0, 8 * c + q, lane0);
-      PrefetchLine(pf, 64 * (8 * c + q), v);
+      VU v = Words(blk, kQs, 8 * c + q, lane0);
+      PrefetchLine(pf, kQs + 64 * (8 * c + q), v);
       if (kFifth && c == 0) PrefetchLine(pf, kQ5KGroupQh + 64 * q, v);
       if (c == (kFifth ? 1 : 0) && q < 4) PrefetchLine(pf, kScales + 64 * q, v);
       VU vl, vh;

@@ -21,7 +21,8 @@ static_assert(sizeof(BlockQ5_K) == 176 && offsetof(BlockQ5_K, scales) == 4 && of
 static_assert(kQ5KGroupBlock == kQuantGroupRows * sizeof(BlockQ5_K) && kQ5KGroupDmin + 2 * kQuantGroupRows == kQ5KGroupBlock);
 static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
               offsetof(BlockQ6_K, d) == 208);
-static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupBlock);
+static_assert(kQ4KGroupBlock == kQuantGroupRows * sizeof(BlockQ4_K) && kQ4KGroupDmin + 2 * kQuantGroupRows == kQ4KGroupQs &&
+              kQ4KGroupQs + 2048 == kQ4KGroupBlock);
 static_assert(kQ6KGroupBlock == kQuantGroupRows * sizeof(BlockQ6_K) && kQ6KGroupD + 2 * kQuantGroupRows == kQ6KGroupBlock);
 
 static_assert(sizeof(BlockQ4_0) == 18 && offsetof(BlockQ4_0, qs) == 2 && kQ40GroupPair == kQuantGroupRows * 2 * 18);
@@ -55,7 +56,7 @@ struct Run {
 };
 constexpr Run kQ2KRuns[] = {{0, kQ2KGroupScales, 4, 4}, {16, 0, 4, 16}, {80, kQ2KGroupD, 2, 1}, {82, kQ2KGroupDmin, 2, 1}};
 constexpr Run kQ3KRuns[] = {{0, kQ3KGroupHmask, 4, 8}, {32, 0, 4, 16}, {96, kQ3KGroupScales, 4, 3}, {108, kQ3KGroupD, 2, 1}};
-constexpr Run kQ4KRuns[] = {{0, kQ4KGroupD, 2, 1}, {2, kQ4KGroupDmin, 2, 1}, {4, kQ4KGroupScales, 4, 3}, {16, 0, 4, 32}};
+constexpr Run kQ4KRuns[] = {{0, kQ4KGroupD, 2, 1}, {2, kQ4KGroupDmin, 2, 1}, {4, kQ4KGroupScales, 4, 3}, {16, kQ4KGroupQs, 4, 32}};
 // (Q5_K's qh and qs: recoded by write_q5k / read_q5k.)
 constexpr Run kQ5KRuns[] = {{0, kQ5KGroupD, 2, 1}, {2, kQ5KGroupDmin, 2, 1}, {4, kQ5KGroupScales, 4, 3}};
 constexpr Run kQ6KRuns[] = {{208, kQ6KGroupD, 2, 1}};  // d only: the rest is recoded (write_q6k / read_q6k)

@@ -14,11 +14,12 @@
 //   [1024, 1536)  hmask:  word v (0..7) at 1024 + 64 v + 4 j
 //   [1536, 1728)  scales: word w (0..2 of the 12 packed 6-bit scales) at 1536 + 64 w + 4 j
 //   [1728, 1760)  d:      the f16 at 1728 + 2 j
-// Q4_K (144-byte blocks, 2,304 per group):
-//   [0, 2048)     qs:     word v (v = 0..31: bytes 4v .. 4v + 3 of the block's qs) at 64 v + 4 j
-//   [2048, 2240)  scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 2048 + 64 w + 4 j
-//   [2240, 2272)  d:      the f16 at 2240 + 2 j
-//   [2272, 2304)  dmin:   the f16 at 2272 + 2 j
+// Q4_K (144-byte blocks, 2,304 per group; the scales first, so that the kernel, which reads them
+// first, reads each unit's lines in ascending order):
+//   [0, 192)      scales: word w (w = 0..2 of the 12 packed scale/min bytes) at 64 w + 4 j
+//   [192, 224)    d:      the f16 at 192 + 2 j
+//   [224, 256)    dmin:   the f16 at 224 + 2 j
+//   [256, 2304)   qs:     word v (v = 0..31: bytes 4v .. 4v + 3 of the block's qs) at 256 + 64 v + 4 j
 // Q5_K (176-byte blocks, 2,816 per group): Q4_K's layout with qs and qh recoded so that no weight
 // needs more than one shift (quant_groups.cpp's write_q5k); per pair c of sub-blocks (columns
 // 64 c ..) and word q (0..7) of its 32 bytes l = 4 q + i:
@@ -78,7 +79,7 @@ constexpr uint64_t kQ2KGroupScales = 1024, kQ2KGroupD = 1280, kQ2KGroupDmin = 13
 constexpr uint64_t kQ3KGroupBlock = 16 * 110;
 constexpr uint64_t kQ3KGroupHmask = 1024, kQ3KGroupScales = 1536, kQ3KGroupD = 1728;
 constexpr uint64_t kQ4KGroupBlock = 16 * 144;
-constexpr uint64_t kQ4KGroupScales = 2048, kQ4KGroupD = 2240, kQ4KGroupDmin = 2272;
+constexpr uint64_t kQ4KGroupScales = 0, kQ4KGroupD = 192, kQ4KGroupDmin = 224, kQ4KGroupQs = 256;
 constexpr uint64_t kQ5KGroupBlock = 16 * 176;
 constexpr uint64_t kQ5KGroupQh = 2048, kQ5KGroupScales = 2560, kQ5KGroupD = 2752, kQ5KGroupDmin = 2784;
 constexpr uint64_t kQ6KGroupBlock = 16 * 210;
