@@ -2192,12 +2192,15 @@ bool launch_xq_staged(GgmlType type, const GemvLaunch& l, void* out, int staged,
 
 std::atomic<int64_t> g_gemv_staged_launches{0};
 
-// gemv_staged_kernel (RW = 2) for a one-row GEMV (over 8-bit x where kXq, else over the f32 x)
-// where every matrix's rows are a multiple of kXoRows and a block's rows fit shared memory (else
-// false: the caller launches gemv_kernel).
+// gemv_staged_kernel (RW = 4: blocks of 256 threads) for a one-row GEMV (over 8-bit x where kXq,
+// else over the f32 x) where every matrix's rows are a multiple of kXoRows and a block's rows fit
+// shared memory (else false: the caller launches gemv_kernel). RW = 4 against 2 (512 threads), GPU us
+// per step on an H100, llama-1b, two rounds each: Q4_K 541.2 / 541.0 -> 533.5 / 534.1, Q6_K 701.6 /
+// 702.9 -> 700.5 / 700.1, Q8_0 965.0 / 965.5 -> 960.1 / 959.0; RW = 8 (128 threads): Q4_K 557.4
+// (docs/PERFORMANCE.md, 2026-12-07).
 template <class F, int NM, bool kXq>
 bool launch_gemv_staged_fmt(const GemvLaunch& l0, const float* x, uint64_t max_bytes, cudaStream_t s) {
-  constexpr int RW = 2;
+  constexpr int RW = 4;
   GemvLaunch l = l0;
   const uint64_t rb = l.m.row_bytes[0];
   const uint64_t smem = uint64_t{kXoRows} * rb;
