@@ -95,7 +95,7 @@ struct GemvXq {
   // producers (matmul.cu's gemv_xq_staged_kernel) 1 = the SwiGLU at four rows per warp and the
   // lazy-norm producers at two, 2 or 4 = that many rows per warp for both; for the one-row GEMVs
   // that write floats (gemv, gemv_multi, gemv_multi_normed: gemv_staged_kernel) any nonzero value,
-  // two rows per warp, but 3: gemv_multi_normed's only (the lazy norm's consumers).
+  // four rows per warp, but 3: gemv_multi_normed's only (the lazy norm's consumers).
   int out_staged = 0;
   // Nonzero: the staged form only where a block's rows take at most this many bytes of shared memory.
   uint64_t out_staged_max_bytes = 0;
