@@ -75,11 +75,11 @@ ThreadPool& pool() {
 const bool kRowGroups = [] {
   const char* env = std::getenv("STRATA_BENCH_ROW_GROUPS");
   if (env == nullptr || std::strcmp(env, "1") != 0) return false;
-  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16}) {
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const GroupPrefetch p = choose_group_prefetch(pool(), t, 2048);
     set_group_prefetch(t, p);
-    std::fprintf(stderr, "%.*s: rows in groups of 4, %s prefetch\n", static_cast<int>(ggml_type_name(t).size()),
-                 ggml_type_name(t).data(), group_prefetch_name(p));
+    std::fprintf(stderr, "%.*s: rows in groups of %d, %s prefetch\n", static_cast<int>(ggml_type_name(t).size()),
+                 ggml_type_name(t).data(), quant_groups_supported(t, 2048) ? 16 : 4, group_prefetch_name(p));
   }
   return true;
 }();
@@ -279,15 +279,17 @@ BENCHMARK(BM_Attention)
 // DecodeChunks::kGuided and kFixed (counters "guided" and "fixed", GB/s; "GB/s" is both), 1 = the
 // bandwidth probe's read loop over the same bytes, one pool dispatch per matmul, each thread an
 // even share of it (what the stream would reach with no arithmetic and perfectly even threads),
-// 2 = the two interleaved iteration by iteration (F16/BF16: the probe's loop, then the matmuls with
-// each GroupPrefetch in turn), with each stream's GB/s over the probe loop's ("X/probe"):
+// 2 = the two interleaved iteration by iteration (the probe's loop, then the matmuls with each
+// GroupPrefetch in turn, and retuned while decoding, guided chunks), with each stream's GB/s over
+// the probe loop's ("X/probe"):
 // on a host whose bandwidth drifts with its other tenants, only an interleaved ratio means anything.
 void BM_DecodeStep(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t what = state.range(1);
-  if (type == GgmlType::kF16 || type == GgmlType::kBF16) {  // rows in groups: the prefetch as the backend chooses it
-    static std::once_flag once[2];
-    std::call_once(once[type == GgmlType::kF16 ? 0 : 1], [&] { set_group_prefetch(type, choose_group_prefetch(pool(), type, 2048)); });
+  const bool grouped = type == GgmlType::kF16 || type == GgmlType::kBF16 || quant_groups_supported(type, 2048);
+  if (grouped) {  // rows in groups: the prefetch as the backend chooses it
+    static std::once_flag once[kGroupPrefetchSlots];
+    std::call_once(once[group_prefetch_slot_or_none(type)], [&] { set_group_prefetch(type, choose_group_prefetch(pool(), type, 2048)); });
   }
   struct Shape {
     int64_t rows, cols;
@@ -321,19 +323,19 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   std::vector<float> x(8192, 0.5f), y(2 * 32000);
   KernelScratch scratch;
-  const bool grouped_float = type == GgmlType::kF16 || type == GgmlType::kBF16;
-  const GroupPrefetch chosen = grouped_float ? group_prefetch(type) : GroupPrefetch::kSoftware;
+  const GroupPrefetch chosen = grouped ? group_prefetch(type) : GroupPrefetch::kSoftware;
   // The variants the iterations cycle through (what 0: guided, fixed; 1: the probe's loop; 2: the
-  // probe's loop, then the matmuls, F16/BF16 with each GroupPrefetch).
-  enum Variant { kGuided, kFixed, kProbe, kPrefetch0 };  // kPrefetch0 + i: kGroupPrefetches[i]
-  constexpr int kVariants = kPrefetch0 + static_cast<int>(std::size(kGroupPrefetches));
+  // probe's loop, then the matmuls with each GroupPrefetch).
+  enum Variant { kGuided, kFixed, kProbe, kPrefetch0 };  // kPrefetch0 + i: kGroupPrefetches[i]; then kRetuned
+  constexpr int kRetuned = kPrefetch0 + static_cast<int>(std::size(kGroupPrefetches));  // retuned while decoding
+  constexpr int kVariants = kRetuned + 1;
   std::vector<int> variants;
   if (what == 0) variants = {kGuided, kFixed};
   if (what == 1) variants = {kProbe};
   if (what == 2) {
     variants = {kProbe};
-    if (!grouped_float) variants.push_back(kGuided);
-    for (int i = kPrefetch0; grouped_float && i < kVariants; ++i) variants.push_back(i);
+    if (!grouped) variants.push_back(kGuided);
+    for (int i = kPrefetch0; grouped && i < kVariants; ++i) variants.push_back(i);  // ... and kRetuned
   }
   double secs[kVariants] = {};
   int runs[kVariants] = {};
@@ -342,7 +344,8 @@ void BM_DecodeStep(benchmark::State& state) {
   for (auto _ : state) {
     const int v = variants[iter++ % variants.size()];
     set_decode_chunks(v == kFixed ? DecodeChunks::kFixed : DecodeChunks::kGuided);
-    if (v >= kPrefetch0) set_group_prefetch(type, kGroupPrefetches[v - kPrefetch0]);
+    if (v >= kPrefetch0 && v < kRetuned) set_group_prefetch(type, kGroupPrefetches[v - kPrefetch0]);
+    if (v == kRetuned) enable_group_prefetch_retuning(type);  // its timings carry over from its last iteration
     const auto t0 = std::chrono::steady_clock::now();
     for (const auto& c : ws) {
       if (v == kProbe) {
@@ -369,10 +372,10 @@ void BM_DecodeStep(benchmark::State& state) {
     ++runs[v];
   }
   set_decode_chunks(DecodeChunks::kGuided);
-  if (grouped_float) set_group_prefetch(type, chosen);
+  if (grouped) set_group_prefetch(type, chosen);
   const auto gbs = [&](int v) { return static_cast<double>(total) * runs[v] / secs[v] / 1e9; };
   const auto name = [](int v) -> std::string {
-    return v >= kPrefetch0 ? group_prefetch_name(kGroupPrefetches[v - kPrefetch0]) : v == kProbe ? "probe" : v == kFixed ? "fixed" : "guided";
+    return v == kRetuned ? "retuned" : v >= kPrefetch0 ? group_prefetch_name(kGroupPrefetches[v - kPrefetch0]) : v == kProbe ? "probe" : v == kFixed ? "fixed" : "guided";
   };
   if (what != 1) {
     for (const int v : variants) state.counters[name(v)] = gbs(v);

@@ -11,9 +11,13 @@
 //     pins every unpacking detail of the weight blocks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <limits>
+#include <random>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -205,17 +209,26 @@ TEST_P(Matmul, KQuantsInQuantGroupsMatchTheExactArithmetic) {
     ASSERT_EQ(up.row_group, WeightMatrix::kQuantGroup);
     ASSERT_NE(up.data, m.w.data);
     KernelScratch scratch;
+    const GroupPrefetch was = group_prefetch(type);
     for (int64_t n : kTokenCounts) {
       SCOPED_TRACE(n);
       const auto x = random_floats(static_cast<size_t>(n * cols), rng);
       const auto size = static_cast<size_t>(n * rows);
       std::vector<float> y1(size + 16, -7.0f), y3(size + 16, -7.0f);
+      set_group_prefetch(type, GroupPrefetch::kSoftware);
       matmul(up, x.data(), n, y1.data(), pool1, scratch);
       matmul(up, x.data(), n, y3.data(), pool3, scratch);
       for (size_t i = size; i < size + 16; ++i) ASSERT_EQ(y1[i], -7.0f) << "written past the output";
       y1.resize(size);
       y3.resize(size);
       ASSERT_TRUE(test::bitwise_equal(y1.data(), y3.data(), size)) << "1 vs 3 threads differ";
+      for (GroupPrefetch p : kGroupPrefetches) {  // software prefetch at any distance, or none: the same bits
+        set_group_prefetch(type, p);
+        std::vector<float> yp(size);
+        matmul(up, x.data(), n, yp.data(), pool3, scratch);
+        ASSERT_TRUE(test::bitwise_equal(y1.data(), yp.data(), size)) << group_prefetch_name(p);
+      }
+      set_group_prefetch(type, was);
       const auto exact = reference_on_quantized_acts(m.w, x, n);
       EXPECT_LE(test::max_abs_diff(y3, exact), 2e-5 * test::rms(exact));
       for (int64_t t : {int64_t{0}, n / 2, n - 1}) {
@@ -343,7 +356,99 @@ TEST(MatmulRowGroups, EnvironmentTurnsThemOff) {
   EXPECT_NE(std::find(std::begin(kGroupPrefetches), std::end(kGroupPrefetches), measured), std::end(kGroupPrefetches));
   EXPECT_EQ(group_prefetch(GgmlType::kF16), was) << "measuring changed the choice in use";
   EXPECT_THROW((void)choose_group_prefetch(pool, GgmlType::kF32, 768), std::invalid_argument);
+  // The types of quant groups, likewise (their own distance for "software"); never a type not in groups.
+  setenv("STRATA_CPU_GROUP_PREFETCH", "hardware", 1);
+  EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kQ4_K, 2048), GroupPrefetch::kHardware);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "software-4k", 1);
+  EXPECT_EQ(choose_group_prefetch(pool, GgmlType::kQ8_0, 2048), GroupPrefetch::kSoftware4K);
+  setenv("STRATA_CPU_GROUP_PREFETCH", "auto", 1);
+  const GroupPrefetch was_q6 = group_prefetch(GgmlType::kQ6_K);
+  const GroupPrefetch measured_q6 = choose_group_prefetch(pool, GgmlType::kQ6_K, 1000);  // rounded down to 768 columns
+  EXPECT_NE(std::find(std::begin(kGroupPrefetches), std::end(kGroupPrefetches), measured_q6), std::end(kGroupPrefetches));
+  EXPECT_EQ(group_prefetch(GgmlType::kQ6_K), was_q6) << "measuring changed the choice in use";
+  EXPECT_THROW((void)choose_group_prefetch(pool, GgmlType::kQ8_1, 2048), std::invalid_argument);
+  EXPECT_THROW(set_group_prefetch(GgmlType::kIQ4_NL, GroupPrefetch::kHardware), std::invalid_argument);
   unsetenv("STRATA_CPU_GROUP_PREFETCH");
+}
+
+// The retuner with made-up timings: variant i takes cost[i] seconds a byte. It tries each variant
+// once, then runs the fastest in all but one epoch in kExploreEvery, and follows a change of costs.
+TEST(MatmulRowGroups, RetunerFollowsTheFastestVariant) {
+  PrefetchRetuner r;
+  r.restart(GroupPrefetch::kSoftware);
+  auto index = [](GroupPrefetch p) {
+    return static_cast<size_t>(std::find(std::begin(kGroupPrefetches), std::end(kGroupPrefetches), p) - std::begin(kGroupPrefetches));
+  };
+  auto run_epochs = [&](const std::array<double, 4>& cost, uint32_t epochs, std::array<uint32_t, 4>& runs) {
+    for (uint32_t e = 0; e < epochs; ++e) {
+      const GroupPrefetch first = r.pick();
+      for (uint32_t c = 0; c < PrefetchRetuner::kEpochCalls; ++c) {
+        const GroupPrefetch p = r.pick();
+        ASSERT_EQ(p, first) << "one variant a whole epoch";
+        r.record(1e6, 1e6 * cost[index(p)]);
+      }
+      ++runs[index(first)];
+    }
+  };
+  std::array<uint32_t, 4> runs{};
+  constexpr uint32_t E = PrefetchRetuner::kExploreEvery;
+  const std::array<double, 4> hardware_fastest = {1.0, 0.7, 1.1, 1.2};  // kSoftware, kHardware, kSoftware16K, kSoftware4K
+  run_epochs(hardware_fastest, 4 + E * 30, runs);
+  EXPECT_EQ(r.best(), GroupPrefetch::kHardware);
+  EXPECT_EQ(r.epochs(), 4 + E * 30);
+  for (size_t v = 0; v < 4; ++v) {
+    if (v == index(GroupPrefetch::kHardware)) {
+      EXPECT_GE(runs[v], 30 * (E - 1)) << "the fastest runs in all epochs but one in kExploreEvery";
+    } else {
+      EXPECT_GE(runs[v], 10u) << "explored: " << group_prefetch_name(kGroupPrefetches[v]);
+      EXPECT_LE(runs[v], 12u) << "explored only: " << group_prefetch_name(kGroupPrefetches[v]);
+    }
+  }
+  // The host changes: software 4 KiB ahead is now the fastest, hardware the slowest.
+  runs = {};
+  run_epochs({1.0, 1.5, 1.1, 0.6}, E * 12, runs);
+  EXPECT_EQ(r.best(), GroupPrefetch::kSoftware4K);
+  EXPECT_GE(runs[index(GroupPrefetch::kSoftware4K)], E * 7) << "found within 3 explorations' rounds";
+  // Restarting keeps what was measured.
+  r.restart(GroupPrefetch::kHardware);
+  EXPECT_EQ(r.best(), GroupPrefetch::kSoftware4K);
+  EXPECT_EQ(r.pick(), GroupPrefetch::kSoftware4K);
+}
+
+// Retuning on: one-token matmuls in groups keep their bits whatever variant runs, and a fixed
+// choice turns it off.
+TEST(MatmulRowGroups, RetuningKeepsTheBits) {
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  CpuBackend backend(2);
+  KernelScratch scratch;
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kQ4_K, GgmlType::kQ8_0}) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const auto m = random_matrix(type, 40, 512, rng);
+    const WeightMatrix up = backend.upload_matrix(m.w);
+    ASSERT_NE(up.row_group, 0);
+    const auto x = random_floats(512, rng);
+    const GroupPrefetch was = group_prefetch(type);
+    set_group_prefetch(type, GroupPrefetch::kSoftware);
+    EXPECT_FALSE(group_prefetch_retuning(type));
+    std::vector<float> fixed(40), y(40);
+    matmul(up, x.data(), 1, fixed.data(), pool, scratch);
+    enable_group_prefetch_retuning(type);
+    EXPECT_TRUE(group_prefetch_retuning(type));
+    std::set<GroupPrefetch> seen;
+    for (uint32_t i = 0; i < PrefetchRetuner::kEpochCalls * (4 + PrefetchRetuner::kExploreEvery * 3); ++i) {
+      matmul(up, x.data(), 1, y.data(), pool, scratch);
+      seen.insert(group_prefetch(type));
+      ASSERT_TRUE(test::bitwise_equal(fixed.data(), y.data(), y.size())) << "call " << i;
+    }
+    EXPECT_EQ(seen.size(), std::size(kGroupPrefetches)) << "every variant ran";
+    set_group_prefetch(type, GroupPrefetch::kSoftware16K);
+    EXPECT_FALSE(group_prefetch_retuning(type));
+    matmul(up, x.data(), 1, y.data(), pool, scratch);
+    EXPECT_EQ(group_prefetch(type), GroupPrefetch::kSoftware16K) << "fixed again";
+    set_group_prefetch(type, was);
+  }
+  EXPECT_THROW(enable_group_prefetch_retuning(GgmlType::kIQ4_NL), std::invalid_argument);
 }
 
 TEST(MatmulDecodeOrder, EnvironmentChoosesOrMeasuresPerType) {

@@ -131,17 +131,27 @@ WeightMatrix CpuBackend::upload_matrix(const WeightMatrix& host) {
   for (size_t i = 0; i < kQuantGroupTypes.size(); ++i) quant_grouped_[i] |= quant_grouped && host.type == kQuantGroupTypes[i];
   // How one token walks the matrix, measured at the first matrix of each type with a choice of at
   // least 512 columns, once per process and type: F32/F16/BF16 rows as stored and the K-quants, the
-  // order (cpu::DecodeOrder); F16/BF16 rows in groups (always 4-row tiles), the prefetch
-  // (GroupPrefetch). Below that size (toy models of the tests) the weights stay in cache and neither
-  // matters; the defaults then.
+  // order (cpu::DecodeOrder); F16/BF16 rows in groups (always 4-row tiles) and quant groups, the
+  // prefetch (GroupPrefetch). Below that size (toy models of the tests) the weights stay in cache and
+  // neither matters; the defaults then.
+  static std::once_flag group_prefetch_once[cpu::kGroupPrefetchSlots];
+  if (quant_grouped && host.cols >= 512) {
+    const auto slot = static_cast<size_t>(cpu::group_prefetch_slot_or_none(host.type));
+    std::call_once(group_prefetch_once[slot], [&] {
+      cpu::set_group_prefetch(host.type, cpu::choose_group_prefetch(*pool_, host.type, host.cols));
+      if (cpu::group_prefetch_measured()) cpu::enable_group_prefetch_retuning(host.type);
+    });
+    for (size_t i = 0; i < kQuantGroupTypes.size(); ++i) quant_prefetch_chosen_[i] |= host.type == kQuantGroupTypes[i];
+  }
   if (cpu::has_decode_order(host.type) && !quant_grouped) {  // (in quant groups one token has one order)
     const auto slot = static_cast<size_t>(cpu::decode_order_slot(host.type));
     if (grouped) grouped_types_[slot] = true;
     if (host.cols >= 512) {
-      static std::once_flag order_once[cpu::kDecodeOrderSlots], prefetch_once[3];
+      static std::once_flag order_once[cpu::kDecodeOrderSlots];
       if (grouped) {
-        std::call_once(prefetch_once[slot], [&] {
+        std::call_once(group_prefetch_once[slot], [&] {
           cpu::set_group_prefetch(host.type, cpu::choose_group_prefetch(*pool_, host.type, host.cols));
+          if (cpu::group_prefetch_measured()) cpu::enable_group_prefetch_retuning(host.type);
         });
         group_prefetch_chosen_[slot] = true;
       } else {
@@ -225,7 +235,8 @@ std::string CpuBackend::description() const {
       orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", ggml_type_name(type),
                             WeightMatrix::kRowGroup);
       if (group_prefetch_chosen_[i]) {
-        orders += fmt::format(" ({} prefetch)", cpu::group_prefetch_name(cpu::group_prefetch(type)));
+        orders += fmt::format(" ({} prefetch{})", cpu::group_prefetch_name(cpu::group_prefetch(type)),
+                              cpu::group_prefetch_retuning(type) ? " at load, retuned while decoding" : "");
       }
     }
     if (!decode_order_chosen_[i]) continue;
@@ -236,6 +247,10 @@ std::string CpuBackend::description() const {
     if (!quant_grouped_[i]) continue;
     orders += fmt::format("{}{} in groups of {} rows", orders.empty() ? "" : ", ", ggml_type_name(kQuantGroupTypes[i]),
                           WeightMatrix::kQuantGroup);
+    if (quant_prefetch_chosen_[i]) {
+      orders += fmt::format(" ({} prefetch{})", cpu::group_prefetch_name(cpu::group_prefetch(kQuantGroupTypes[i])),
+                            cpu::group_prefetch_retuning(kQuantGroupTypes[i]) ? " at load, retuned while decoding" : "");
+    }
   }
   if (orders.empty()) return fmt::format("cpu ({}, {} threads)", cpu::simd_target_name(), pool_->size());
   return fmt::format("cpu ({}, {} threads, one-token matmuls: {})", cpu::simd_target_name(), pool_->size(), orders);

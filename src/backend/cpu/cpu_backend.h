@@ -54,7 +54,8 @@ class CpuBackend final : public Backend {
   // kernel then keeps a row in each vector lane and unpacks the scales of 16 rows at once
   // (docs/PERFORMANCE.md, issue 17). Their arithmetic per output differs from
   // the rows-as-stored kernels' (within their error bound, not bit for bit), and is the same for
-  // every batch, thread count and x86 target.
+  // every batch, thread count and x86 target (and software prefetch or none); their prefetch is
+  // measured as F16/BF16's, per type.
   // STRATA_CPU_ROW_GROUPS=0 keeps the rows as they are.
   // For F16/BF16 the same arithmetic per output, so the same results either way.
   WeightMatrix upload_matrix(const WeightMatrix& host) override;
@@ -103,6 +104,7 @@ class CpuBackend final : public Backend {
       GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
       GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1};
   std::array<bool, kQuantGroupTypes.size()> quant_grouped_{};  // per kQuantGroupTypes: a matrix of that type was copied in quant groups
+  std::array<bool, kQuantGroupTypes.size()> quant_prefetch_chosen_{};  // ... and a cpu::GroupPrefetch measured for it
   std::array<bool, 8> decode_order_chosen_{};  // per cpu::decode_order_slot: a cpu::DecodeOrder measured
   std::vector<AnonymousMemory> weight_arenas_;  // upload_matrix's copies; the last one is being filled
   uint64_t arena_used_ = 0;                      // bytes used in weight_arenas_.back()

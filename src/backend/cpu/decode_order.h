@@ -17,8 +17,12 @@
 // Process-wide, one order per type; kTiles until set.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string_view>
 
 #include "core/thread_pool.h"
 #include "gguf/tensor_type.h"
@@ -56,11 +60,95 @@ const char* decode_order_name(DecodeOrder order);
 // The order to use here for `type` (one with a choice): STRATA_CPU_DECODE_ORDER=rows|tiles (every
 // type), or (unset or "auto") whichever runs faster on this machine through matmul over 64 MiB of
 // `type` matrices of `cols` columns (rounded down to the type's block), 2 MiB each (as a decode
-// step meets them: one matrix after another, each split over the pool's threads), the best of
-// three passes per order, alternated (~30-60 ms of matmuls; on the Zen 3 VM a load measuring Q4_K
+// step meets them: one matrix after another, each split over the pool's threads), the median of
+// nine passes per order, alternated (~100-150 ms of matmuls; on the Zen 3 VM a load measuring Q4_K
 // and Q6_K took 0.18-1.3 s against 0.10-0.27 s with the order set, mostly the first touch of each
 // 64 MiB buffer). Leaves the orders in use as they were. Throws
 // std::invalid_argument for another value of the variable or a type without a choice.
 DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
+
+// One token over rows in groups (WeightMatrix::row_group: F16/BF16 in groups of 4 rows, one
+// sequential stream and 4 FMA chains; the quantized types of quant_groups.h in groups of 16, one
+// stream): kSoftware prefetches the layout's own distance ahead (floats: 4 groups, at most 64 KB, as
+// the tiles of rows as stored do; quant groups: 8 KiB, where 4, 8 and 16 KiB measured level on the
+// Xeon VM), kSoftware16K and kSoftware4K that many bytes ahead of the stream, kHardware leaves the
+// stream to the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16
+// decode ran 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its
+// noise; on the Zen 5 VM 64 KB ahead lost to hardware alone, and 4-16 KB ahead beat both; on the
+// Zen 4 VM hardware alone streamed Q4_K and Q6_K 5-30% faster than 8 KiB ahead (docs/PERFORMANCE.md,
+// issue 17). So CpuBackend measures them at load, per type (choose_group_prefetch).
+// Process-wide, one per type in groups (group_prefetch_slot); kSoftware until set.
+enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1, kSoftware16K = 2, kSoftware4K = 3 };
+inline constexpr GroupPrefetch kGroupPrefetches[] = {GroupPrefetch::kSoftware, GroupPrefetch::kHardware,
+                                                     GroupPrefetch::kSoftware16K, GroupPrefetch::kSoftware4K};
+// F32 0, F16 1, BF16 2 (their decode_order_slot), then the types of quant groups: Q2_K 3 .. Q6_K 7,
+// Q8_0 8, Q4_0 9, Q4_1 10, Q5_0 11, Q5_1 12; -1 for a type never in groups.
+constexpr int kGroupPrefetchSlots = 13;
+constexpr int group_prefetch_slot_or_none(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0: return 8;
+    case GgmlType::kQ4_0: return 9;
+    case GgmlType::kQ4_1: return 10;
+    case GgmlType::kQ5_0: return 11;
+    case GgmlType::kQ5_1: return 12;
+    default: return decode_order_slot_or_none(type);
+  }
+}
+extern std::atomic<uint8_t> g_group_prefetch[kGroupPrefetchSlots];  // by slot (read by the kernels of every target)
+// Throw std::invalid_argument for a type never in groups. set_group_prefetch also turns off the
+// type's retuning (enable_group_prefetch_retuning, below).
+void set_group_prefetch(GgmlType type, GroupPrefetch p);
+GroupPrefetch group_prefetch(GgmlType type);
+// "software", "hardware", "software-16k", "software-4k"; parse_group_prefetch is its inverse
+// (std::nullopt for another name).
+const char* group_prefetch_name(GroupPrefetch p);
+std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name);
+// As choose_decode_order, for rows in groups: STRATA_CPU_GROUP_PREFETCH=software|software-16k|
+// software-4k|hardware (every type), or (unset or "auto") the fastest of them on 64 MiB of `type`
+// matrices of `cols` columns in groups (rounded down to a multiple of 64 bytes' elements for
+// F16/BF16, of the quantized type's unit otherwise): the fastest software distance, or hardware
+// where it is at least 5% faster than that. Leaves the choice in use as it was. Throws
+// std::invalid_argument for another value of the variable or a type never in groups (F32 too).
+GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols);
+// Retuning while decoding: from here on, the one-token matmuls over `type` in groups (matmul_multi,
+// with every job of that type) choose its GroupPrefetch themselves, from their own timings
+// (PrefetchRetuner, below), starting from the one in use. The same bits whichever runs. For hosts whose bandwidth
+// swings with their neighbours' (the Zen 4 VM: hardware prefetch alone streamed quantized groups at
+// 45-51 GB/s when the others were quiet, 8 KiB ahead ~30, and a measurement at load chose either),
+// where no choice made at load stays right. set_group_prefetch turns it off again (the timings
+// kept for the next enable). Throws std::invalid_argument for a type never in groups.
+void enable_group_prefetch_retuning(GgmlType type);
+
+// The retuning's choice for one type (matmul.cpp keeps one per slot, under a mutex): one-token
+// matmuls are counted in epochs of kEpochCalls calls (about one decode step of llama-1b: 16 layers
+// of 4 dispatches and the LM head, so that every epoch holds the same mix of shapes), each epoch
+// run with one variant: the fastest so far, or, every kExploreEvery-th epoch, each other variant in
+// turn (on the Zen 4 VM the retuned stream was 0-3 points of the probe below the best variant's,
+// fixed, in BM_DecodeStep). The first epochs try every variant once. An epoch's seconds per byte updates its variant's
+// moving average (weight kEwma), and the fastest average is the next best. Not thread-safe.
+class PrefetchRetuner {
+ public:
+  static constexpr uint32_t kEpochCalls = 64, kExploreEvery = 32;
+  static constexpr double kEwma = 0.5;
+  // Starts a new epoch; before any epoch was measured, `in_use` becomes the best so far.
+  void restart(GroupPrefetch in_use);
+  // The variant for the next call (the epoch's).
+  GroupPrefetch pick() const { return kGroupPrefetches[variant_]; }
+  // That call's weight bytes and seconds.
+  void record(double bytes, double secs);
+  GroupPrefetch best() const { return kGroupPrefetches[best_]; }
+  uint32_t epochs() const { return epoch_; }
+
+ private:
+  void choose();  // the next epoch's variant
+
+  std::array<double, std::size(kGroupPrefetches)> secs_per_byte_{};  // 0: not measured yet
+  uint8_t best_ = 0, variant_ = 0, explored_ = 0;                   // indices into kGroupPrefetches
+  uint32_t epoch_ = 0, calls_ = 0;
+  double bytes_ = 0, secs_ = 0;
+};
+// Whether STRATA_CPU_GROUP_PREFETCH leaves the choice to measurements (unset or "auto").
+bool group_prefetch_measured();
+bool group_prefetch_retuning(GgmlType type);
 
 }  // namespace strata::cpu

@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdlib>
 #include <stdexcept>
 #include <string_view>
@@ -24,6 +25,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_float.h"
 #include "backend/cpu/matmul_quant.h"
+#include "backend/cpu/quant_groups.h"
 #include "backend/cpu/profile.h"
 #include "core/anon_memory.h"
 #include "core/check.h"
@@ -62,9 +64,75 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y, ThreadPo
   matmul_multi(std::span<const MatmulJob>(&job, 1), x, n, pool, scratch);
 }
 
+namespace {
+
+// The live retuning of each type's GroupPrefetch (decode_order.h), by slot, under its mutex.
+struct Retuning {
+  std::mutex mu;
+  bool on = false;
+  PrefetchRetuner r;
+};
+Retuning g_retuners[kGroupPrefetchSlots];
+
+// The slot to retune for this call (one token over matrices in groups, all of one type whose
+// retuning is on), or -1.
+int retuned_slot(std::span<const MatmulJob> jobs, int64_t n) {
+  if (n != 1 || jobs[0].w->row_group == 0) return -1;
+  const GgmlType type = jobs[0].w->type;
+  for (const MatmulJob& j : jobs) {
+    if (j.w->type != type || j.w->row_group == 0) return -1;
+  }
+  const int slot = group_prefetch_slot_or_none(type);
+  if (slot < 0) return -1;
+  std::lock_guard lock(g_retuners[slot].mu);
+  return g_retuners[slot].on ? slot : -1;
+}
+
+void matmul_multi_impl(std::span<const MatmulJob> jobs, const float* x, int64_t n, ThreadPool& pool,
+                       KernelScratch& scratch);
+
+}  // namespace
+
+void enable_group_prefetch_retuning(GgmlType type) {
+  const int slot = group_prefetch_slot_or_none(type);
+  if (slot < 0) throw std::invalid_argument(fmt::format("rows in groups: {} is never in groups", ggml_type_name(type)));
+  Retuning& r = g_retuners[slot];
+  std::lock_guard lock(r.mu);
+  if (r.on) return;
+  r.on = true;
+  r.r.restart(static_cast<GroupPrefetch>(g_group_prefetch[slot].load(std::memory_order_relaxed)));
+}
+
+bool group_prefetch_retuning(GgmlType type) {
+  const int slot = group_prefetch_slot_or_none(type);
+  if (slot < 0) return false;
+  std::lock_guard lock(g_retuners[slot].mu);
+  return g_retuners[slot].on;
+}
+
 void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, ThreadPool& pool,
                   KernelScratch& scratch) {
   if (n <= 0 || jobs.empty()) return;
+  const int slot = retuned_slot(jobs, n);
+  if (slot < 0) return matmul_multi_impl(jobs, x, n, pool, scratch);
+  Retuning& r = g_retuners[slot];
+  {
+    std::lock_guard lock(r.mu);
+    g_group_prefetch[slot].store(static_cast<uint8_t>(r.r.pick()), std::memory_order_relaxed);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  matmul_multi_impl(jobs, x, n, pool, scratch);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double bytes = 0;
+  for (const MatmulJob& j : jobs) bytes += static_cast<double>(j.w->row_bytes) * static_cast<double>(j.w->rows);
+  std::lock_guard lock(r.mu);
+  if (r.on) r.r.record(bytes, s);
+}
+
+namespace {
+
+void matmul_multi_impl(std::span<const MatmulJob> jobs, const float* x, int64_t n, ThreadPool& pool,
+                       KernelScratch& scratch) {
   const int64_t K = jobs[0].w->cols;
   const int64_t threads = pool.size();
   int64_t total_rows = 0;
@@ -214,13 +282,16 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
                  ns(*std::max_element(end.begin(), end.end()) - *std::min_element(end.begin(), end.end())));
 }
 
+}  // namespace
+
 namespace {
 
-// Seconds of the best of three passes of one-token matmuls over 64 MiB of `type` matrices of `cols`
-// columns (a multiple of the type's block; rows in groups if `grouped`), for each of N variants,
-// alternated: set(v) selects variant v before its passes.
+// Seconds of the median of nine passes of one-token matmuls over 64 MiB of `type` matrices of `cols`
+// columns (a multiple of the type's block; rows as stored where row_group is 0, else in groups of
+// that many: WeightMatrix::kRowGroup or kQuantGroup), for each of N variants, alternated: set(v)
+// selects variant v before its passes.
 template <size_t N, typename Set>
-std::array<double, N> time_variants(ThreadPool& pool, GgmlType type, int64_t cols, bool grouped, Set&& set) {
+std::array<double, N> time_variants(ThreadPool& pool, GgmlType type, int64_t cols, int64_t row_group, Set&& set) {
   const auto row_bytes = static_cast<int64_t>(ggml_row_size(type, static_cast<uint64_t>(cols)));
   const int64_t rows = (int64_t{64} << 20) / row_bytes;
   AnonymousMemory mem(static_cast<uint64_t>(rows * row_bytes), AnonymousMemory::Pages::kHuge);
@@ -238,31 +309,40 @@ std::array<double, N> time_variants(ThreadPool& pool, GgmlType type, int64_t col
   });
   // As in a decode step: one matrix of a few MiB after another (the matrix of a model layer), each
   // split over the threads, not one long stream. (Every weight is the same, so a grouped matrix is
-  // the same bytes; only its row_group and whole groups per matrix differ.)
+  // the same bytes; only its row_group and whole groups per matrix differ; all-zero quantized blocks
+  // are the same in quant groups.)
   int64_t mrows = std::max<int64_t>(1, (int64_t{2} << 20) / row_bytes);
-  constexpr int64_t kG = WeightMatrix::kRowGroup;
-  if (grouped) mrows = std::max<int64_t>(kG, mrows / kG * kG);
+  if (row_group > 0) mrows = std::max<int64_t>(row_group, mrows / row_group * row_group);
   std::vector<WeightMatrix> ws;
   for (int64_t r = 0; r + mrows <= rows; r += mrows) {
     WeightMatrix w{type, mrows, cols, mem.data() + static_cast<uint64_t>(r * row_bytes),
                    static_cast<uint64_t>(row_bytes)};
-    w.row_group = grouped ? WeightMatrix::kRowGroup : 0;
+    w.row_group = row_group;
     ws.push_back(w);
   }
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(mrows));
   KernelScratch scratch;
-  std::array<double, N> best;
-  best.fill(1e30);
-  for (int rep = 0; rep < 3; ++rep) {
-    for (int v = 0; v < static_cast<int>(N); ++v) {
-      set(v);
+  // Passes alternate the variants, each round starting one variant later; each variant's median
+  // pass counts. (Against the best of three passes, the median of nine chose the same on a quiet
+  // machine and flipped less on the Zen 4 VM, whose bandwidth swings with its neighbours' bursts:
+  // one lucky pass no longer decides.)
+  constexpr int kPasses = 9;
+  std::array<std::array<double, kPasses>, N> secs{};
+  for (int rep = 0; rep < kPasses; ++rep) {
+    for (size_t i = 0; i < N; ++i) {
+      const size_t v = (i + static_cast<size_t>(rep)) % N;
+      set(static_cast<int>(v));
       const auto t0 = std::chrono::steady_clock::now();
       for (const WeightMatrix& w : ws) matmul(w, x.data(), 1, y.data(), pool, scratch);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best[static_cast<size_t>(v)] = std::min(best[static_cast<size_t>(v)], s);
+      secs[v][static_cast<size_t>(rep)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
-  return best;
+  std::array<double, N> median;
+  for (size_t v = 0; v < N; ++v) {
+    std::nth_element(secs[v].begin(), secs[v].begin() + kPasses / 2, secs[v].end());
+    median[v] = secs[v][kPasses / 2];
+  }
+  return median;
 }
 
 }  // namespace
@@ -296,14 +376,98 @@ DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols) {
   const int64_t block = quant_act_block(type) > 0 ? quant_act_block(type) : 1;
   cols = std::max<int64_t>(block, std::clamp<int64_t>(cols, 256, 16384) / block * block);
   const auto best =
-      time_variants<2>(pool, type, cols, false, [&](int o) { set_decode_order(type, static_cast<DecodeOrder>(o)); });
+      time_variants<2>(pool, type, cols, 0, [&](int o) { set_decode_order(type, static_cast<DecodeOrder>(o)); });
   set_decode_order(type, was);
   return best[1] < best[0] ? DecodeOrder::kRows : DecodeOrder::kTiles;
 }
 
+std::atomic<uint8_t> g_group_prefetch[kGroupPrefetchSlots] = {};  // kSoftware
+
+namespace {
+int group_prefetch_slot(GgmlType type) {
+  const int slot = group_prefetch_slot_or_none(type);
+  if (slot < 0) {
+    throw std::invalid_argument(fmt::format("rows in groups: {} is never in groups", ggml_type_name(type)));
+  }
+  return slot;
+}
+}  // namespace
+
+void set_group_prefetch(GgmlType type, GroupPrefetch p) {
+  const int slot = group_prefetch_slot(type);
+  {
+    std::lock_guard lock(g_retuners[slot].mu);
+    g_retuners[slot].on = false;  // fixed from here on, until retuning is enabled again (its averages kept)
+  }
+  g_group_prefetch[slot].store(static_cast<uint8_t>(p), std::memory_order_relaxed);
+}
+GroupPrefetch group_prefetch(GgmlType type) {
+  return static_cast<GroupPrefetch>(g_group_prefetch[group_prefetch_slot(type)].load(std::memory_order_relaxed));
+}
+const char* group_prefetch_name(GroupPrefetch p) {
+  switch (p) {
+    case GroupPrefetch::kHardware: return "hardware";
+    case GroupPrefetch::kSoftware16K: return "software-16k";
+    case GroupPrefetch::kSoftware4K: return "software-4k";
+    default: return "software";
+  }
+}
+std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name) {
+  for (const GroupPrefetch p : kGroupPrefetches) {
+    if (name == group_prefetch_name(p)) return p;
+  }
+  return std::nullopt;
+}
+
+void PrefetchRetuner::restart(GroupPrefetch in_use) {
+  calls_ = 0;  // a new epoch
+  bytes_ = secs_ = 0;
+  if (epoch_ == 0) {  // never measured: the variant in use is the best so far
+    for (uint8_t v = 0; v < secs_per_byte_.size(); ++v) {
+      if (kGroupPrefetches[v] == in_use) best_ = v;
+    }
+  }
+  choose();
+}
+
+void PrefetchRetuner::choose() {
+  variant_ = best_;
+  for (uint8_t v = 0; v < secs_per_byte_.size(); ++v) {
+    if (secs_per_byte_[v] == 0) variant_ = v;  // one not measured yet
+  }
+  if (variant_ == best_ && epoch_ % kExploreEvery == kExploreEvery - 1) {
+    const auto n = static_cast<uint8_t>(secs_per_byte_.size());
+    explored_ = static_cast<uint8_t>((explored_ + 1) % n);
+    if (explored_ == best_) explored_ = static_cast<uint8_t>((explored_ + 1) % n);
+    variant_ = explored_;
+  }
+}
+
+void PrefetchRetuner::record(double bytes, double secs) {
+  bytes_ += bytes;
+  secs_ += secs;
+  if (++calls_ < kEpochCalls) return;
+  const double x = secs_ / bytes_;
+  double& avg = secs_per_byte_[variant_];
+  avg = avg == 0 ? x : (1 - kEwma) * avg + kEwma * x;
+  for (uint8_t v = 0; v < secs_per_byte_.size(); ++v) {
+    if (secs_per_byte_[v] != 0 && (secs_per_byte_[best_] == 0 || secs_per_byte_[v] < secs_per_byte_[best_])) best_ = v;
+  }
+  ++epoch_;
+  calls_ = 0;
+  bytes_ = secs_ = 0;
+  choose();
+}
+
+bool group_prefetch_measured() {
+  const char* env = std::getenv("STRATA_CPU_GROUP_PREFETCH");
+  return env == nullptr || std::string_view(env) == "auto";
+}
+
 GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols) {
-  if (type != GgmlType::kF16 && type != GgmlType::kBF16) {
-    throw std::invalid_argument(fmt::format("rows in groups: {} is not F16 or BF16", ggml_type_name(type)));
+  const bool floats = type == GgmlType::kF16 || type == GgmlType::kBF16;
+  if (!floats && (group_prefetch_slot_or_none(type) < 0 || !quant_groups_supported(type, 256))) {
+    throw std::invalid_argument(fmt::format("rows in groups: {} is not F16, BF16 or a type of quant groups", ggml_type_name(type)));
   }
   const char* env = std::getenv("STRATA_CPU_GROUP_PREFETCH");
   const std::string_view v = env != nullptr ? env : "auto";
@@ -313,9 +477,11 @@ GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t col
         "STRATA_CPU_GROUP_PREFETCH={}: expected software, software-16k, software-4k, hardware or auto", v));
   }
   const GroupPrefetch was = group_prefetch(type);
-  cols = std::max<int64_t>(32, std::clamp<int64_t>(cols, 256, 16384) / 32 * 32);  // 64-byte rows
+  const int64_t unit = floats ? 32 : 256;  // 64-byte rows; whole super-blocks (and pairs of 32-blocks)
+  cols = std::max<int64_t>(unit, std::clamp<int64_t>(cols, 256, 16384) / unit * unit);
   constexpr size_t kN = std::size(kGroupPrefetches);
-  const auto best = time_variants<kN>(pool, type, cols, true, [&](int p) { set_group_prefetch(type, kGroupPrefetches[p]); });
+  const auto best = time_variants<kN>(pool, type, cols, floats ? WeightMatrix::kRowGroup : WeightMatrix::kQuantGroup,
+                                      [&](int p) { set_group_prefetch(type, kGroupPrefetches[p]); });
   set_group_prefetch(type, was);
   static_assert(kGroupPrefetches[0] == GroupPrefetch::kSoftware);
   size_t soft = 0, hard = 0;  // the fastest software distance, and hardware's index

@@ -534,39 +534,6 @@ void matmul_float_permute_x(const float* x, int64_t n, int64_t cols, float* xp) 
   HWY_DYNAMIC_DISPATCH(MatmulFloatPermuteX)(x, n, cols, xp);
 }
 
-std::atomic<uint8_t> g_group_prefetch[3] = {};  // kSoftware
-
-namespace {
-int group_prefetch_slot(GgmlType type) {
-  const int slot = decode_order_slot(type);
-  if (slot > 2) {
-    throw std::invalid_argument(fmt::format("rows in groups: {} is not a 16/32-bit float type", ggml_type_name(type)));
-  }
-  return slot;
-}
-}  // namespace
-
-void set_group_prefetch(GgmlType type, GroupPrefetch p) {
-  g_group_prefetch[group_prefetch_slot(type)].store(static_cast<uint8_t>(p), std::memory_order_relaxed);
-}
-GroupPrefetch group_prefetch(GgmlType type) {
-  return static_cast<GroupPrefetch>(g_group_prefetch[group_prefetch_slot(type)].load(std::memory_order_relaxed));
-}
-const char* group_prefetch_name(GroupPrefetch p) {
-  switch (p) {
-    case GroupPrefetch::kHardware: return "hardware";
-    case GroupPrefetch::kSoftware16K: return "software-16k";
-    case GroupPrefetch::kSoftware4K: return "software-4k";
-    default: return "software";
-  }
-}
-std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name) {
-  for (const GroupPrefetch p : kGroupPrefetches) {
-    if (name == group_prefetch_name(p)) return p;
-  }
-  return std::nullopt;
-}
-
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n) {
   if (w.type == GgmlType::kF32 || n < kFloatWidenMinTokens) return 0;
   return kFloatMaxSliceRows * w.cols;

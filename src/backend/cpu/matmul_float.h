@@ -9,10 +9,7 @@
 // Thread-safety: pure functions over caller memory; concurrent calls must write disjoint rows.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 #include "backend/cpu/decode_order.h"
 #include "backend/cpu/kernels.h"
@@ -30,30 +27,7 @@ inline constexpr int64_t kFloatMaxSliceRows = 8;
 // One token over rows as stored takes 4-row tiles or one row at a time: DecodeOrder (decode_order.h),
 // measured at load per type.
 
-// One token over rows in groups (WeightMatrix::row_group: one sequential stream, 4 FMA chains):
-// kSoftware prefetches 4 groups ahead (at most 64 KB) as the tiles of rows as stored do,
-// kSoftware16K and kSoftware4K that many bytes ahead of the stream, kHardware leaves the stream to
-// the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16 decode ran
-// 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its noise; on the
-// Zen 5 VM 64 KB ahead lost to hardware alone, and 4-16 KB ahead beat both (docs/PERFORMANCE.md,
-// issue 17). So CpuBackend measures them at load, per float type (choose_group_prefetch).
-// Process-wide, one per float type (F32 0, F16 1, BF16 2: their decode_order_slot); kSoftware until set.
-enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1, kSoftware16K = 2, kSoftware4K = 3 };
-inline constexpr GroupPrefetch kGroupPrefetches[] = {GroupPrefetch::kSoftware, GroupPrefetch::kHardware,
-                                                     GroupPrefetch::kSoftware16K, GroupPrefetch::kSoftware4K};
-extern std::atomic<uint8_t> g_group_prefetch[3];
-void set_group_prefetch(GgmlType type, GroupPrefetch p);
-GroupPrefetch group_prefetch(GgmlType type);
-// "software" (64 KB), "hardware", "software-16k", "software-4k"; parse_group_prefetch is its
-// inverse (std::nullopt for another name).
-const char* group_prefetch_name(GroupPrefetch p);
-std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name);
-// As choose_decode_order, for rows in groups: STRATA_CPU_GROUP_PREFETCH=software|software-16k|
-// software-4k|hardware (every type), or (unset or "auto") the fastest of them on 64 MiB of `type`
-// matrices of `cols` columns in groups (cols a multiple of 64 bytes' elements): the fastest
-// software distance, or hardware where it is at least 5% faster than that. Throws
-// std::invalid_argument for another value of the variable or a type that is not F16/BF16.
-GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols);
+// One token over rows in groups: its prefetch (GroupPrefetch) is in decode_order.h.
 
 // f32 elements of the widening buffer matmul_float_rows() wants for n tokens (0: none).
 int64_t matmul_float_slice_floats(const WeightMatrix& w, int64_t n);

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/decode_order.h"
 #include "backend/cpu/matmul_quant.h"
 #include "backend/cpu/prefetch-inl.h"
 #include "backend/cpu/quant_groups.h"
@@ -154,7 +155,16 @@ HWY_INLINE VU Byte(VU v) {
   }
 }
 
-constexpr size_t kPrefetchAhead = 8192;  // 4, 8 and 16 KiB measured level
+// Bytes of software prefetch ahead of the stream for each GroupPrefetch (decode_order.h; 0: none,
+// the hardware prefetchers alone): kSoftware 8 KiB (4, 8 and 16 KiB measured level on the Xeon VM).
+HWY_INLINE size_t PrefetchAhead(uint8_t prefetch) {
+  switch (static_cast<GroupPrefetch>(prefetch)) {
+    case GroupPrefetch::kHardware: return 0;
+    case GroupPrefetch::kSoftware16K: return 16384;
+    case GroupPrefetch::kSoftware4K: return 4096;
+    default: return 8192;
+  }
+}
 
 HWY_INLINE int32_t Word(const int8_t* p) {
   int32_t v;
@@ -701,9 +711,10 @@ using Q51 = BlockPairs<Q5Dots<true>>;
 
 // Group rows [lane0, lane0 + Lanes) of one group (`group`: its first super-block) against tokens
 // t .. t + RN - 1; y[u · ys + i] for lane i < rows_out (rows of the group that exist and are asked).
-template <class F, int RN>
+// The first lane block prefetches `ahead` bytes ahead of the stream where kPf (ahead > 0).
+template <class F, int RN, bool kPf>
 HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const QuantActs& a, int64_t t, size_t lane_block,
-                       float* HWY_RESTRICT y, size_t ys, size_t rows_out) {
+                       float* HWY_RESTRICT y, size_t ys, size_t rows_out, size_t ahead) {
   const DF df;
   // A vector of 16 lanes holds the whole group: lane0 is 0, a constant, so that every load's address
   // is the unit's start plus a constant (with lane0 unknown, GCC kept per-line bases in spare
@@ -720,12 +731,13 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* blk = group + static_cast<size_t>(s) * F::kBlock;
     // The first lane block streams the group from memory (the others find it in cache): one L2
-    // prefetch kPrefetchAhead bytes ahead per line, spread between the loads (Super) rather than
+    // prefetch `ahead` bytes ahead per line (kPf), spread between the loads (Super) rather than
     // all of a super-block's at once, which filled the core's miss buffers and kept the arithmetic
     // from overlapping the stream (llama-1b Q4_K on the Xeon VM: 37-39 tok/s in bursts, 47 spread;
     // into L1 29).
-    // (On 16-lane targets lane0 is the constant 0, and the null checks compile away.)
-    const uint8_t* pf = lane0 == 0 ? blk + kPrefetchAhead : nullptr;
+    // (On 16-lane targets lane0 is the constant 0, and the null checks compile away; without kPf pf is
+    // the constant null, and so are the prefetches.)
+    const uint8_t* pf = kPf && lane0 == 0 ? blk + ahead : nullptr;
     if (pf != nullptr) {
       for (size_t line = F::kTail; line < F::kBlock; line += 64) __builtin_prefetch(pf + line, 0, 2);
     }
@@ -750,12 +762,15 @@ HWY_NOINLINE void Tile(const uint8_t* HWY_RESTRICT group, int64_t nsb, const Qua
   }
 }
 
-// y[t][r] for t < n, r0 <= r < r1 over a matrix of format F in groups (r0 a multiple of the group).
+// y[t][r] for t < n, r0 <= r < r1 over a matrix of format F in groups (r0 a multiple of the group),
+// prefetching `ahead` bytes ahead of the stream (0: none).
 template <class F, int... RNs>
-void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1,
+void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1, size_t ahead,
                std::integer_sequence<int, RNs...>) {
-  using Fn = void (*)(const uint8_t*, int64_t, const QuantActs&, int64_t, size_t, float*, size_t, size_t);
-  static constexpr Fn kTiles[] = {&Tile<F, RNs + 1>...};
+  using Fn = void (*)(const uint8_t*, int64_t, const QuantActs&, int64_t, size_t, float*, size_t, size_t, size_t);
+  static constexpr Fn kPfTiles[] = {&Tile<F, RNs + 1, true>...};
+  static constexpr Fn kHwTiles[] = {&Tile<F, RNs + 1, false>...};
+  const Fn* kTiles = ahead > 0 ? kPfTiles : kHwTiles;
   const int64_t G = kQuantGroupRows;
   const int64_t nsb = w.cols / F::kUnitCols;  // units: super-blocks, or Q8_0's pairs of blocks
   const size_t ys = static_cast<size_t>(w.rows);
@@ -770,17 +785,19 @@ void RunGroups(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, i
         const auto rows_out = static_cast<size_t>(std::min<int64_t>(N, r1 - g0 - l));
         for (int64_t t = t0; t < t1; t += F::kMaxRN) {
           const int rn = static_cast<int>(std::min<int64_t>(F::kMaxRN, t1 - t));
-          kTiles[rn - 1](group, nsb, a, t, static_cast<size_t>(l), y + t * w.rows + g0 + l, ys, rows_out);
+          kTiles[rn - 1](group, nsb, a, t, static_cast<size_t>(l), y + t * w.rows + g0 + l, ys, rows_out, ahead);
         }
       }
     }
   }
 }
 
-// RunGroups with a tile for every token count up to F::kMaxRN.
+// RunGroups with a tile for every token count up to F::kMaxRN, and w's type's GroupPrefetch.
 template <class F>
 void Run(const WeightMatrix& w, const QuantActs& a, int64_t n, float* y, int64_t r0, int64_t r1) {
-  RunGroups<F>(w, a, n, y, r0, r1, std::make_integer_sequence<int, F::kMaxRN>());
+  const int slot = group_prefetch_slot_or_none(w.type);
+  const size_t ahead = PrefetchAhead(g_group_prefetch[slot].load(std::memory_order_relaxed));
+  RunGroups<F>(w, a, n, y, r0, r1, ahead, std::make_integer_sequence<int, F::kMaxRN>());
 }
 
 }  // namespace qg
