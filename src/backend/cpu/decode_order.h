@@ -119,18 +119,22 @@ GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t col
 // kept for the next enable). Throws std::invalid_argument for a type never in groups.
 void enable_group_prefetch_retuning(GgmlType type);
 
-// The retuning's choice for one type (matmul.cpp keeps one per slot, under a mutex): one-token
+// The retuning's choice for one type (matmul.cpp keeps one per slot, under a mutex). One-token
 // matmuls are counted in epochs of kEpochCalls calls (about one decode step of llama-1b: 16 layers
-// of 4 dispatches and the LM head, so that every epoch holds the same mix of shapes), each epoch
-// run with one variant: the fastest so far, or, every kExploreEvery-th epoch, each other variant in
-// turn (on the Zen 4 VM the retuned stream was 0-3 points of the probe below the best variant's,
-// fixed, in BM_DecodeStep). The first epochs try every variant once. An epoch's seconds per byte updates its variant's
-// moving average (weight kEwma), and the fastest average is the next best. Not thread-safe.
+// of 4 dispatches and the LM head, so that every epoch holds the same mix of shapes), each run with
+// one variant: the best, or another one explored, always between two epochs of the best, and
+// measured against them (its seconds per byte over their mean), so that a host whose bandwidth
+// drifts compares variants within the same few steps. Each other variant is explored once at the
+// start (every other epoch), then in turn every kExploreEvery-th epoch. One that measures at most
+// kSwitch of the best is explored again at once (between two new epochs of the best), and becomes
+// the best if it does so twice in a row: one epoch caught in a neighbour's burst switches nothing.
+// Not thread-safe.
 class PrefetchRetuner {
  public:
   static constexpr uint32_t kEpochCalls = 64, kExploreEvery = 32;
-  static constexpr double kEwma = 0.5;
-  // Starts a new epoch; before any epoch was measured, `in_use` becomes the best so far.
+  static constexpr double kSwitch = 0.95;
+  // Starts a new epoch (after a pause: retuning off and on again); before any epoch was measured,
+  // `in_use` becomes the best.
   void restart(GroupPrefetch in_use);
   // The variant for the next call (the epoch's).
   GroupPrefetch pick() const { return kGroupPrefetches[variant_]; }
@@ -140,10 +144,16 @@ class PrefetchRetuner {
   uint32_t epochs() const { return epoch_; }
 
  private:
+  static constexpr size_t kN = std::size(kGroupPrefetches);
+  static constexpr uint8_t kNone = 0xff;
   void choose();  // the next epoch's variant
+  void finish_best_epoch(double rate);
 
-  std::array<double, std::size(kGroupPrefetches)> secs_per_byte_{};  // 0: not measured yet
-  uint8_t best_ = 0, variant_ = 0, explored_ = 0;                   // indices into kGroupPrefetches
+  std::array<double, kN> ratio_{};  // each other variant's last seconds per byte over the best's; 0: never measured
+  uint8_t best_ = 0, variant_ = 0, explored_ = 0;  // indices into kGroupPrefetches
+  uint8_t pending_ = kNone;  // the variant explored in the last epoch, waiting for the best's next one
+  uint8_t confirm_ = kNone;  // a variant to explore again at once (it measured at most kSwitch)
+  double pending_rate_ = 0, best_rate_ = 0;  // seconds per byte: pending_'s epoch, the best's last epoch (0: none)
   uint32_t epoch_ = 0, calls_ = 0;
   double bytes_ = 0, secs_ = 0;
 };

@@ -420,10 +420,10 @@ std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name) {
 }
 
 void PrefetchRetuner::restart(GroupPrefetch in_use) {
-  calls_ = 0;  // a new epoch
+  calls_ = 0;  // a new epoch (the one in progress is dropped; pairs of epochs may span the pause)
   bytes_ = secs_ = 0;
-  if (epoch_ == 0) {  // never measured: the variant in use is the best so far
-    for (uint8_t v = 0; v < secs_per_byte_.size(); ++v) {
+  if (epoch_ == 0) {
+    for (uint8_t v = 0; v < kN; ++v) {
       if (kGroupPrefetches[v] == in_use) best_ = v;
     }
   }
@@ -432,26 +432,64 @@ void PrefetchRetuner::restart(GroupPrefetch in_use) {
 
 void PrefetchRetuner::choose() {
   variant_ = best_;
-  for (uint8_t v = 0; v < secs_per_byte_.size(); ++v) {
-    if (secs_per_byte_[v] == 0) variant_ = v;  // one not measured yet
+  // An epoch of the best after every exploration and before the first: explorations sit between two.
+  if (best_rate_ == 0 || pending_ != kNone) return;
+  if (confirm_ != kNone) {
+    variant_ = confirm_;
+    return;
   }
-  if (variant_ == best_ && epoch_ % kExploreEvery == kExploreEvery - 1) {
-    const auto n = static_cast<uint8_t>(secs_per_byte_.size());
-    explored_ = static_cast<uint8_t>((explored_ + 1) % n);
-    if (explored_ == best_) explored_ = static_cast<uint8_t>((explored_ + 1) % n);
+  for (uint8_t v = 0; v < kN; ++v) {
+    if (v != best_ && ratio_[v] == 0) {  // never measured: at the start, every other epoch
+      variant_ = v;
+      return;
+    }
+  }
+  if (epoch_ % kExploreEvery == kExploreEvery - 1) {
+    explored_ = static_cast<uint8_t>((explored_ + 1) % kN);
+    if (explored_ == best_) explored_ = static_cast<uint8_t>((explored_ + 1) % kN);
     variant_ = explored_;
   }
+}
+
+void PrefetchRetuner::finish_best_epoch(double rate) {
+  if (pending_ != kNone && best_rate_ != 0) {
+    const double r = pending_rate_ / (0.5 * (best_rate_ + rate));
+    const uint8_t p = pending_;
+    if (confirm_ == p && r <= kSwitch) {  // twice in a row: p is the best now
+      const double rp = 0.5 * (ratio_[p] + r);
+      for (uint8_t v = 0; v < kN; ++v) {
+        if (ratio_[v] != 0) ratio_[v] /= rp;
+      }
+      ratio_[best_] = 1 / rp;
+      ratio_[p] = 0;
+      best_ = p;
+      confirm_ = kNone;
+      best_rate_ = pending_rate_;
+      pending_ = kNone;
+      return;
+    }
+    ratio_[p] = r;
+    confirm_ = confirm_ != p && r <= kSwitch ? p : kNone;
+    if (confirm_ != kNone) {  // confirmed between two new epochs of the best, not this one again
+      pending_ = kNone;
+      best_rate_ = 0;
+      return;
+    }
+  }
+  pending_ = kNone;
+  best_rate_ = rate;
 }
 
 void PrefetchRetuner::record(double bytes, double secs) {
   bytes_ += bytes;
   secs_ += secs;
   if (++calls_ < kEpochCalls) return;
-  const double x = secs_ / bytes_;
-  double& avg = secs_per_byte_[variant_];
-  avg = avg == 0 ? x : (1 - kEwma) * avg + kEwma * x;
-  for (uint8_t v = 0; v < secs_per_byte_.size(); ++v) {
-    if (secs_per_byte_[v] != 0 && (secs_per_byte_[best_] == 0 || secs_per_byte_[v] < secs_per_byte_[best_])) best_ = v;
+  const double rate = secs_ / bytes_;
+  if (variant_ == best_) {
+    finish_best_epoch(rate);
+  } else {
+    pending_ = variant_;
+    pending_rate_ = rate;
   }
   ++epoch_;
   calls_ = 0;
