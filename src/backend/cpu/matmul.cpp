@@ -15,8 +15,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -323,9 +323,9 @@ std::array<double, N> time_variants(ThreadPool& pool, GgmlType type, int64_t col
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(mrows));
   KernelScratch scratch;
   // Passes alternate the variants, each round starting one variant later; each variant's median
-  // pass counts. (Against the best of three passes, the median of nine chose the same on a quiet
-  // machine and flipped less on the Zen 4 VM, whose bandwidth swings with its neighbours' bursts:
-  // one lucky pass no longer decides.)
+  // pass counts, so that one lucky pass does not decide (the best of three did). On the Zen 4 VM,
+  // whose bandwidth swings with its neighbours' bursts, either rule chose hardware at one load and
+  // software at the next: the retuning while decoding (PrefetchRetuner) corrects that.
   constexpr int kPasses = 9;
   std::array<std::array<double, kPasses>, N> secs{};
   for (int rep = 0; rep < kPasses; ++rep) {
