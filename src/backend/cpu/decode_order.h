@@ -61,9 +61,9 @@ const char* decode_order_name(DecodeOrder order);
 // type), or (unset or "auto") whichever runs faster on this machine through matmul over 64 MiB of
 // `type` matrices of `cols` columns (rounded down to the type's block), 2 MiB each (as a decode
 // step meets them: one matrix after another, each split over the pool's threads), the median of
-// nine passes per order, alternated (~100-150 ms of matmuls; on the Zen 3 VM a load measuring Q4_K
-// and Q6_K took 0.18-1.3 s against 0.10-0.27 s with the order set, mostly the first touch of each
-// 64 MiB buffer). Leaves the orders in use as they were. Throws
+// nine passes per order, alternated (three times the matmuls of the earlier best of three, which
+// took ~30-60 ms; on the Zen 3 VM a load measuring Q4_K and Q6_K then took 0.18-1.3 s against
+// 0.10-0.27 s with the order set, mostly the first touch of each 64 MiB buffer). Leaves the orders in use as they were. Throws
 // std::invalid_argument for another value of the variable or a type without a choice.
 DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
 
@@ -75,7 +75,8 @@ DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
 // stream to the hardware prefetchers. The same bits either way. On the H200 machine's Xeon F16
 // decode ran 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its
 // noise; on the Zen 5 VM 64 KB ahead lost to hardware alone, and 4-16 KB ahead beat both; on the
-// Zen 4 VM hardware alone streamed Q4_K and Q6_K 5-30% faster than 8 KiB ahead (docs/PERFORMANCE.md,
+// Zen 4 VM hardware alone streamed Q8_0, Q4_K and Q6_K 5-25 points of the limit faster than any
+// software distance (docs/PERFORMANCE.md,
 // issue 17). So CpuBackend measures them at load, per type (choose_group_prefetch).
 // Process-wide, one per type in groups (group_prefetch_slot); kSoftware until set.
 enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1, kSoftware16K = 2, kSoftware4K = 3 };
@@ -112,11 +113,12 @@ std::optional<GroupPrefetch> parse_group_prefetch(std::string_view name);
 GroupPrefetch choose_group_prefetch(ThreadPool& pool, GgmlType type, int64_t cols);
 // Retuning while decoding: from here on, the one-token matmuls over `type` in groups (matmul_multi,
 // with every job of that type) choose its GroupPrefetch themselves, from their own timings
-// (PrefetchRetuner, below), starting from the one in use. The same bits whichever runs. For hosts whose bandwidth
-// swings with their neighbours' (the Zen 4 VM: hardware prefetch alone streamed quantized groups at
-// 45-51 GB/s when the others were quiet, 8 KiB ahead ~30, and a measurement at load chose either),
-// where no choice made at load stays right. set_group_prefetch turns it off again (the timings
-// kept for the next enable). Throws std::invalid_argument for a type never in groups.
+// (PrefetchRetuner, below), starting from the one in use. The same bits whichever runs. For hosts
+// whose bandwidth swings with their neighbours' (the Zen 4 VM: hardware prefetch alone streamed
+// quantized groups at 45-51 GB/s when the others were quiet, 8 KiB ahead ~30, and a measurement at
+// load chose either), where no choice made at load stays right. set_group_prefetch turns it off
+// again (what was measured kept for the next enable). Throws std::invalid_argument for a type never
+// in groups.
 void enable_group_prefetch_retuning(GgmlType type);
 
 // The retuning's choice for one type (matmul.cpp keeps one per slot, under a mutex). One-token
@@ -149,7 +151,7 @@ class PrefetchRetuner {
   void choose();  // the next epoch's variant
   void finish_best_epoch(double rate);
 
-  std::array<double, kN> ratio_{};  // each other variant's last seconds per byte over the best's; 0: never measured
+  std::array<bool, kN> measured_{};  // each variant explored (or the best) at least once
   uint8_t best_ = 0, variant_ = 0, explored_ = 0;  // indices into kGroupPrefetches
   uint8_t pending_ = kNone;  // the variant explored in the last epoch, waiting for the best's next one
   uint8_t confirm_ = kNone;  // a variant to explore again at once (it measured at most kSwitch)
@@ -159,6 +161,8 @@ class PrefetchRetuner {
 };
 // Whether STRATA_CPU_GROUP_PREFETCH leaves the choice to measurements (unset or "auto").
 bool group_prefetch_measured();
+// Whether `type`'s GroupPrefetch is being retuned (enable_group_prefetch_retuning); false for a
+// type never in groups.
 bool group_prefetch_retuning(GgmlType type);
 
 }  // namespace strata::cpu

@@ -74,18 +74,15 @@ struct Retuning {
 };
 Retuning g_retuners[kGroupPrefetchSlots];
 
-// The slot to retune for this call (one token over matrices in groups, all of one type whose
-// retuning is on), or -1.
+// The slot of this call's type if it may be retuned (one token over matrices in groups, all of one
+// type), or -1. (Whether its retuning is on is read under the slot's mutex.)
 int retuned_slot(std::span<const MatmulJob> jobs, int64_t n) {
   if (n != 1 || jobs[0].w->row_group == 0) return -1;
   const GgmlType type = jobs[0].w->type;
   for (const MatmulJob& j : jobs) {
     if (j.w->type != type || j.w->row_group == 0) return -1;
   }
-  const int slot = group_prefetch_slot_or_none(type);
-  if (slot < 0) return -1;
-  std::lock_guard lock(g_retuners[slot].mu);
-  return g_retuners[slot].on ? slot : -1;
+  return group_prefetch_slot_or_none(type);
 }
 
 void matmul_multi_impl(std::span<const MatmulJob> jobs, const float* x, int64_t n, ThreadPool& pool,
@@ -116,10 +113,13 @@ void matmul_multi(std::span<const MatmulJob> jobs, const float* x, int64_t n, Th
   const int slot = retuned_slot(jobs, n);
   if (slot < 0) return matmul_multi_impl(jobs, x, n, pool, scratch);
   Retuning& r = g_retuners[slot];
+  bool on = false;
   {
     std::lock_guard lock(r.mu);
-    g_group_prefetch[slot].store(static_cast<uint8_t>(r.r.pick()), std::memory_order_relaxed);
+    on = r.on;
+    if (on) g_group_prefetch[slot].store(static_cast<uint8_t>(r.r.pick()), std::memory_order_relaxed);
   }
+  if (!on) return matmul_multi_impl(jobs, x, n, pool, scratch);
   const auto t0 = std::chrono::steady_clock::now();
   matmul_multi_impl(jobs, x, n, pool, scratch);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -439,7 +439,7 @@ void PrefetchRetuner::choose() {
     return;
   }
   for (uint8_t v = 0; v < kN; ++v) {
-    if (v != best_ && ratio_[v] == 0) {  // never measured: at the start, every other epoch
+    if (v != best_ && !measured_[v]) {  // never measured: at the start, every other epoch
       variant_ = v;
       return;
     }
@@ -453,25 +453,19 @@ void PrefetchRetuner::choose() {
 
 void PrefetchRetuner::finish_best_epoch(double rate) {
   if (pending_ != kNone && best_rate_ != 0) {
-    const double r = pending_rate_ / (0.5 * (best_rate_ + rate));
     const uint8_t p = pending_;
-    if (confirm_ == p && r <= kSwitch) {  // twice in a row: p is the best now
-      const double rp = 0.5 * (ratio_[p] + r);
-      for (uint8_t v = 0; v < kN; ++v) {
-        if (ratio_[v] != 0) ratio_[v] /= rp;
-      }
-      ratio_[best_] = 1 / rp;
-      ratio_[p] = 0;
+    measured_[p] = true;
+    const bool faster = pending_rate_ <= kSwitch * 0.5 * (best_rate_ + rate);  // than the best around it
+    pending_ = kNone;
+    if (faster && confirm_ == p) {  // twice in a row: p is the best now
+      measured_[best_] = true;
       best_ = p;
       confirm_ = kNone;
       best_rate_ = pending_rate_;
-      pending_ = kNone;
       return;
     }
-    ratio_[p] = r;
-    confirm_ = confirm_ != p && r <= kSwitch ? p : kNone;
-    if (confirm_ != kNone) {  // confirmed between two new epochs of the best, not this one again
-      pending_ = kNone;
+    confirm_ = faster ? p : kNone;
+    if (faster) {  // confirmed between two new epochs of the best, not this one again
       best_rate_ = 0;
       return;
     }
