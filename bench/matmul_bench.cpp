@@ -345,7 +345,10 @@ void BM_DecodeStep(benchmark::State& state) {
     const int v = variants[iter++ % variants.size()];
     set_decode_chunks(v == kFixed ? DecodeChunks::kFixed : DecodeChunks::kGuided);
     if (v >= kPrefetch0 && v < kRetuned) set_group_prefetch(type, kGroupPrefetches[v - kPrefetch0]);
-    if (v == kRetuned) enable_group_prefetch_retuning(type);  // its timings carry over from its last iteration
+    if (v == kRetuned) {  // its timings carry over from its last iteration; it starts from the load's choice, as in a model
+      set_group_prefetch(type, chosen);
+      enable_group_prefetch_retuning(type);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     for (const auto& c : ws) {
       if (v == kProbe) {
