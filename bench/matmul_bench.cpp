@@ -390,7 +390,8 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(total) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(ggml_type_name(type)) + " llama-1b step, " +
-                 (what == 0 ? "matmuls" : what == 1 ? "probe's loop" : "probe's loop and matmuls interleaved"));
+                 (what == 0 ? "matmuls" : what == 1 ? "probe's loop" : "probe's loop and matmuls interleaved") +
+                 (grouped ? std::string(", ") + group_prefetch_name(chosen) + " prefetch at load" : std::string()));
 }
 BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::kF16), static_cast<int64_t>(GgmlType::kBF16), static_cast<int64_t>(GgmlType::kQ8_0),
