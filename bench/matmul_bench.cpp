@@ -286,7 +286,8 @@ BENCHMARK(BM_Attention)
 // even share of it (what the stream would reach with no arithmetic and perfectly even threads),
 // 2 = the two interleaved iteration by iteration (the probe's loop, then the matmuls with each
 // GroupPrefetch in turn, and retuned while decoding, guided chunks), with each stream's GB/s over
-// the probe loop's ("X/probe"):
+// the probe loop's ("X/probe"), 3 = the probe's loop cut at the matmuls (as 1) interleaved with the
+// same loop over all the step's bytes in one dispatch ("whole/probe": what the cuts cost):
 // on a host whose bandwidth drifts with its other tenants, only an interleaved ratio means anything.
 void BM_DecodeStep(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
@@ -330,13 +331,15 @@ void BM_DecodeStep(benchmark::State& state) {
   KernelScratch scratch;
   const GroupPrefetch chosen = grouped ? group_prefetch(type) : GroupPrefetch::kSoftware;
   // The variants the iterations cycle through (what 0: guided, fixed; 1: the probe's loop; 2: the
-  // probe's loop, then the matmuls with each GroupPrefetch).
+  // probe's loop, then the matmuls with each GroupPrefetch; 3: the probe's loop cut and whole).
   enum Variant { kGuided, kFixed, kProbe, kPrefetch0 };  // kPrefetch0 + i: kGroupPrefetches[i]; then kRetuned
   constexpr int kRetuned = kPrefetch0 + static_cast<int>(std::size(kGroupPrefetches));  // retuned while decoding
-  constexpr int kVariants = kRetuned + 1;
+  constexpr int kProbeWhole = kRetuned + 1;
+  constexpr int kVariants = kProbeWhole + 1;
   std::vector<int> variants;
   if (what == 0) variants = {kGuided, kFixed};
   if (what == 1) variants = {kProbe};
+  if (what == 3) variants = {kProbe, kProbeWhole};
   if (what == 2) {
     variants = {kProbe};
     if (!grouped) variants.push_back(kGuided);
@@ -355,7 +358,18 @@ void BM_DecodeStep(benchmark::State& state) {
       enable_group_prefetch_retuning(type);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    if (v == kProbeWhole) {  // the probe's loop over all the step's bytes in one dispatch
+      const auto* b = static_cast<const uint8_t*>(mem.data());
+      const uint64_t len = total;
+      const auto threads = static_cast<uint64_t>(pool().size());
+      pool().run([&](int t) {
+        const auto u = static_cast<uint64_t>(t);
+        const uint64_t b0 = len * u / threads / 4096 * 4096, b1 = u + 1 == threads ? len : len * (u + 1) / threads / 4096 * 4096;
+        sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
+      });
+    }
     for (const auto& c : ws) {
+      if (v == kProbeWhole) break;
       if (v == kProbe) {
         const auto* b = static_cast<const uint8_t*>(c.front().data);
         const uint64_t len = static_cast<uint64_t>(static_cast<const uint8_t*>(c.back().data) + c.back().rows * c.back().row_bytes - b);
@@ -383,26 +397,26 @@ void BM_DecodeStep(benchmark::State& state) {
   if (grouped) set_group_prefetch(type, chosen);
   const auto gbs = [&](int v) { return static_cast<double>(total) * runs[v] / secs[v] / 1e9; };
   const auto name = [](int v) -> std::string {
-    return v == kRetuned ? "retuned" : v >= kPrefetch0 ? group_prefetch_name(kGroupPrefetches[v - kPrefetch0]) : v == kProbe ? "probe" : v == kFixed ? "fixed" : "guided";
+    return v == kProbeWhole ? "whole" : v == kRetuned ? "retuned" : v >= kPrefetch0 ? group_prefetch_name(kGroupPrefetches[v - kPrefetch0]) : v == kProbe ? "probe" : v == kFixed ? "fixed" : "guided";
   };
   if (what != 1) {
     for (const int v : variants) state.counters[name(v)] = gbs(v);
   }
-  if (what == 2) {  // each variant's stream as a share of the probe loop's, interleaved iteration by iteration
+  if (what == 2 || what == 3) {  // each variant's stream as a share of the probe loop's, interleaved iteration by iteration
     for (const int v : variants) {
       if (v != kProbe) state.counters[name(v) + "/probe"] = gbs(v) / gbs(kProbe);
     }
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(total) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(ggml_type_name(type)) + " llama-1b step, " +
-                 (what == 0 ? "matmuls" : what == 1 ? "probe's loop" : "probe's loop and matmuls interleaved") +
+                 (what == 0 ? "matmuls" : what == 1 ? "probe's loop" : what == 2 ? "probe's loop and matmuls interleaved" : "probe's loop cut at the matmuls and whole") +
                  (grouped ? std::string(", ") + group_prefetch_name(chosen) + " prefetch at load" : std::string()));
 }
 BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{static_cast<int64_t>(GgmlType::kF16), static_cast<int64_t>(GgmlType::kBF16), static_cast<int64_t>(GgmlType::kQ8_0),
                     static_cast<int64_t>(GgmlType::kQ4_0), static_cast<int64_t>(GgmlType::kQ2_K), static_cast<int64_t>(GgmlType::kQ3_K), static_cast<int64_t>(GgmlType::kQ4_K), static_cast<int64_t>(GgmlType::kQ5_K),
                     static_cast<int64_t>(GgmlType::kQ6_K)},
-                   {0, 1, 2}})
+                   {0, 1, 2, 3}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
