@@ -343,7 +343,7 @@ void BM_DecodeStep(benchmark::State& state) {
   if (what == 2) {
     variants = {kProbe};
     if (!grouped) variants.push_back(kGuided);
-    for (int i = kPrefetch0; grouped && i < kVariants; ++i) variants.push_back(i);  // ... and kRetuned
+    for (int i = kPrefetch0; grouped && i <= kRetuned; ++i) variants.push_back(i);  // ... and kRetuned
   }
   double secs[kVariants] = {};
   int runs[kVariants] = {};
