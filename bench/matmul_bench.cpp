@@ -348,6 +348,14 @@ void BM_DecodeStep(benchmark::State& state) {
   double secs[kVariants] = {};
   int runs[kVariants] = {};
   std::atomic<uint64_t> sink{0};
+  auto probe_loop = [&](const uint8_t* b, uint64_t len) {  // one dispatch, an even share each, cut at 4 KiB
+    const auto threads = static_cast<uint64_t>(pool().size());
+    pool().run([&](int t) {
+      const auto u = static_cast<uint64_t>(t);
+      const uint64_t b0 = len * u / threads / 4096 * 4096, b1 = u + 1 == threads ? len : len * (u + 1) / threads / 4096 * 4096;
+      sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
+    });
+  };
   size_t iter = 0;
   for (auto _ : state) {
     const int v = variants[iter++ % variants.size()];
@@ -358,27 +366,12 @@ void BM_DecodeStep(benchmark::State& state) {
       enable_group_prefetch_retuning(type);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    if (v == kProbeWhole) {  // the probe's loop over all the step's bytes in one dispatch
-      const auto* b = static_cast<const uint8_t*>(mem.data());
-      const uint64_t len = total;
-      const auto threads = static_cast<uint64_t>(pool().size());
-      pool().run([&](int t) {
-        const auto u = static_cast<uint64_t>(t);
-        const uint64_t b0 = len * u / threads / 4096 * 4096, b1 = u + 1 == threads ? len : len * (u + 1) / threads / 4096 * 4096;
-        sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
-      });
-    }
+    if (v == kProbeWhole) probe_loop(static_cast<const uint8_t*>(mem.data()), total);  // all the step's bytes at once
     for (const auto& c : ws) {
       if (v == kProbeWhole) break;
       if (v == kProbe) {
         const auto* b = static_cast<const uint8_t*>(c.front().data);
-        const uint64_t len = static_cast<uint64_t>(static_cast<const uint8_t*>(c.back().data) + c.back().rows * c.back().row_bytes - b);
-        const auto threads = static_cast<uint64_t>(pool().size());
-        pool().run([&](int t) {  // an even share each, cut at 4 KiB
-          const auto u = static_cast<uint64_t>(t);
-          const uint64_t b0 = len * u / threads / 4096 * 4096, b1 = u + 1 == threads ? len : len * (u + 1) / threads / 4096 * 4096;
-          sink.fetch_add(sum_words(reinterpret_cast<const uint64_t*>(b + b0), (b1 - b0) / 8), std::memory_order_relaxed);
-        });
+        probe_loop(b, static_cast<uint64_t>(static_cast<const uint8_t*>(c.back().data) + c.back().rows * c.back().row_bytes - b));
         continue;
       }
       MatmulJob jobs[3];
