@@ -154,11 +154,6 @@ void RunMatmul(benchmark::State& state) {
   std::mt19937 rng(0);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
   KernelScratch scratch;
-  // Rows in groups take the prefetch STRATA_CPU_GROUP_PREFETCH names (unset or auto: the kernels'
-  // default, software), not a measured one.
-  if (const char* e = std::getenv("STRATA_CPU_GROUP_PREFETCH"); e != nullptr && group_prefetch_slot_or_none(type) >= 0) {
-    if (const auto p = parse_group_prefetch(e)) set_group_prefetch(type, *p);
-  }
   int i = 0;
   for (auto _ : state) {
     matmul(ws[static_cast<size_t>(i)], x.data(), n, y.data(), pool(), scratch);
