@@ -63,8 +63,9 @@ const char* decode_order_name(DecodeOrder order);
 // step meets them: one matrix after another, each split over the pool's threads), the median of
 // nine passes per order, alternated (three times the matmuls of the earlier best of three, which
 // took ~30-60 ms; on the Zen 3 VM a load measuring Q4_K and Q6_K then took 0.18-1.3 s against
-// 0.10-0.27 s with the order set, mostly the first touch of each 64 MiB buffer). Leaves the orders in use as they were. Throws
-// std::invalid_argument for another value of the variable or a type without a choice.
+// 0.10-0.27 s with the order set, mostly the first touch of each 64 MiB buffer). Leaves the orders
+// in use as they were. Throws std::invalid_argument for another value of the variable or a type
+// without a choice.
 DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
 
 // One token over rows in groups (WeightMatrix::row_group: F16/BF16 in groups of 4 rows, one
@@ -76,8 +77,8 @@ DecodeOrder choose_decode_order(ThreadPool& pool, GgmlType type, int64_t cols);
 // decode ran 1.5-1.7x faster with the software prefetch; on the Zen 3 VM the two were within its
 // noise; on the Zen 5 VM 64 KB ahead lost to hardware alone, and 4-16 KB ahead beat both; on the
 // Zen 4 VM hardware alone streamed Q8_0, Q4_K and Q6_K 5-25 points of the limit faster than any
-// software distance (docs/PERFORMANCE.md,
-// issue 17). So CpuBackend measures them at load, per type (choose_group_prefetch).
+// software distance (docs/PERFORMANCE.md, issue 17). So CpuBackend measures them at load, per type
+// (choose_group_prefetch).
 // Process-wide, one per type in groups (group_prefetch_slot); kSoftware until set.
 enum class GroupPrefetch : uint8_t { kSoftware = 0, kHardware = 1, kSoftware16K = 2, kSoftware4K = 3 };
 inline constexpr GroupPrefetch kGroupPrefetches[] = {GroupPrefetch::kSoftware, GroupPrefetch::kHardware,
