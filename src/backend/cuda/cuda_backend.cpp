@@ -807,8 +807,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     m.lazy_norm_max_rows = std::clamp<int64_t>(std::strtoll(e, nullptr, 10), 0, cuda::kGemvMaxRows);
   }
   // STRATA_CUDA_FUSED_DECODE=1: single-sequence decode passes as one persistent kernel
-  // (decode_layers). Off by default: on the H200 it is level with the layer loop, not faster
-  // (docs/PERFORMANCE.md, "The fused decode step").
+  // (decode_layers). Off by default: level with the layer loop when it was built (H200), 20% slower
+  // than the loop on an H100 on 2026-12-07 (docs/PERFORMANCE.md, "The fused decode step" and "half
+  // of the SwiGLU's rows staged").
   const char* fused = std::getenv("STRATA_CUDA_FUSED_DECODE");
   m.fused_decode = fused != nullptr && std::string_view(fused) == "1";
   if (m.lazy_norm) m.norm_parts = std::make_unique<CudaBuffer>(kNormPartsPerRow * cuda::kGemvMaxRows * sizeof(float));
