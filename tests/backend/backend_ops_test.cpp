@@ -432,13 +432,15 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
 // unset: the default, which must write them too, staged for Q4_K, Q6_K and Q8_0; =s, s2, s4: the staged form, weights copied into
 // shared memory, where they fit, by default a block's 32 rows at once where they fit in one wave of
-// blocks, else through a ring of two 8-row slots (chunks copied after others are consumed);
-// STRATA_CUDA_XQ_STAGE_SLOTS=2: the ring, =4: the 32 rows, wherever they fit) and one without (=0, where each of those GEMVs
+// blocks, else through a ring of two 8-row slots (chunks copied after others are consumed), but for
+// Q4_K where the 32 rows do not fit at all the register form; STRATA_CUDA_XQ_STAGE_SLOTS=2: the ring,
+// =4: the 32 rows, wherever they fit, =auto-ring: the ring for Q4_K too) and one without (=0, where each of those GEMVs
 // quantizes its x by a launch of its own): every output the same bits, and the launches as planned
 // (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
 // 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
 // than two pieces per lane (1,024 / 2,048 / 2,816 columns), and a 256-wide one (cuda_model_test's
-// width: rows of one weight block), and llama-1b's FFN of 8,192 (staged or not by its size); a SwiGLU
+// width: rows of one weight block), llama-1b's FFN of 8,192 (staged or not by its size) and a
+// Llama-3-8B's of 14,336 (a down projection whose 32 rows do not fit shared memory); a SwiGLU
 // of 40 rows (not a multiple of 32) keeps the launch of its own.
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
@@ -451,20 +453,22 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
   const std::unique_ptr<Backend> on = make("1"), on2 = make("2"), def = make(nullptr, nullptr), off = make("0");
   const std::unique_ptr<Backend> st = make("s"), st2 = make("s2"), st4 = make("s4"), stg = make("s", "1");
   // The staged producers' shared memory forced to a ring of two 8-row slots, and to the whole 32 rows;
-  // and "auto", the default, named.
+  // "auto", the default, named; and "auto-ring" (the ring where the 32 rows do not fit).
   auto make_slots = [&](const char* slots) {
     return backend_with_env(GetParam(), {{"STRATA_CUDA_LAZY_NORM", "1"}, {"STRATA_CUDA_XQ_OUT", "s"},
                                          {"STRATA_CUDA_GEMV_STAGED", "0"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", slots}});
   };
   const std::unique_ptr<Backend> ring = make_slots("2"), whole = make_slots("4"), chosen = make_slots("auto");
+  const std::unique_ptr<Backend> auto_ring = make_slots("auto-ring");
   const float eps = 1e-5f;
   struct Shape {
     int64_t d, ffn;
   };
   // The staged producers (STRATA_CUDA_XQ_OUT=s...) take a launch where 16 of its block's rows (a
   // ring of two 8-row slots; of both matrices for the SwiGLU) fit the shared memory an sm_90 block
-  // may opt into (227 KB) less 1 KB by default (auto) or with STRATA_CUDA_XQ_STAGE_SLOTS=2, else (=4) all 32;
-  // the others keep the register form: at 32 rows, Q8_0's down of 8,192 columns (32 rows of 8,704 B).
+  // may opt into (227 KB) less 1 KB with STRATA_CUDA_XQ_STAGE_SLOTS=2 or auto-ring, and by default
+  // (auto) for Q6_K and Q8_0, else (=4, and Q4_K's by default) all 32; the others keep the register
+  // form: at 32 rows, Q8_0's down of 8,192 columns (32 rows of 8,704 B), Q4_K's of 14,336 (8,064 B).
   auto expected_staged = [](GgmlType t, int64_t d, int64_t ffn, int64_t rows_at_once = 16) {
     auto row_bytes = [t](int64_t cols) {
       return t == GgmlType::kQ4_K ? cols / 256 * 144 : t == GgmlType::kQ6_K ? cols / 256 * 210 : cols / 32 * 34;
@@ -481,8 +485,10 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
   };
   for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0}) {
     if (!cuda_gemv_xq(type)) continue;
-    // 256: cuda_model_test's width; 8,192: llama-1b's FFN (Q8_0's down staged through the ring only)
-    for (const Shape sh : {Shape{2048, 4096}, Shape{1024, 2816}, Shape{256, 512}, Shape{1024, 8192}}) {
+    // 256: cuda_model_test's width; 8,192: llama-1b's FFN (Q8_0's down staged through the ring only);
+    // 14,336: a Llama-3-8B's (down through the ring (Q6_K), in the register form (Q4_K by default, Q8_0))
+    for (const Shape sh :
+         {Shape{2048, 4096}, Shape{1024, 2816}, Shape{256, 512}, Shape{1024, 8192}, Shape{1024, 14336}}) {
       SCOPED_TRACE(::testing::Message() << ggml_type_name(type) << " d " << sh.d << " ffn " << sh.ffn);
       std::mt19937 rng(31);
       const int64_t D = sh.d, F = sh.ffn, rq = 64, rs = 40;
@@ -534,11 +540,11 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
       // Without: a, h, f, h2 (QKV), h2 (SwiGLU), f2, h2 (40 rows), h2 (the last matmul).
       EXPECT_EQ(without.xq_launches, 8);
       for (Backend* b : {on.get(), on2.get(), def.get(), st.get(), st2.get(), st4.get(), stg.get(), ring.get(), whole.get(),
-                         chosen.get()}) {
+                         chosen.get(), auto_ring.get()}) {
         // The default stages Q4_K's, Q6_K's and Q8_0's producers and float GEMVs.
         const bool by_default = b == def.get();
         const bool staged = b == st.get() || b == st2.get() || b == st4.get() || b == stg.get() || by_default ||
-                            b == ring.get() || b == whole.get() || b == chosen.get();
+                            b == ring.get() || b == whole.get() || b == chosen.get() || b == auto_ring.get();
         SCOPED_TRACE(b == on.get()       ? "one row per warp"
                      : b == on2.get()    ? "two rows per warp"
                      : b == def.get()    ? "the default"
@@ -548,10 +554,12 @@ TEST_P(BackendOps, QuantizedXWrittenByProducers) {
                      : b == ring.get()   ? "staged through a ring of two slots"
                      : b == whole.get()  ? "staged, a block's 32 rows at once"
                      : b == chosen.get() ? "staged, the slots chosen per launch"
+                     : b == auto_ring.get() ? "staged, the slots chosen per launch, the ring where the rows do not fit"
                                          : "staged, and the GEMVs that write floats");
         const Got with = run(*b);
         EXPECT_EQ(with.xq_out_launches, 4) << "O, gate/up times r, down, the plain gate/up";
-        const int64_t rows_at_once = b == whole.get() ? 32 : 16;
+        const int64_t rows_at_once =
+            b == ring.get() || b == auto_ring.get() ? 16 : b == whole.get() || type == GgmlType::kQ4_K ? 32 : 16;
         if (staged) EXPECT_EQ(with.xq_staged_launches, expected_staged(type, sh.d, sh.ffn, rows_at_once).first) << "staged launches";
         else EXPECT_EQ(with.xq_staged_launches, 0);
         EXPECT_EQ(with.gemv_staged_launches, b == stg.get() || by_default ? expected_staged(type, sh.d, sh.ffn).second : 0);

@@ -775,14 +775,16 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
   // STRATA_CUDA_XQ_STAGE_SLOTS: the staged producers' shared memory as slots of 8 rows: unset or auto
   // = chosen per launch (matmul.cu, launch_xq_staged_fmt: the block's 32 rows at once where they fit
   // in one wave of blocks, else a ring of two slots; on llama-1b, Q8_0's down and gate/up take the
-  // ring: H100, 977.3 -> 967.2 us per step, docs/PERFORMANCE.md); 4 = the 32 rows at once, where they
+  // ring: H100, 977.3 -> 967.2 us per step, docs/PERFORMANCE.md), but Q4_K's producers whose 32 rows
+  // do not fit shared memory at all (the down projection of a Llama-3-8B shape) the register form;
+  // auto-ring = the ring for those too (auto until 2026-12-07); 4 = the 32 rows at once, where they
   // fit (else the register form); 2 = a ring of two everywhere.
   if (const char* e = std::getenv("STRATA_CUDA_XQ_STAGE_SLOTS")) {
     const std::string_view v(e);
-    if (v != "2" && v != "4" && v != "auto") {
-      throw Error(fmt::format("STRATA_CUDA_XQ_STAGE_SLOTS={}: expected 2, 4 or auto", v));
+    if (v != "2" && v != "4" && v != "auto" && v != "auto-ring") {
+      throw Error(fmt::format("STRATA_CUDA_XQ_STAGE_SLOTS={}: expected 2, 4, auto or auto-ring", v));
     }
-    m.xq_out_staged_slots = v == "2" ? 2 : v == "4" ? 4 : 0;
+    m.xq_out_staged_slots = v == "2" ? 2 : v == "4" ? 4 : v == "auto-ring" ? cuda::kStageSlotsAutoRing : 0;
   }
   // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs that write floats (the QKV projection, the LM head;
   // over 8-bit x, or the f32 x for F16/BF16/Q8_0) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =

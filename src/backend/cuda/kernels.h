@@ -100,10 +100,12 @@ struct GemvXq {
   // Nonzero: the staged form only where a block's rows take at most this many bytes of shared memory.
   uint64_t out_staged_max_bytes = 0;
   // The staged producers' shared memory: 0 (the default) = chosen per launch (4 where they fit in one
-  // wave of blocks, else the ring); 2 or 4 = that many 8-row slots (4: the block's 32 rows at once,
-  // where they fit; 2: a ring).
+  // wave of blocks, else the ring; Q4_K's where the block's 32 rows do not fit shared memory: the
+  // register form); kStageSlotsAutoRing = as 0, but the ring for Q4_K too; 2 or 4 = that many 8-row
+  // slots (4: the block's 32 rows at once, where they fit; 2: a ring).
   int out_staged_slots = 0;
 };
+inline constexpr int kStageSlotsAutoRing = -1;
 // Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
 // writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads
 // 8-bit x (gemv_xq_bytes), rows a multiple of 32, rows on one warp each.

@@ -2127,11 +2127,15 @@ int64_t launch_waves(const void* kernel, int threads, uint64_t smem, int64_t blo
 // alignment holds (else false: the caller takes the register form). Slots: GemvXq's out_staged_slots
 // where it is 2 or 4 (STRATA_CUDA_XQ_STAGE_SLOTS), else, by default (0), chosen here: kXsChunks (the
 // block's 32 rows at once) where they fit and the launch then takes one wave (or as few as with two),
-// else a ring of two. On llama-1b that gives every Q4_K and Q6_K producer 4, and Q8_0's gate/up
-// (139 KB at 4: one block per SM, two waves of 256) and down (278 KB at 4: does not fit) 2. A ring
-// copies its last chunks after the PDL wait, which cost where the whole rows fit in one wave (H200:
-// Q4_K 520 -> 602 us per step with O and down at 2); for Q8_0 the choice gained (H100: 977.3 ->
-// 967.2 us per step, docs/PERFORMANCE.md).
+// else a ring of two; but for Q4_K, where the 32 rows do not fit shared memory at all, the register
+// form (kStageSlotsAutoRing: the ring there too, the default before 2026-12-07). On llama-1b that
+// gives every Q4_K and Q6_K producer 4, and Q8_0's gate/up (139 KB at 4: one block per SM, two waves
+// of 256) and down (278 KB at 4) 2. A ring copies its last chunks after the PDL wait, which cost where
+// the whole rows fit in one wave (H200: Q4_K 520 -> 602 us per step with O and down at 2). Where the
+// rows do not fit at all, the register form against the ring, GPU us per step on an H100, 4 layers of
+// a Llama-3-8B shape (docs/PERFORMANCE.md, 2026-12-07): Q4_K's down (32 rows of 8,064 B) 370.1 ->
+// 341.8, faster; Q6_K's down 512.7 -> 620.6 and Q8_0's gate/up 686.6 -> 888.1, slower; llama-1b's
+// Q8_0 down level (960.7 / 959.6).
 template <class F, bool kGlu, int NM, int RW>
 bool launch_xq_staged_fmt(const GemvLaunch& l0, void* out, uint64_t max_bytes, int forced_slots, cudaStream_t s) {
   GemvLaunch l = l0;
@@ -2151,13 +2155,13 @@ bool launch_xq_staged_fmt(const GemvLaunch& l0, void* out, uint64_t max_bytes, i
   constexpr int kThreads = 32 * kXoRows / RW;
   constexpr int kRing = 2;
   int slots = 0;
-  if (forced_slots != 0) {
+  if (forced_slots > 0) {
     slots = forced_slots * chunk_set <= limit ? forced_slots : 0;
   } else if (kXsChunks * chunk_set <= limit) {
     slots = kXsChunks;
     const int64_t whole = launch_waves(reinterpret_cast<const void*>(kernel), kThreads, kXsChunks * chunk_set, blocks);
     if (whole > 1 && launch_waves(reinterpret_cast<const void*>(kernel), kThreads, kRing * chunk_set, blocks) < whole) slots = kRing;
-  } else if (kRing * chunk_set <= limit) {
+  } else if ((forced_slots == kStageSlotsAutoRing || !std::is_same_v<F, FmtQ4_K>) && kRing * chunk_set <= limit) {
     slots = kRing;
   }
   if (slots == 0) return false;
