@@ -1780,22 +1780,25 @@ void launch_gemv_fmt(const GemvLaunch& l, const float* x, int64_t n, cudaStream_
   }
 }
 
-// F16/BF16 and Q4_K GEMVs of one x row (gemv_kernel, and gemv_xq_out_kernel for the producers)
-// trigger the next kernel at their top (GemvMats::early_trigger). On an H100, llama-1b, GPU time
-// per step, alternated: F16 937.8 / 938.0 -> 928.5 / 929.2 us, BF16 939.9 -> 932.7 (2026-12-06,
-// device call 1); Q4_K 560.0 / 559.1 / 559.6 -> 542.8 / 543.1 / 543.4 (second session of
-// 2026-12-06, calls 8 and 9; before the producers it lost 3.7%). Q6_K lost 1.9% (1,183.1 / 1,183.4
-// -> 1,205.7 / 1,205.5), so it and the other types trigger after their wait, as do batches.
-// STRATA_CUDA_GEMV_EARLY_TRIGGER=0 turns it off, =all turns it on for every type (read once per
-// process).
+// F16/BF16 GEMVs of one x row (gemv_kernel, and gemv_xq_out_kernel for the producers) trigger the
+// next kernel at their top (GemvMats::early_trigger). On an H100, llama-1b, GPU time per step,
+// alternated: F16 937.8 / 938.0 -> 928.5 / 929.2 us, BF16 939.9 -> 932.7 (2026-12-06, device call 1).
+// Q4_K did too from the second session of 2026-12-06 (then 560.0 -> 542.8 us), until its GEMVs were
+// staged in shared memory: on an H100 on 2026-12-07 (seventh session), two rounds alternated,
+// triggering after the wait took llama-1b Q4_K from 532.5 / 532.4 to 526.0 / 526.3 us and 4 layers of a
+// Llama-3-8B shape from 338.0 / 338.5 to 331.8 / 331.5 us, the same greedy tokens. Q6_K lost 1.9%
+// with the early trigger (1,183.1 / 1,183.4 -> 1,205.7 / 1,205.5). So every type but F16/BF16
+// triggers after its wait, as do batches. STRATA_CUDA_GEMV_EARLY_TRIGGER=0 turns it off, =q4_k adds
+// Q4_K (the former default), =all turns it on for every type (read once per process; CudaBackend
+// rejects other values).
 bool gemv_early_trigger(GgmlType type, int64_t n) {
   static const int on = [] {
     const char* v = std::getenv("STRATA_CUDA_GEMV_EARLY_TRIGGER");
     const std::string_view s = v != nullptr ? v : "";
-    return s == "0" ? 0 : s == "all" ? 2 : 1;
+    return s == "0" ? 0 : s == "all" ? 2 : s == "q4_k" ? 3 : 1;
   }();
   return on != 0 && n == 1 &&
-         (on == 2 || type == GgmlType::kF16 || type == GgmlType::kBF16 || type == GgmlType::kQ4_K);
+         (on == 2 || type == GgmlType::kF16 || type == GgmlType::kBF16 || (on == 3 && type == GgmlType::kQ4_K));
 }
 
 template <int NM = 0, bool kGlu = false>
