@@ -205,21 +205,25 @@ int64_t xq_launch_count() {
 }
 
 // A backend made with these environment variables set (a null value: unset), each restored to
-// what it was afterwards (the backends read their switches when they are made).
+// what it was afterwards, also when making it throws (the backends read their switches when they
+// are made).
 std::unique_ptr<Backend> backend_with_env(DeviceKind dev, std::initializer_list<std::pair<const char*, const char*>> env) {
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  struct Restore {
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+    ~Restore() {
+      for (const auto& [name, old] : saved) {
+        if (old) ::setenv(name.c_str(), old->c_str(), 1);
+        else ::unsetenv(name.c_str());
+      }
+    }
+  } restore;
   for (const auto& [name, value] : env) {
     const char* old = std::getenv(name);
-    saved.emplace_back(name, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+    restore.saved.emplace_back(name, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
     if (value != nullptr) ::setenv(name, value, 1);
     else ::unsetenv(name);
   }
-  std::unique_ptr<Backend> b = make_backend(BackendOptions{dev, 3});
-  for (const auto& [name, old] : saved) {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-  return b;
+  return make_backend(BackendOptions{dev, 3});
 }
 
 // Types every backend must multiply by (the CPU backend multiplies by all of kAllTypes).
@@ -442,6 +446,28 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 // width: rows of one weight block), llama-1b's FFN of 8,192 (staged or not by its size) and a
 // Llama-3-8B's of 14,336 (a down projection whose 32 rows do not fit shared memory); a SwiGLU
 // of 40 rows (not a multiple of 32) keeps the launch of its own.
+// The CUDA backend's A/B switches: an unknown value stops the backend with an error that names the
+// variable; the values the README lists are taken.
+TEST_P(BackendOps, CudaSwitchesRejectUnknownValues) {
+#if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
+  const std::pair<const char*, const char*> bad[] = {
+      {"STRATA_CUDA_GEMV_EARLY_TRIGGER", "yes"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", "3"}, {"STRATA_CUDA_GEMV_STAGED", "2"}};
+  for (const auto& [name, value] : bad) {
+    try {
+      backend_with_env(GetParam(), {{name, value}});
+      ADD_FAILURE() << name << "=" << value << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  for (const char* v : {"0", "q4_k", "all"}) {
+    EXPECT_NO_THROW(backend_with_env(GetParam(), {{"STRATA_CUDA_GEMV_EARLY_TRIGGER", v}})) << v;
+  }
+#else
+  GTEST_SKIP() << "the CUDA backend's switches";
+#endif
+}
+
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";
