@@ -9,7 +9,7 @@
 // pdl_trigger() lets the next kernel of the stream launch (once every block of this grid has
 // called it or exited); kernels call it right after pdl_wait(), a few before it where the next
 // kernel's earlier start measured faster (the latency decode attention and its split merge, the
-// one-row quantization of a GEMV's x, the one-row F16/BF16/Q4_K GEMVs and producers). Either way
+// one-row quantization of a GEMV's x, the one-row F16/BF16 GEMVs and producers). Either way
 // the next kernel's pdl_wait() waits for this one to complete, and this one completes only after
 // its own wait, so "every earlier kernel has completed" still holds. Both are no-ops on a kernel launched without the attribute, and below
 // sm_90.

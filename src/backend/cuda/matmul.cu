@@ -752,7 +752,7 @@ struct GemvMats {  // passed by value (kernel parameter space)
   int count;
   int l2_prefetch;  // kPrefetch kernels: 1 = bulk-prefetch each warp's whole rows into L2 at start
   // 1: every block triggers the next kernel's launch (PDL) before anything else, so that kernel's
-  // blocks may launch, and load their weights, while this one still waits (F16/BF16/Q4_K GEMVs of
+  // blocks may launch, and load their weights, while this one still waits (F16/BF16 GEMVs of
   // one x row: see gemv_early_trigger).
   int early_trigger;
   // The staged producers (gemv_xq_staged_kernel): slots of shared memory, each one chunk of kXsChunkRows
