@@ -431,21 +431,6 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 #endif
 }
 
-// One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
-// (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
-// backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
-// unset: the default, which must write them too, staged for Q4_K, Q6_K and Q8_0; =s, s2, s4: the staged form, weights copied into
-// shared memory, where they fit, by default a block's 32 rows at once where they fit in one wave of
-// blocks, else through a ring of two 8-row slots (chunks copied after others are consumed), but for
-// Q4_K where the 32 rows do not fit at all the register form; STRATA_CUDA_XQ_STAGE_SLOTS=2: the ring,
-// =4: the 32 rows, wherever they fit, =auto-ring: the ring for Q4_K too) and one without (=0, where each of those GEMVs
-// quantizes its x by a launch of its own): every output the same bits, and the launches as planned
-// (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
-// 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
-// than two pieces per lane (1,024 / 2,048 / 2,816 columns), and a 256-wide one (cuda_model_test's
-// width: rows of one weight block), llama-1b's FFN of 8,192 (staged or not by its size) and a
-// Llama-3-8B's of 14,336 (a down projection whose 32 rows do not fit shared memory); a SwiGLU
-// of 40 rows (not a multiple of 32) keeps the launch of its own.
 // The CUDA backend's A/B switches: an unknown value stops the backend with an error that names the
 // variable; the values the README lists are taken.
 TEST_P(BackendOps, CudaSwitchesRejectUnknownValues) {
@@ -468,6 +453,21 @@ TEST_P(BackendOps, CudaSwitchesRejectUnknownValues) {
 #endif
 }
 
+// One-row producers that write the next GEMV's 8-bit x (cuda::GemvXq::out): the lazy-norm producer
+// (O, down), the SwiGLU GEMV times r and plain, each followed by the GEMV that reads its output, on
+// backends with them (STRATA_CUDA_XQ_OUT=1: blocks of 32 warps of one row; =2: 16 warps of two;
+// unset: the default, which must write them too, staged for Q4_K, Q6_K and Q8_0; =s, s2, s4: the staged form, weights copied into
+// shared memory, where they fit, by default a block's 32 rows at once where they fit in one wave of
+// blocks, else through a ring of two 8-row slots (chunks copied after others are consumed), but for
+// Q4_K where the 32 rows do not fit at all the register form; STRATA_CUDA_XQ_STAGE_SLOTS=2: the ring,
+// =4: the 32 rows, wherever they fit, =auto-ring: the ring for Q4_K too) and one without (=0, where each of those GEMVs
+// quantizes its x by a launch of its own): every output the same bits, and the launches as planned
+// (4 producers wrote the 8-bit form, 4 quantizations fewer). Shapes: the producers' rows 2048 and
+// 4096 (multiples of 32, one block per 32), a 1,024-wide model whose rows take one, two and more
+// than two pieces per lane (1,024 / 2,048 / 2,816 columns), and a 256-wide one (cuda_model_test's
+// width: rows of one weight block), llama-1b's FFN of 8,192 (staged or not by its size) and a
+// Llama-3-8B's of 14,336 (a down projection whose 32 rows do not fit shared memory); a SwiGLU
+// of 40 rows (not a multiple of 32) keeps the launch of its own.
 TEST_P(BackendOps, QuantizedXWrittenByProducers) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   if (!cuda_gemv_xq(GgmlType::kQ4_K)) GTEST_SKIP() << "STRATA_CUDA_GEMV_Q8X=0: the GEMVs read the f32 x";

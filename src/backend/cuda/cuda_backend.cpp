@@ -786,12 +786,9 @@ CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>()) {
     }
     m.xq_out_staged_slots = v == "2" ? 2 : v == "4" ? 4 : v == "auto-ring" ? cuda::kStageSlotsAutoRing : 0;
   }
-  // STRATA_CUDA_GEMV_EARLY_TRIGGER (read by cuda::gemv_early_trigger): unset, 0, q4_k or all.
-  if (const char* e = std::getenv("STRATA_CUDA_GEMV_EARLY_TRIGGER")) {
-    const std::string_view v(e);
-    if (!v.empty() && v != "0" && v != "q4_k" && v != "all") {
-      throw Error(fmt::format("STRATA_CUDA_GEMV_EARLY_TRIGGER={}: expected 0, q4_k or all", v));
-    }
+  // STRATA_CUDA_GEMV_EARLY_TRIGGER: read by the GEMVs' launches (cuda::gemv_early_trigger_mode).
+  if (const char* e = std::getenv("STRATA_CUDA_GEMV_EARLY_TRIGGER"); e != nullptr && cuda::gemv_early_trigger_mode(e) < 0) {
+    throw Error(fmt::format("STRATA_CUDA_GEMV_EARLY_TRIGGER={}: expected 0, q4_k or all", e));
   }
   // STRATA_CUDA_GEMV_STAGED: the one-row GEMVs that write floats (the QKV projection, the LM head;
   // over 8-bit x, or the f32 x for F16/BF16/Q8_0) staged too (cuda::GemvXq::out_staged on gemv_multi and its normed form): unset =

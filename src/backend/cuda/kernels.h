@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "backend/op_types.h"
 #include "kv/kv_types.h"
@@ -106,6 +107,10 @@ struct GemvXq {
   int out_staged_slots = 0;
 };
 inline constexpr int kStageSlotsAutoRing = -1;
+// STRATA_CUDA_GEMV_EARLY_TRIGGER's value as the one-row GEMVs read it (matmul.cu, gemv_early_trigger):
+// 0 = "0" (none triggers the next kernel before its wait), 1 = unset or empty (F16/BF16), 2 = "all"
+// (every type), 3 = "q4_k" (F16/BF16 and Q4_K); -1 for any other value (CudaBackend rejects it).
+int gemv_early_trigger_mode(std::string_view value);
 // Whether a producer of `rows` outputs over weights of `type` (cols, row_bytes) at n rows of x
 // writes its output's 8-bit form when asked (GemvXq::out): one row of x, weights whose GEMV reads
 // 8-bit x (gemv_xq_bytes), rows a multiple of 32, rows on one warp each.

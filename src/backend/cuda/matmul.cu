@@ -1794,8 +1794,8 @@ void launch_gemv_fmt(const GemvLaunch& l, const float* x, int64_t n, cudaStream_
 bool gemv_early_trigger(GgmlType type, int64_t n) {
   static const int on = [] {
     const char* v = std::getenv("STRATA_CUDA_GEMV_EARLY_TRIGGER");
-    const std::string_view s = v != nullptr ? v : "";
-    return s == "0" ? 0 : s == "all" ? 2 : s == "q4_k" ? 3 : 1;
+    const int mode = gemv_early_trigger_mode(v != nullptr ? v : "");
+    return mode < 0 ? 1 : mode;  // CudaBackend has rejected such a value already
   }();
   return on != 0 && n == 1 &&
          (on == 2 || type == GgmlType::kF16 || type == GgmlType::kBF16 || (on == 3 && type == GgmlType::kQ4_K));
@@ -2390,6 +2390,10 @@ void gemv_silu_mul_normed(const WeightMatrix& gate, const WeightMatrix& up, cons
   l.m.eps = eps;
   if (!launch_with_xq_out<true, 2>(gate.type, l, n, xq, s)) launch_gemv_glu_type<2>(gate.type, l, h, n, s);
   g_norm_consumer_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+int gemv_early_trigger_mode(std::string_view s) {
+  return s.empty() ? 1 : s == "0" ? 0 : s == "all" ? 2 : s == "q4_k" ? 3 : -1;
 }
 
 namespace gemv_stats {
