@@ -436,7 +436,8 @@ TEST_P(BackendOps, QuantizedXGemvEveryForm) {
 TEST_P(BackendOps, CudaSwitchesRejectUnknownValues) {
 #if defined(STRATA_OPS_TEST_CUDA) && defined(STRATA_HAVE_CUDA)
   const std::pair<const char*, const char*> bad[] = {
-      {"STRATA_CUDA_GEMV_EARLY_TRIGGER", "yes"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", "3"}, {"STRATA_CUDA_GEMV_STAGED", "2"}};
+      {"STRATA_CUDA_GEMV_EARLY_TRIGGER", "yes"}, {"STRATA_CUDA_XQ_STAGE_SLOTS", "3"}, {"STRATA_CUDA_GEMV_STAGED", "2"},
+      {"STRATA_CUDA_SIDE_PREFETCH", "yes"},      {"STRATA_CUDA_SIDE_PREFETCH_MB", "0"},  {"STRATA_CUDA_SIDE_PREFETCH_BLOCKS", "x"}};
   for (const auto& [name, value] : bad) {
     try {
       backend_with_env(GetParam(), {{name, value}});
@@ -447,6 +448,9 @@ TEST_P(BackendOps, CudaSwitchesRejectUnknownValues) {
   }
   for (const char* v : {"0", "q4_k", "all"}) {
     EXPECT_NO_THROW(backend_with_env(GetParam(), {{"STRATA_CUDA_GEMV_EARLY_TRIGGER", v}})) << v;
+  }
+  for (const char* v : {"auto", "0", "bulk", "line"}) {
+    EXPECT_NO_THROW(backend_with_env(GetParam(), {{"STRATA_CUDA_SIDE_PREFETCH", v}})) << v;
   }
 #else
   GTEST_SKIP() << "the CUDA backend's switches";

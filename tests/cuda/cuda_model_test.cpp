@@ -502,6 +502,54 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"qwen2_f16_hd64_gqa7", "qwen2", GgmlType::kF16, KvDtype::kF16, 896, 14, 2, 4864, 40}),
     [](const auto& info) { return info.param.name; });
 
+// The side-stream L2 prefetch (STRATA_CUDA_SIDE_PREFETCH, set before the backend is made): the
+// decode graphs fork a second stream after each QKV projection that asks L2 for the head of the
+// following GEMVs' weights. The requests only warm the cache, so every logit is the same bits as
+// with the prefetch off (=0); the forks were recorded where they should be: by default (auto) for
+// quantized weights only, with =bulk and =line for every type.
+TEST(CudaSidePrefetch, GivesTheSameLogitsBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  const std::string dir = test::make_temp_dir("strata-cuda-sidepf");
+  auto vocab = GgufFile::open(test::shared_path("tokenizer/ggml-vocab-llama-spm.gguf"));
+  auto load = [](const std::string& path, const char* mode) {  // null: the variable unset
+    if (mode != nullptr) ::setenv("STRATA_CUDA_SIDE_PREFETCH", mode, 1);
+    auto model = Model::load(path, BackendOptions{DeviceKind::kCuda, 1});
+    ::unsetenv("STRATA_CUDA_SIDE_PREFETCH");
+    return model;
+  };
+  for (GgmlType dtype : {GgmlType::kF16, GgmlType::kQ4_K}) {
+    SCOPED_TRACE(ggml_type_name(dtype));
+    const RandomModelSpec spec = test::small_model_spec("llama", dtype, 3, 9);
+    const std::string path = dir + "/m.gguf";
+    write_random_model(spec, *vocab, path);
+    std::mt19937 rng(7);
+    std::vector<TokenId> prompt(20);
+    auto off = load(path, "0");
+    for (auto& t : prompt) t = static_cast<TokenId>(rng() % static_cast<unsigned>(off->config().n_vocab));
+    const ModelRun a = run_model(*off, prompt, 24, 8);
+#if STRATA_HAVE_CUDA
+    EXPECT_EQ(dynamic_cast<CudaBackend&>(off->backend()).side_prefetch_forks(), 0);
+#endif
+    for (const char* mode : {static_cast<const char*>(nullptr), "bulk", "line"}) {
+      SCOPED_TRACE(mode != nullptr ? mode : "(unset)");
+      auto on = load(path, mode);
+      const ModelRun b = run_model(*on, prompt, 24, 8);
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_EQ(a.logits[i], b.logits[i]) << "step " << i;
+      EXPECT_EQ(a.greedy, b.greedy);
+#if STRATA_HAVE_CUDA
+      const int64_t forks = dynamic_cast<CudaBackend&>(on->backend()).side_prefetch_forks();
+      if (mode == nullptr && dtype == GgmlType::kF16) {
+        EXPECT_EQ(forks, 0) << "the default prefetches for quantized weights only";
+      } else {
+        EXPECT_GE(forks, int64_t{spec.n_layer}) << "a fork per layer of each recorded pass";
+      }
+#endif
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Hand-made KV views of one model for the host-slot replay test: kHot hot blocks per layer in one
 // arena laid out as KvStorage lays it out (per layer K then V, [kHot][block][kv heads][head dim],
 // f32), with room after it, and two host slots of pinned memory. `hot` has no host slots;

@@ -119,6 +119,8 @@ class CudaBackend final : public Backend {
 
   // Decode passes decode_layers took (fused into one kernel) since the backend was made.
   int64_t fused_decode_passes() const;
+  // Side-stream L2 prefetches recorded into decode graphs (STRATA_CUDA_SIDE_PREFETCH; 0 when off).
+  int64_t side_prefetch_forks() const;
   // Device memory free and total, in bytes (cudaMemGetInfo).
   void memory_info(uint64_t* free_bytes, uint64_t* total_bytes) const;
 

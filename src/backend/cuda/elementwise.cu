@@ -431,6 +431,38 @@ void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s) {
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
+__global__ void __launch_bounds__(128) l2_prefetch_kernel(L2Ranges r, uint32_t chunk, int mode) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint64_t tid = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x, nth = uint64_t{gridDim.x} * blockDim.x;
+  for (int i = 0; i < r.n; ++i) {
+    const uint64_t a0 = static_cast<uint64_t>(__cvta_generic_to_global(r.p[i]));
+    const uint64_t unit = mode == 0 ? chunk : 128;
+    const uint64_t cnt = (r.bytes[i] + unit - 1) / unit;
+    for (uint64_t c = tid; c < cnt; c += nth) {
+      const uint64_t a = a0 + c * unit;
+      if (mode == 0) {
+        const uint64_t b = (a + 15u) & ~uint64_t{15};
+        const uint64_t end = a0 + r.bytes[i] < a + unit ? a0 + r.bytes[i] : a + unit;
+        const uint64_t e = end & ~uint64_t{15};
+        if (e > b) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"(static_cast<uint32_t>(e - b)) : "memory");
+      } else {
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
+      }
+    }
+  }
+#else
+  (void)r;
+  (void)chunk;
+  (void)mode;
+#endif
+}
+
+void l2_prefetch(const L2Ranges& r, int blocks, uint32_t chunk, int mode, cudaStream_t s) {
+  if (r.n == 0 || blocks <= 0) return;
+  l2_prefetch_kernel<<<static_cast<unsigned>(blocks), 128, 0, s>>>(r, chunk, mode);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
 #if defined(STRATA_CUDA_STEP_TRACE)
 void step_trace_set_elementwise(const StepTraceDev& t, cudaStream_t s) { step_trace_set_local(t, s); }
 #else

@@ -68,6 +68,16 @@ void gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n,
 void greedy_pick(const float* x, int64_t rows, int64_t cols, int32_t* out, int32_t* embed, cudaStream_t s);
 // Fills n floats of a read-bandwidth probe with a reduction (the result is written to *sink).
 void read_probe(const float4* data, int64_t n4, float* sink, cudaStream_t s);
+// Hints that bring up to kL2Ranges byte ranges (weights) into L2, from a stream beside the decode
+// step's chain (CudaBackend::Impl::side_pf_mode). mode 0: bulk prefetches (cp.async.bulk.prefetch.L2) of
+// `chunk` bytes; 1: one prefetch.global.L2::evict_last per 128-byte line. No completion: hints only.
+constexpr int kL2Ranges = 8;
+struct L2Ranges {
+  const uint8_t* p[kL2Ranges] = {};
+  uint64_t bytes[kL2Ranges] = {};
+  int n = 0;
+};
+void l2_prefetch(const L2Ranges& r, int blocks, uint32_t chunk, int mode, cudaStream_t s);
 
 // --- matmul (matmul.cu) ----------------------------------------------------------------------
 
